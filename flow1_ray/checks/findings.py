@@ -1,0 +1,83 @@
+"""Findings: what a check says, before it becomes an :class:`~flow1_ray.events.Event`.
+
+A per-step fault usually repeats (a dtype that turns float64 at step 6 stays float64), so
+findings are aggregated by ``(code, key)``: the first occurrence keeps its message and
+evidence, later ones only bump a counter. The message is built lazily, on the first hit,
+so that a check running on every step pays for a counter increment and nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
+
+from .. import codes as C
+from ..events import Event, utcnow
+
+
+@dataclass
+class Finding:
+    """One aggregated finding: the first occurrence plus how many times it recurred."""
+
+    code: str
+    message: str
+    evidence: dict = field(default_factory=dict)
+    status: str = ""
+    module: str = ""
+    env_step: int | None = None
+    count: int = 1
+    ts: datetime = field(default_factory=utcnow)  # when first seen
+
+    def __post_init__(self) -> None:
+        spec = C.CATALOGUE[self.code]
+        self.status = self.status or spec.status
+        self.module = self.module or spec.module
+
+    def to_event(self, **where) -> Event:
+        ev, msg = dict(self.evidence), self.message
+        if self.count > 1:
+            ev["count"] = self.count
+            msg = f"{msg} ({self.count} occurrences)"
+        return Event(code=self.code, message=msg, evidence=ev, module=self.module, status=self.status,
+                     ts=self.ts, env_step=self.env_step, **where)
+
+
+class FindingLog:
+    """Aggregates findings by ``(code, key)``; keeps insertion order."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], Finding] = {}
+
+    def hit(self, code: str, key: str, build: Callable[[], tuple[str, dict]],
+            env_step: int | None = None, status: str = "") -> None:
+        """Record one occurrence; ``build`` (message, evidence) runs only on the first."""
+        f = self._items.get((code, key))
+        if f is not None:
+            f.count += 1
+            if status and C.STATUS_RANK[status] > C.STATUS_RANK[f.status]:
+                f.status = status
+            return
+        message, evidence = build()
+        self._items[(code, key)] = Finding(code, message, evidence, status=status, env_step=env_step)
+
+    def add(self, finding: Finding, key: str = "") -> None:
+        """Record a finding built elsewhere (batch checks); same aggregation."""
+        f = self._items.get((finding.code, key))
+        if f is None:
+            self._items[(finding.code, key)] = finding
+        else:
+            f.count += finding.count
+
+    def extend(self, findings: list[Finding]) -> None:
+        for f in findings:
+            self.add(f, key=str(f.evidence.get("path", "")))
+
+    def findings(self) -> list[Finding]:
+        return list(self._items.values())
+
+    def modules_with_findings(self) -> set[str]:
+        return {f.module for f in self._items.values() if f.status != C.PASS}
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,273 @@
+"""RolloutChecker: every contract check, fed one env interaction at a time.
+
+``flow1 check`` drives an env and feeds each reset and step here; the EnvRunner callbacks
+feed the sampled steps of live episodes to the same object. Per step it does only what
+must be done per step (type/shape/dtype, reward and done types, info and aliasing
+watches, timing); value checks (bounds, NaN, precision) run vectorised on buffered
+batches, and distribution rules (reward, step time, reset drift, return drop) at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .. import codes as C
+from . import env_spec as es
+from .action_pipe import action_cast_error, check_action_batch
+from .findings import Finding, FindingLog
+from .obs_flow import check_obs_batch, drift_features, reset_drift
+from .reward import ReturnTracker, reward_findings, reward_stats
+from .spaces import Leaf, UnsupportedSpace, get, leaves, structure_error
+from .thresholds import DEFAULT, Thresholds
+
+
+class _Buffer:
+    """Values of one leaf since the last flush, with the env step of each."""
+
+    __slots__ = ("values", "steps")
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self.steps: list[int] = []
+
+
+class RolloutChecker:
+    """Judges a stream of resets and steps against the env's spaces.
+
+    Call :meth:`on_reset` after each reset, :meth:`on_step` after each step and
+    :meth:`finish` once; :attr:`log` holds the aggregated findings.
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
+                 thresholds: Thresholds = DEFAULT, *, flush_every: int = 256) -> None:
+        self.th = thresholds
+        self.obs_space = observation_space
+        self.flush_every = flush_every
+        self.log = FindingLog()
+        self.obs_leaves = self._leaves(observation_space, "obs")
+        self.act_leaves = self._leaves(action_space, "action")
+        self._flat_obs = isinstance(observation_space, spaces.Space) and not isinstance(
+            observation_space, (spaces.Dict, spaces.Tuple))
+        self._flat_act = not isinstance(action_space, (spaces.Dict, spaces.Tuple))
+        self._obuf = [_Buffer() for _ in self.obs_leaves]
+        self._abuf = [_Buffer() for _ in self.act_leaves]
+        self._info = es.InfoWatch()
+        self._alias = es.AliasWatch()
+        self.returns = ReturnTracker(thresholds)
+        self.rewards: list[float] = []
+        self.reward_steps: list[int] = []
+        self.durations: list[float] = []
+        self.reset_features: list[np.ndarray] = []
+        self.steps = 0
+        self.episodes = 0
+        self.episode_lengths: list[int] = []
+        self._ep_return = 0.0
+        self._ep_len = 0
+        self.cast_checked = 0
+
+    @staticmethod
+    def _leaves(space: Any, role: str) -> list[Leaf]:
+        try:
+            return leaves(space, role)
+        except UnsupportedSpace:
+            return []  # validate_space reports it; the values cannot be judged leaf by leaf
+
+    # -- observations --------------------------------------------------------------------
+    def _observe(self, obs: Any, step: int, reset: bool) -> None:
+        if not self.obs_leaves:
+            return
+        if self._flat_obs:
+            values = [obs]
+        else:
+            err = structure_error(obs, self.obs_space, "obs")
+            if err is not None:
+                path, expected, actual = err
+                self.log.hit(C.OBS_SHAPE_MISMATCH, path, lambda: (
+                    f"{path} structure: expected {expected}, actual {actual} (first at step {step})",
+                    {"path": path, "expected": expected, "actual": actual, "first_step": step}), env_step=step)
+                return
+            values = [get(obs, lf.keys) for lf in self.obs_leaves]
+        ok_values = []
+        for leaf, buf, v in zip(self.obs_leaves, self._obuf, values):
+            err = es.leaf_type_error(v, leaf)
+            if err is not None:
+                code, expected, actual = err
+                self.log.hit(code, leaf.path + ":" + actual, lambda: (
+                    f"{leaf.path} {'dtype' if code == C.OBS_DTYPE_MISMATCH else 'shape'}: expected {expected}, "
+                    f"actual {actual} (first at step {step})",
+                    {"path": leaf.path, "expected": expected, "actual": actual, "first_step": step}), env_step=step)
+                ok_values.append(None)
+                continue
+            if type(v) is np.ndarray:
+                c = v.copy()
+                self._alias.remember(leaf, v, c, step)
+                v = c
+            buf.values.append(v)
+            buf.steps.append(step)
+            ok_values.append(v)
+        if reset and all(v is not None for v in ok_values):
+            f = drift_features(ok_values, self.obs_leaves)
+            if f is not None:
+                self.reset_features.append(f)
+
+    def _flush(self, contiguous: bool = True) -> None:
+        for leaf, buf in zip(self.obs_leaves, self._obuf):
+            if buf.values:
+                batch = np.asarray(buf.values) if leaf.shape == () else np.stack(buf.values)
+                self.log.extend(check_obs_batch(leaf, batch, np.asarray(buf.steps), self.th, contiguous))
+                buf.values, buf.steps = [], []
+        for leaf, buf in zip(self.act_leaves, self._abuf):
+            if buf.values:
+                try:
+                    batch = np.asarray(buf.values) if leaf.shape == () else np.stack(buf.values)
+                except ValueError:  # ragged actions: the cast check reports them
+                    batch = None
+                if batch is not None:
+                    self.log.extend(check_action_batch(leaf, batch, np.asarray(buf.steps)))
+                buf.values, buf.steps = [], []
+
+    # -- the stream ----------------------------------------------------------------------
+    def on_reset(self, obs: Any, info: Any) -> None:
+        """After each reset: the reset observation and info."""
+        self._flush()
+        self._info.reset()
+        self._check_alias(self.steps)
+        self._observe(obs, self.steps, reset=True)
+        self._check_info(info, self.steps)
+
+    def on_step(self, action: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any,
+                duration_s: float | None = None, received_action: Any = None) -> bool:
+        """After each step; True when it ended the episode. ``received_action`` is what
+        reached the base env, when known."""
+        step = self.steps + 1  # steps are counted from 1; a reset observation sits at the count so far
+        self.steps = step
+        self._check_alias(step)
+        self._record_action(action, received_action, step)
+        self._observe(obs, step, reset=False)
+        self._record_reward(reward, step)
+        if not (es.is_bool(terminated) and es.is_bool(truncated)):
+            bad = terminated if not es.is_bool(terminated) else truncated
+            which = "terminated" if not es.is_bool(terminated) else "truncated"
+            self.log.hit(C.DONE_NOT_BOOL, which, lambda: (
+                f"{which}: expected bool or np.bool_, actual {type(bad).__name__} {bad!r} (first at step {step})",
+                {"field": which, "actual": type(bad).__name__, "first_step": step}), env_step=step)
+        self._check_info(info, step)
+        if duration_s is not None:
+            self.durations.append(duration_s)
+        self._ep_len += 1
+        if terminated is True or truncated is True or not (terminated is False and truncated is False) and (
+                bool(np.any(terminated)) or bool(np.any(truncated))):
+            self.end_episode()
+            return True
+        if self._ep_len % self.flush_every == 0:
+            self._flush()
+        return False
+
+    def _check_alias(self, step: int) -> None:
+        for leaf, at, diff in self._alias.check(step):
+            self.log.hit(C.OBS_ALIASED, leaf.path, lambda: (
+                f"{leaf.path} returned at step {at} was modified in place by step {step} (max change {diff:.4g}): "
+                f"expected returned arrays to stay unchanged; return a copy",
+                {"path": leaf.path, "returned_step": at, "modified_by_step": step, "max_change": diff}), env_step=at)
+
+    def _record_action(self, action: Any, received: Any, step: int) -> None:
+        if self._flat_act:
+            if self.act_leaves:
+                buf = self._abuf[0]
+                buf.values.append(action)
+                buf.steps.append(step)
+        else:
+            for leaf, buf in zip(self.act_leaves, self._abuf):
+                try:
+                    buf.values.append(get(action, leaf.keys))
+                    buf.steps.append(step)
+                except (KeyError, IndexError, TypeError):
+                    pass
+        if received is not None:
+            self.cast_checked += 1
+            err = None if received is action else action_cast_error(action, received)
+            if err is not None:
+                msg, ev = err
+                self.log.hit(C.ACTION_CAST_WARNING, ev["path"], lambda: (
+                    f"{msg} (first at step {step})", {**ev, "first_step": step}), env_step=step)
+
+    def _record_reward(self, reward: Any, step: int) -> None:
+        t = type(reward)
+        if t is not float and t is not int:
+            err = es.reward_type_error(reward)
+            if err is not None:
+                self.log.hit(C.REWARD_NOT_SCALAR, "", lambda: (
+                    f"reward: expected a Python/NumPy real scalar, actual {err} (first at step {step})",
+                    {"expected": "real scalar", "actual": err, "first_step": step}), env_step=step)
+            try:
+                reward = float(np.asarray(reward, dtype=np.float64).reshape(-1)[0])
+            except (TypeError, ValueError, IndexError):
+                return
+        self.rewards.append(reward)
+        self.reward_steps.append(step)
+        self._ep_return += reward
+
+    def _check_info(self, info: Any, step: int) -> None:
+        if type(info) is not dict and not isinstance(info, dict):
+            self.log.hit(C.INFO_NOT_DICT, "", lambda: (
+                f"info: expected dict, actual {type(info).__name__} (first at step {step})",
+                {"expected": "dict", "actual": type(info).__name__, "first_step": step}), env_step=step)
+            return
+        problem = self._info.observe(info, step)
+        if problem is not None:
+            msg, ev = problem
+            self.log.hit(C.INFO_MUTATION_DETECTED, ev["kind"], lambda: (msg, ev), env_step=step)
+
+    def end_episode(self) -> None:
+        """An episode ended (terminated or truncated)."""
+        self.episodes += 1
+        self.episode_lengths.append(self._ep_len)
+        self.returns.add(self._ep_return)
+        self._ep_return, self._ep_len = 0.0, 0
+        self._flush()
+
+    def record(self, finding: Finding, key: str = "") -> None:
+        """A finding made by the driver (a crash, an API mismatch)."""
+        self.log.add(finding, key)
+
+    def finish(self, expect_episode_end: bool = True) -> list[Finding]:
+        """Run the whole-stream rules and return every finding."""
+        self._flush(contiguous=True)
+        self.log.extend(reward_findings(np.asarray(self.rewards), self.th, np.asarray(self.reward_steps)))
+        self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th))
+        feats = self.reset_features
+        if feats and all(f.shape == feats[0].shape for f in feats):
+            f = reset_drift(np.stack(feats), self.th)
+            if f is not None:
+                self.log.add(f)
+        drop = self.returns.check()
+        if drop is not None:
+            self.log.add(drop)
+        if expect_episode_end and self.steps > 0 and self.episodes == 0:
+            self.log.add(Finding(C.EPISODE_NEVER_ENDS,
+                                 f"no terminated/truncated in {self.steps} steps: expected episodes to end within "
+                                 f"the check budget (add a TimeLimit / max_episode_steps)",
+                                 {"steps": self.steps, "threshold_steps": self.steps}))
+        return self.log.findings()
+
+    # -- summaries for PASS rows ---------------------------------------------------------
+    def summary(self) -> dict[str, dict]:
+        d = np.asarray(self.durations) * 1e3
+        lengths = np.asarray(self.episode_lengths)
+        return {
+            C.ENV_SPEC: {
+                "steps": self.steps, "episodes": self.episodes,
+                "episode_len_mean": float(lengths.mean()) if lengths.size else None,
+                "step_ms_median": float(np.median(d)) if d.size else None,
+                "step_ms_p95": float(np.percentile(d, 95)) if d.size else None,
+                "obs_leaves": [lf.describe() for lf in self.obs_leaves],
+            },
+            C.OBS_FLOW: {"leaves": [lf.path for lf in self.obs_leaves], "observations": self.steps + self.episodes},
+            C.ACTION_PIPE: {"actions": self.steps, "cast_checked": self.cast_checked,
+                            "leaves": [lf.describe() for lf in self.act_leaves]},
+            C.REWARD_STATS: {**reward_stats(np.asarray(self.rewards), self.th.reward_spike_robust_z),
+                             "episode_return_mean": float(np.mean(self.returns.returns)) if self.returns.returns else None},
+        }

@@ -1,0 +1,58 @@
+"""Default thresholds of every check (DESIGN.md catalogue); all of them configurable.
+
+Each finding's evidence carries the threshold it was judged against, so a report read a
+year later still says why it fired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # ENV_SPEC: step timing. Both a ratio to the median and an absolute excess are needed,
+    # or a busy machine's scheduler hiccups read as a slow env.
+    step_time_ratio: float = 3.0
+    step_time_p95_floor_ms: float = 5.0      # p95 - median must exceed this
+    step_time_max_floor_ms: float = 100.0    # max - median must exceed this
+    step_time_min_steps: int = 20
+    # OBS_FLOW
+    precision_rel_error: float = 1e-5        # per value, float64 -> float32 -> float64
+    precision_delta_rel_error: float = 0.1   # share of the step-to-step change lost in float32
+    drift_kl: float = 0.5                    # KL(recent || early) of reset-observation histograms
+    drift_p_value: float = 0.01              # permutation test, Bonferroni over dimensions
+    drift_min_episodes: int = 16             # per half
+    drift_bins: int = 5
+    drift_permutations: int = 2000
+    image_min_side: int = 8
+    # REWARD_STATS
+    reward_min_steps: int = 100              # below this the distribution rules stay silent
+    reward_sparse_ratio: float = 0.01
+    reward_spike_cv: float = 0.5
+    reward_spike_share: float = 0.15
+    reward_spike_robust_z: float = 3.0
+    reward_skew: float = 5.0
+    reward_scale_min: float = 1e-3
+    reward_drop_ratio: float = 0.7
+    reward_drop_span: int = 10               # EMA span in episodes; also the warm-up
+    reward_drop_z: float = 5.0               # drop must also exceed z x the EMA's noise
+    # ACTION_PIPE
+    squash_grad_min: float = 1e-3
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> "Thresholds":
+        """A copy with some fields replaced; unknown names are an error, not ignored."""
+        if not overrides:
+            return self
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown threshold(s) {sorted(unknown)}; known: {sorted(known)}")
+        return replace(self, **dict(overrides))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEFAULT = Thresholds()

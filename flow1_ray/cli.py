@@ -1,0 +1,92 @@
+"""The ``flow1`` command: ``check`` (and ``train``, ``report`` as they land).
+
+Exit codes: 0 no FAIL, 1 FAIL (or WARN with ``--fail-on WARN``), 2 usage or input error.
+A :class:`Flow1InputError` becomes one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import codes as C
+from .errors import Flow1InputError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+DEMO_FAULTY = "flow1_ray.demo:faulty_cartpole"
+DEMO_CLEAN = "CartPole-v1"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flow1", description="Diagnose RL environments and RLlib runs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="check an env's contracts on every step of a rollout, without training")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--env", help="registered id (CartPole-v1) or module:attr (a class, factory or instance)")
+    src.add_argument("--demo", action="store_true",
+                     help=f"check a built-in faulty env ({DEMO_FAULTY}) and a clean one ({DEMO_CLEAN})")
+    c.add_argument("--steps", type=int, default=1000, help="env steps to run (default 1000)")
+    c.add_argument("--seed", type=int, default=0, help="seed for reset and action sampling (default 0)")
+    c.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    c.add_argument("--output-dir", metavar="DIR", help="also write a run directory (events Parquet, log, report)")
+    c.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL,
+                   help="lowest status that makes the exit code 1 (default FAIL)")
+    return p
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .envcheck import check_env
+    from .report.render import console, print_report
+
+    if args.steps < 1:
+        raise Flow1InputError(f"--steps must be >= 1, got {args.steps}")
+    human = console(sys.stderr if args.json == "-" else None)
+    if args.demo:
+        faulty = check_env(DEMO_FAULTY, steps=args.steps, seed=args.seed)
+        print_report(human, faulty)
+        human.print()
+        clean = check_env(DEMO_CLEAN, steps=args.steps, seed=args.seed)
+        print_report(human, clean)
+        ok = faulty.status == C.FAIL and clean.status == C.PASS
+        human.print(f"demo: the faulty env {'was' if faulty.status == C.FAIL else 'was NOT'} caught "
+                    f"({', '.join(sorted(faulty.codes()))}); the clean env "
+                    f"{'passed' if clean.status == C.PASS else 'did NOT pass'}")
+        reports = [faulty, clean]
+        code = EXIT_OK if ok else EXIT_FAIL
+    else:
+        report = check_env(args.env, steps=args.steps, seed=args.seed)
+        print_report(human, report)
+        reports = [report]
+        code = report.exit_code(args.fail_on)
+    if args.output_dir:
+        for r in reports:
+            r.write(Path(args.output_dir) / _slug(r.target) if len(reports) > 1 else args.output_dir)
+    if args.json:
+        text = reports[0].to_json() if len(reports) == 1 else "[" + ",".join(r.to_json() for r in reports) + "]"
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            try:
+                Path(args.json).write_text(text + "\n", encoding="utf-8")
+            except OSError as e:
+                raise Flow1InputError(f"cannot write JSON report to {args.json}: {e.strerror}") from None
+    return code
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _cmd_check(args)
+    except Flow1InputError as e:
+        print(f"flow1: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("flow1: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_USAGE

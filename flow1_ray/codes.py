@@ -1,0 +1,155 @@
+"""Every module name, status and finding code of flow1_ray, defined once.
+
+Codes are stable machine identifiers: tests, CI gates and users' dashboards match on them,
+so they are plain strings declared here and nowhere else. Each code is registered with its
+module and default status in :data:`CATALOGUE`; a check may raise a code at a stricter
+status than its default (e.g. ENTROPY_COLLAPSE turns FAIL below its hard floor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- statuses ---------------------------------------------------------------------------
+PASS = "PASS"
+WARN = "WARN"
+FAIL = "FAIL"
+STATUSES = (PASS, WARN, FAIL)
+STATUS_RANK = {PASS: 0, WARN: 1, FAIL: 2}
+
+
+def worst(statuses) -> str:
+    """The most severe status of an iterable (PASS for an empty one)."""
+    best = PASS
+    for s in statuses:
+        if STATUS_RANK[s] > STATUS_RANK[best]:
+            best = s
+    return best
+
+
+# --- modules ----------------------------------------------------------------------------
+ENV_SPEC = "ENV_SPEC"
+ACTION_PIPE = "ACTION_PIPE"
+OBS_FLOW = "OBS_FLOW"
+REWARD_STATS = "REWARD_STATS"
+TRAIN_CURVES = "TRAIN_CURVES"
+GRADIENT_FLOW = "GRADIENT_FLOW"
+WORKER = "WORKER"
+RESOURCE = "RESOURCE"
+STATE_ACTION = "STATE_ACTION"
+MEMORY = "MEMORY"
+IMPORT_RESOLVE = "IMPORT_RESOLVE"
+FLOW1 = "FLOW1"
+MODULES = (
+    ENV_SPEC, ACTION_PIPE, OBS_FLOW, REWARD_STATS, TRAIN_CURVES, GRADIENT_FLOW,
+    WORKER, RESOURCE, STATE_ACTION, MEMORY, IMPORT_RESOLVE, FLOW1,
+)
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """A catalogue entry: where a code belongs and how severe it is by default."""
+
+    code: str
+    module: str
+    status: str
+    trigger: str
+
+
+CATALOGUE: dict[str, CodeSpec] = {}
+
+
+def _code(code: str, module: str, status: str, trigger: str) -> str:
+    CATALOGUE[code] = CodeSpec(code, module, status, trigger)
+    return code
+
+
+# The PASS row a clean module writes; its module is the module checked (hence "").
+CHECKS_PASSED = _code("CHECKS_PASSED", "", PASS, "every check of a module passed; evidence has its statistics")
+
+# --- ENV_SPEC ---------------------------------------------------------------------------
+SPACE_INVALID = _code("SPACE_INVALID", ENV_SPEC, FAIL,
+                      "Discrete n<=0, Box low>high, NaN/infinite bounds where not allowed, unsupported space")
+OBS_SHAPE_MISMATCH = _code("OBS_SHAPE_MISMATCH", ENV_SPEC, FAIL,
+                           "a reset/step observation's shape differs from observation_space")
+OBS_DTYPE_MISMATCH = _code("OBS_DTYPE_MISMATCH", ENV_SPEC, FAIL,
+                           "a reset/step observation's type or dtype differs from observation_space")
+REWARD_NOT_SCALAR = _code("REWARD_NOT_SCALAR", ENV_SPEC, FAIL,
+                          "reward is not a Python/NumPy real scalar")
+DONE_NOT_BOOL = _code("DONE_NOT_BOOL", ENV_SPEC, FAIL,
+                      "terminated/truncated is not bool or np.bool_")
+INFO_NOT_DICT = _code("INFO_NOT_DICT", ENV_SPEC, FAIL, "reset/step info is not a dict")
+INFO_MUTATION_DETECTED = _code("INFO_MUTATION_DETECTED", ENV_SPEC, WARN,
+                               "the same info dict is returned twice, or a returned info changes later")
+OBS_ALIASED = _code("OBS_ALIASED", ENV_SPEC, WARN,
+                    "a returned observation array is later modified in place by the env")
+NONDETERMINISTIC_RESET = _code("NONDETERMINISTIC_RESET", ENV_SPEC, WARN,
+                               "reset(seed=s) twice gives different observations")
+EPISODE_NEVER_ENDS = _code("EPISODE_NEVER_ENDS", ENV_SPEC, WARN,
+                           "no terminated/truncated within the check budget")
+STEP_DURATION_OUTLIER = _code("STEP_DURATION_OUTLIER", ENV_SPEC, WARN,
+                              "p95 or max step time > 3x the median, above an absolute floor")
+ENV_CRASHED = _code("ENV_CRASHED", ENV_SPEC, FAIL, "reset/step raised an exception")
+
+# --- OBS_FLOW ---------------------------------------------------------------------------
+OBS_OUT_OF_BOUNDS = _code("OBS_OUT_OF_BOUNDS", OBS_FLOW, WARN, "observation outside its space's bounds")
+OBS_NAN_INF = _code("OBS_NAN_INF", OBS_FLOW, FAIL, "NaN or inf in an observation")
+OBS_UNNORMALIZED_IMAGE = _code("OBS_UNNORMALIZED_IMAGE", OBS_FLOW, WARN,
+                               "uint8 image observations in [0, 255] reach the model unscaled (advisory)")
+PRECISION_LOSS = _code("PRECISION_LOSS", OBS_FLOW, WARN,
+                       "float64 -> float32 round trip loses more than the relative-error threshold")
+OBS_DISTRIBUTION_DRIFT = _code("OBS_DISTRIBUTION_DRIFT", OBS_FLOW, WARN,
+                               "KL between early and recent reset-observation histograms > threshold")
+
+# --- ACTION_PIPE ------------------------------------------------------------------------
+ACTION_OUT_OF_BOUNDS = _code("ACTION_OUT_OF_BOUNDS", ACTION_PIPE, WARN,
+                             "policy actions outside the action space before clipping")
+GRADIENT_VANISHING_RISK = _code("GRADIENT_VANISHING_RISK", ACTION_PIPE, WARN,
+                                "d(final action)/d(raw output) through the squashing < threshold")
+ACTION_CAST_WARNING = _code("ACTION_CAST_WARNING", ACTION_PIPE, WARN,
+                            "action dtype, shape or value changed between the sender and env.step")
+
+# --- REWARD_STATS -----------------------------------------------------------------------
+REWARD_NAN = _code("REWARD_NAN", REWARD_STATS, FAIL, "NaN/inf reward")
+REWARD_SPARSE = _code("REWARD_SPARSE", REWARD_STATS, WARN, "non-zero reward ratio < threshold")
+REWARD_SPIKES = _code("REWARD_SPIKES", REWARD_STATS, WARN,
+                      "CV > 0.5 and (robust outlier share > 15% or |skewness| > 5)")
+REWARD_SCALE = _code("REWARD_SCALE", REWARD_STATS, WARN, "max |reward| < threshold")
+REWARD_DROP = _code("REWARD_DROP", REWARD_STATS, WARN, "episode-return EMA < 0.7 x its best")
+
+# --- TRAIN_CURVES / GRADIENT_FLOW (learner side) ----------------------------------------
+ENTROPY_COLLAPSE = _code("ENTROPY_COLLAPSE", TRAIN_CURVES, WARN, "entropy / max entropy < 0.2 (FAIL < 0.05)")
+KL_TOO_LOW = _code("KL_TOO_LOW", TRAIN_CURVES, WARN, "mean KL < 0.005")
+KL_TOO_HIGH = _code("KL_TOO_HIGH", TRAIN_CURVES, WARN, "mean KL > 0.05")
+KL_SPIKE = _code("KL_SPIKE", TRAIN_CURVES, FAIL, "one iteration's KL > 10x the running median")
+POLICY_LOSS_STUCK = _code("POLICY_LOSS_STUCK", TRAIN_CURVES, WARN, "policy loss ~0 for N iterations")
+VALUE_DOMINATES = _code("VALUE_DOMINATES", TRAIN_CURVES, WARN, "vf_loss > 3x |policy_loss| and not falling")
+GRADIENT_VANISHING = _code("GRADIENT_VANISHING", GRADIENT_FLOW, WARN, "per-layer grad norm < 1e-3")
+GRADIENT_EXPLODING = _code("GRADIENT_EXPLODING", GRADIENT_FLOW, WARN, "per-layer grad norm > threshold")
+GRADIENT_ZERO = _code("GRADIENT_ZERO", GRADIENT_FLOW, FAIL, "per-layer grad norm exactly 0 (broken graph)")
+
+# --- WORKER / RESOURCE / MEMORY ---------------------------------------------------------
+WORKER_DIED = _code("WORKER_DIED", WORKER, FAIL, "an EnvRunner's lock was released: its process is gone")
+WORKER_STALLED = _code("WORKER_STALLED", WORKER, FAIL, "lock held but no heartbeat for stall_timeout_s")
+WORKER_RESTARTED = _code("WORKER_RESTARTED", WORKER, WARN, "a new process took over a worker index")
+RESOURCE_CONTENTION = _code("RESOURCE_CONTENTION", RESOURCE, WARN,
+                            ">= 3 workers (or all) with step time > 3x their own baseline")
+MEMORY_LEAK_SUSPECTED = _code("MEMORY_LEAK_SUSPECTED", MEMORY, WARN, "RSS slope > 1 MB per 1000 env steps")
+
+# --- STATE_ACTION -----------------------------------------------------------------------
+CHAOS = _code("CHAOS", STATE_ACTION, WARN, "near-uniform P(action | cluster)")
+BLIND_SPOT = _code("BLIND_SPOT", STATE_ACTION, WARN, "every action probability < 0.3 in a cluster")
+ERROR_FIXATION = _code("ERROR_FIXATION", STATE_ACTION, WARN,
+                       "one action > 0.95 in a cluster that leads to failure more often than average")
+RARE_STATE = _code("RARE_STATE", STATE_ACTION, WARN, "cluster holds < 0.01% of visited states")
+
+# --- IMPORT_RESOLVE / FLOW1 -------------------------------------------------------------
+GYM_ALIASED = _code("GYM_ALIASED", IMPORT_RESOLVE, FAIL,
+                    "`import gym` resolves to gymnasium, or two gym APIs are mixed")
+FLOW1_INTERNAL = _code("FLOW1_INTERNAL", FLOW1, WARN, "flow1's own error, caught so that training goes on")
+SAMPLES_DROPPED = _code("SAMPLES_DROPPED", FLOW1, WARN, "diagnostic batches dropped under back-pressure")
+
+
+def module_of(code: str) -> str:
+    """The module a code belongs to (KeyError for an unknown code: codes are closed)."""
+    return CATALOGUE[code].module

@@ -1,0 +1,304 @@
+"""``check_env``: drive an env for a budget of steps and judge every one of them.
+
+The checkers people use today (gymnasium's ``check_env`` and ``PassiveEnvChecker``,
+Stable-Baselines3's ``check_env``) look at the first reset and step. Faults that appear
+at step 6 or in episode 3 pass them. This driver runs several episodes with random
+actions and feeds every reset and step to :class:`~flow1_ray.checks.rollout.RolloutChecker`,
+the same object the EnvRunner callbacks feed with live samples.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import traceback
+import uuid
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from . import codes as C
+from .checks.env_spec import obs_equal, validate_space
+from .checks.findings import Finding
+from .checks.import_resolve import gym_alias_findings, old_api_finding
+from .checks.rollout import RolloutChecker
+from .checks.thresholds import DEFAULT, Thresholds
+from .errors import Flow1InputError
+from .events import Event
+from .report import Report
+
+#: Modules whose checks ``check_env`` runs; each clean one gets a PASS row.
+CHECKED_MODULES = (C.IMPORT_RESOLVE, C.ENV_SPEC, C.OBS_FLOW, C.ACTION_PIPE, C.REWARD_STATS)
+MAX_CONSECUTIVE_CRASHES = 3
+TRACEBACK_TAIL_CHARS = 1500
+
+EnvLike = Any  # gym.Env | str | Callable[[], gym.Env]
+_ENV_API = ("reset", "step", "observation_space", "action_space")
+
+
+# --- resolving what the user named ------------------------------------------------------
+
+
+def _import_attr(path: str) -> Any:
+    mod_name, _, attr = path.partition(":")
+    if not mod_name or not attr:
+        raise Flow1InputError(f"bad import path {path!r}: expected 'module:attr'")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        raise Flow1InputError(f"cannot import module {mod_name!r} (from {path!r}): {e}") from None
+    except Exception as e:  # the module itself is broken
+        raise Flow1InputError(f"importing module {mod_name!r} failed: {type(e).__name__}: {e}") from None
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            if attr in gym.registry or path in gym.registry:  # gymnasium's "module:EnvId" form
+                return path if path in gym.registry else attr
+            raise Flow1InputError(f"module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_env(env: EnvLike) -> tuple[Callable[[], gym.Env] | gym.Env, str]:
+    """What to check and its name. Returns an Env instance or a zero-argument factory.
+
+    Errors the user made (unknown id, bad import path, missing attribute, a value that is
+    no env) raise :class:`Flow1InputError`; errors of the env's own constructor do not
+    happen here: they are the env's fault and are reported as ENV_CRASHED.
+    """
+    if isinstance(env, gym.Env):
+        return env, _name(env)
+    if isinstance(env, str):
+        target: Any = env
+        if ":" in env:
+            target = _import_attr(env)
+        if isinstance(target, str):
+            try:
+                gym.spec(target)
+            except gym.error.Error as e:
+                raise Flow1InputError(f"unknown env id {target!r}: {e}") from None
+            return (lambda: gym.make(target, disable_env_checker=True)), target
+        if isinstance(target, gym.Env):
+            return target, env
+        if callable(target):
+            return target, env
+        raise Flow1InputError(f"{env!r} is a {type(target).__name__}, expected an Env class, instance or factory")
+    if callable(env):
+        return env, getattr(env, "__qualname__", None) or repr(env)
+    raise Flow1InputError(f"expected a gymnasium.Env, an env id, 'module:attr' or a factory, actual {type(env).__name__}")
+
+
+def _name(env: gym.Env) -> str:
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None else type(getattr(env, "unwrapped", env)).__name__
+
+
+# --- the action probe -------------------------------------------------------------------
+
+
+class _ActionProbe:
+    """Records the action that reaches the innermost env's ``step``.
+
+    Wrappers between the caller and the base env may cast or rescale actions; the probe
+    shadows ``unwrapped.step`` on the instance for the duration of the check and restores
+    it afterwards. With no wrapper there is nothing in between, so no probe.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        self.received: Any = None
+        self._base = getattr(env, "unwrapped", env)
+        self._installed = False
+        if self._base is env:
+            return
+        original = self._base.step
+
+        def step(action: Any) -> Any:
+            self.received = action
+            return original(action)
+
+        try:
+            self._base.step = step
+            self._installed = True
+        except (AttributeError, TypeError):
+            pass
+
+    @property
+    def active(self) -> bool:
+        return self._installed
+
+    def restore(self) -> None:
+        if self._installed:
+            try:
+                del self._base.step
+            except AttributeError:
+                pass
+            self._installed = False
+
+
+# --- the drive --------------------------------------------------------------------------
+
+
+def _crash(call: str, exc: BaseException, step: int, episode: int) -> Finding:
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_TAIL_CHARS:]
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].name} ({frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else "?"
+    return Finding(C.ENV_CRASHED,
+                   f"{call}() raised {type(exc).__name__}: {exc} in {where} at step {step}, episode {episode}",
+                   {"call": call, "exception": type(exc).__name__, "error": str(exc), "frame": where,
+                    "first_step": step, "episode": episode, "traceback_tail": tail}, env_step=step)
+
+
+class _Driver:
+    """One check run: owns the env, the probe and the checker."""
+
+    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds) -> None:
+        self.env, self.budget, self.seed, self.th = env, steps, seed, th
+        self.rc = RolloutChecker(env.observation_space, env.action_space, th)
+        self.crashes = 0
+        self.stopped_early = ""
+
+    def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
+        """Reset, tolerating the old API; None when reset raised."""
+        try:
+            out = self.env.reset(seed=seed) if seed is not None else self.env.reset()
+        except Exception as e:
+            self.crashes += 1
+            self.rc.record(_crash("reset", e, self.rc.steps, self.rc.episodes), f"reset:{type(e).__name__}")
+            return None
+        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+            return out
+        self.rc.record(old_api_finding("reset", "a bare observation" if not isinstance(out, tuple)
+                                       else f"a {len(out)}-tuple"), "reset")
+        return out, {}
+
+    def _start_episode(self, seed: int | None = None) -> bool:
+        for _ in range(MAX_CONSECUTIVE_CRASHES):
+            got = self._reset(seed)
+            if got is not None:
+                self.rc.on_reset(*got)
+                return True
+        self.stopped_early = f"reset() raised {MAX_CONSECUTIVE_CRASHES} times in a row"
+        return False
+
+    def _determinism(self) -> bool:
+        first = self._reset(self.seed)
+        if first is None:
+            return self._start_episode()
+        second = self._reset(self.seed)
+        if second is None:
+            return self._start_episode()
+        if not obs_equal(first[0], second[0]):
+            self.rc.record(Finding(C.NONDETERMINISTIC_RESET,
+                                   f"reset(seed={self.seed}) twice gave different observations: expected equal; "
+                                   f"seed the env's RNG from reset's seed (super().reset(seed=seed), self.np_random)",
+                                   {"seed": self.seed, "first": repr(first[0])[:200], "second": repr(second[0])[:200]}))
+        self.rc.on_reset(*second)
+        return True
+
+    def run(self) -> None:
+        env, rc = self.env, self.rc
+        env.action_space.seed(self.seed)
+        sample = env.action_space.sample
+        probe = _ActionProbe(env)
+        clock = time.perf_counter
+        try:
+            if not self._determinism():
+                return
+            consecutive = 0
+            for _ in range(self.budget):
+                action = sample()
+                t0 = clock()
+                try:
+                    out = env.step(action)
+                except Exception as e:
+                    self.crashes += 1
+                    consecutive += 1
+                    rc.record(_crash("step", e, rc.steps + 1, rc.episodes), f"step:{type(e).__name__}")
+                    if consecutive >= MAX_CONSECUTIVE_CRASHES:
+                        self.stopped_early = f"step() raised {consecutive} times in a row"
+                        return
+                    if not self._start_episode():
+                        return
+                    continue
+                dt = clock() - t0
+                consecutive = 0
+                if type(out) is tuple and len(out) == 5:
+                    obs, reward, terminated, truncated, info = out
+                elif isinstance(out, tuple) and len(out) == 4:
+                    rc.record(old_api_finding("step", "a 4-tuple (obs, reward, done, info)"), "step")
+                    obs, reward, terminated, info = out
+                    truncated = False
+                else:
+                    got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+                    rc.record(old_api_finding("step", got), "step")
+                    if not self._start_episode():
+                        return
+                    continue
+                received = probe.received if probe.active else None
+                if rc.on_step(action, obs, reward, terminated, truncated, info, dt, received) \
+                        and not self._start_episode():
+                    return
+        finally:
+            probe.restore()
+
+
+def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
+              thresholds: Thresholds | dict | None = None, run_id: str | None = None) -> Report:
+    """Check an env's contracts on every step of ``steps`` random-action steps.
+
+    ``env`` is a ``gymnasium.Env``, a registered id, a ``"module:attr"`` path (a class, a
+    factory or an instance) or a zero-argument callable. Returns a :class:`Report`;
+    raises :class:`Flow1InputError` only for input the user got wrong.
+    """
+    if steps < 1:
+        raise Flow1InputError(f"steps must be >= 1, got {steps}")
+    th = thresholds if isinstance(thresholds, Thresholds) else DEFAULT.with_overrides(thresholds)
+    run_id = run_id or f"check-{uuid.uuid4().hex[:8]}"
+    target, name = resolve_env(env)
+    t_start = time.perf_counter()
+    findings: list[Finding] = []
+    summary: dict[str, Any] = {"env": name, "steps_budget": steps, "seed": seed}
+    owned = not isinstance(target, gym.Env)
+    instance: gym.Env | None = None
+    try:
+        try:
+            instance = target() if owned else target
+        except Flow1InputError:
+            raise
+        except gym.error.Error as e:
+            raise Flow1InputError(f"cannot make env {name!r}: {e}") from None
+        except Exception as e:
+            findings.append(_crash("make", e, 0, 0))
+        if instance is not None and not all(hasattr(instance, a) for a in _ENV_API):
+            raise Flow1InputError(f"{name!r} gave a {type(instance).__name__}, expected a gymnasium.Env")
+        findings.extend(gym_alias_findings(instance))
+        if instance is not None:
+            space_findings = (validate_space(instance.observation_space, "obs")
+                              + validate_space(instance.action_space, "action"))
+            findings.extend(space_findings)
+            if any(f.evidence.get("role") == "action" for f in space_findings):
+                summary["stopped_early"] = "action space unsupported: cannot sample actions"
+            else:
+                drv = _Driver(instance, steps, seed, th)
+                drv.run()
+                findings.extend(drv.rc.finish(expect_episode_end=not drv.stopped_early))
+                summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
+                                "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
+    finally:
+        if owned and instance is not None:
+            try:
+                instance.close()
+            except Exception:
+                pass
+    summary["seconds"] = round(time.perf_counter() - t_start, 4)
+    events = [f.to_event(run_id=run_id) for f in findings]
+    bad_modules = {e.module for e in events if e.status != C.PASS}
+    module_stats = summary.get("modules", {})
+    for m in CHECKED_MODULES:
+        if m not in bad_modules and (m == C.IMPORT_RESOLVE or module_stats):
+            events.append(Event(code=C.CHECKS_PASSED, module=m, status=C.PASS,
+                                message=f"{m} checks passed on {summary.get('steps', 0)} steps",
+                                evidence=module_stats.get(m, {}), run_id=run_id))
+    order = {m: i for i, m in enumerate(CHECKED_MODULES)}
+    events.sort(key=lambda e: (order.get(e.module, 99), -C.STATUS_RANK[e.status]))
+    return Report(target=name, events=events, summary=summary)

@@ -1,0 +1,59 @@
+"""The :class:`Report` of a check or a run: events plus the verdict that gates CI."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import codes as C
+from ..events import Event, jsonable
+from ..store import REPORT_JSON, write_events
+
+
+@dataclass
+class Report:
+    """What ``check_env`` returns and ``flow1 report`` reads back.
+
+    ``status`` is the worst event status; ``codes(min_status)`` the codes at or above a
+    status; ``summary`` the run's numbers (steps, episodes, timings...).
+    """
+
+    target: str
+    events: list[Event] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return C.worst(e.status for e in self.events)
+
+    def codes(self, min_status: str = C.WARN) -> set[str]:
+        floor = C.STATUS_RANK[min_status]
+        return {e.code for e in self.events if C.STATUS_RANK[e.status] >= floor}
+
+    def by_status(self) -> dict[str, int]:
+        counts = {s: 0 for s in C.STATUSES}
+        for e in self.events:
+            counts[e.status] += 1
+        return counts
+
+    def exit_code(self, fail_on: str = C.FAIL) -> int:
+        """0 when nothing at or above ``fail_on``, else 1 (the CLI's contract)."""
+        return 1 if C.STATUS_RANK[self.status] >= C.STATUS_RANK[fail_on] else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "status": self.status, "counts": self.by_status(),
+                "summary": jsonable(self.summary), "events": [e.to_dict() for e in self.events]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def write(self, run_dir: str | os.PathLike) -> Path:
+        """Write events (Parquet + log) and report.json into a run directory."""
+        d = Path(run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        write_events(self.events, d)
+        (d / REPORT_JSON).write_text(self.to_json(), encoding="utf-8")
+        return d

@@ -1,0 +1,85 @@
+"""Run-directory files: Parquet parts written once, never rewritten, and read back.
+
+A run directory holds ``events/part-*.parquet`` (and later ``metrics/``, ``clusters/``).
+Each flush writes a new part through a temporary name and an atomic rename, so a reader
+never sees a half-written file and a crash loses at most the batch being written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import Flow1InputError
+from .events import EVENT_SCHEMA, Event, events_to_table
+
+EVENTS_DIR = "events"
+METRICS_DIR = "metrics"
+LOG_FILE = "flow1.log"
+REPORT_JSON = "report.json"
+
+_seq = itertools.count()
+
+
+def write_part(table: pa.Table, directory: str | os.PathLike) -> Path:
+    """Write one Parquet part into ``directory``; returns its path."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    name = f"part-{time.time_ns():020d}-{os.getpid()}-{next(_seq):06d}.parquet"
+    tmp = d / f".{name}.tmp"
+    pq.write_table(table, tmp)
+    os.replace(tmp, d / name)
+    return d / name
+
+
+def write_events(events: list[Event], run_dir: str | os.PathLike) -> Path | None:
+    """Append events to ``run_dir/events/`` and their lines to ``run_dir/flow1.log``."""
+    if not events:
+        return None
+    run_dir = Path(run_dir)
+    part = write_part(events_to_table(events), run_dir / EVENTS_DIR)
+    with open(run_dir / LOG_FILE, "a", encoding="utf-8") as f:
+        f.writelines(e.log_line() + "\n" for e in events)
+    return part
+
+
+def _parts(path: Path, sub: str) -> list[Path]:
+    if path.is_file():
+        return [path]
+    d = path / sub if (path / sub).is_dir() else path
+    return sorted(p for p in d.glob("part-*.parquet"))
+
+
+def _read(path: str | os.PathLike, sub: str, schema: pa.Schema | None) -> pa.Table:
+    p = Path(path)
+    if not p.exists():
+        raise Flow1InputError(f"run directory not found: {p}")
+    if p.is_dir() and not os.access(p, os.R_OK | os.X_OK):
+        raise Flow1InputError(f"run directory not readable: {p}")
+    parts = _parts(p, sub)
+    if not parts:
+        if schema is None:
+            raise Flow1InputError(f"no {sub} parts under {p}")
+        return schema.empty_table()
+    try:
+        tables = [pq.read_table(x) for x in parts]
+    except (OSError, pa.ArrowInvalid) as e:
+        raise Flow1InputError(f"cannot read {sub} under {p}: {e}") from None
+    if schema is not None:
+        tables = [t.select(schema.names).cast(schema) for t in tables]
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def load_events(path: str | os.PathLike) -> pa.Table:
+    """The events table of a run directory (or an events folder, or one part file)."""
+    return _read(path, EVENTS_DIR, EVENT_SCHEMA)
+
+
+def load_metrics(path: str | os.PathLike) -> pa.Table:
+    """The per-iteration metrics table of a run directory."""
+    return _read(path, METRICS_DIR, None)

@@ -1,0 +1,388 @@
+"""The fault zoo: tiny envs, each with one injected fault, and clean envs beside them.
+
+Most faults appear after the first step or only in some episodes: that is what
+first-step checkers (gymnasium's PassiveEnvChecker, SB3's check_env) miss.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class Base(gym.Env):
+    """A clean 3-d random walk: 20-step episodes, reward ~ N(1, 0.1)."""
+
+    observation_space = spaces.Box(-10.0, 10.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+    horizon = 20
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.ep = -1
+        self.total = 0
+        self.state = np.zeros(3, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.ep += 1
+        self.state = self._initial_state()
+        return self._obs(), {}
+
+    def _initial_state(self) -> np.ndarray:
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32)
+
+    def _obs(self):
+        return self.state.copy()
+
+    def _move(self, action) -> None:
+        self.state = np.clip(self.state + self.np_random.normal(0, 0.1, 3), -5, 5).astype(np.float32)
+
+    def _reward(self) -> float:
+        return float(1.0 + 0.1 * self.np_random.standard_normal())
+
+    def _info(self) -> dict:
+        return {"t": self.t}
+
+    def step(self, action):
+        self.t += 1
+        self.total += 1
+        self._move(action)
+        return self._obs(), self._reward(), self.t >= self.horizon, False, self._info()
+
+
+# --- ENV_SPEC ---------------------------------------------------------------------------
+
+
+class DtypeTurnsFloat64(Base):
+    """From the 6th step of each episode the observation is float64."""
+
+    def _obs(self):
+        return self.state.astype(np.float64) if self.t >= 6 else self.state.copy()
+
+
+class ShapeChangesInEpisode3(Base):
+    """Episode 3 appends a fourth value to every observation."""
+
+    def _obs(self):
+        return np.append(self.state, 0.0).astype(np.float32) if self.ep == 3 else self.state.copy()
+
+
+class RewardArray(Base):
+    """Rewards come as a 1-element array."""
+
+    def _reward(self):
+        return np.array([super()._reward()])
+
+
+class TerminatedInt(Base):
+    """terminated is an int (0/1) from episode 2 on."""
+
+    def step(self, action):
+        obs, r, term, trunc, info = super().step(action)
+        return obs, r, int(term) if self.ep >= 2 else term, trunc, info
+
+
+class InfoReused(Base):
+    """One info dict is returned and rewritten at every step."""
+
+    def __init__(self):
+        super().__init__()
+        self._shared = {}
+
+    def _info(self):
+        self._shared.clear()
+        self._shared["t"] = self.t
+        return self._shared
+
+
+class InfoEditedLater(Base):
+    """A new info dict per step, but the env edits the previous one afterwards."""
+
+    def __init__(self):
+        super().__init__()
+        self._last = None
+
+    def _info(self):
+        if self._last is not None:
+            self._last["next_t"] = self.t
+        self._last = {"t": self.t}
+        return self._last
+
+
+class InfoNotDict(Base):
+    """From step 3 info is None."""
+
+    def _info(self):
+        return None if self.t >= 3 else {"t": self.t}
+
+
+class ObsAliased(Base):
+    """Returns its state buffer itself and moves it in place."""
+
+    def _obs(self):
+        return self.state
+
+    def _move(self, action):
+        self.state += np.float32(0.05)
+
+
+class ResetIgnoresSeed(Base):
+    """reset() draws the initial state from an unseeded generator."""
+
+    def _initial_state(self):
+        return np.random.default_rng().uniform(-1, 1, 3).astype(np.float32)
+
+
+class NeverEnds(Base):
+    """No termination, no truncation."""
+
+    horizon = 10**9
+
+
+class SlowEveryTenth(Base):
+    """Every tenth step takes 10 ms more (a render or I/O call on a timer)."""
+
+    def step(self, action):
+        if (self.total + 1) % 10 == 0:
+            time.sleep(0.01)
+        return super().step(action)
+
+
+class CrashInEpisode3(Base):
+    """A physics error raised at step 5 of episode 3."""
+
+    def step(self, action):
+        if self.ep == 3 and self.t == 4:
+            self._integrate()
+        return super().step(action)
+
+    def _integrate(self):
+        raise FloatingPointError("integrator diverged: dt too large")
+
+
+class BadObsBounds(Base):
+    """Bounds computed after construction, low and high swapped for one dimension."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = spaces.Box(-10.0, 10.0, (3,), np.float32)
+        self.observation_space.low[1], self.observation_space.high[1] = 10.0, -10.0
+
+
+class TextObservation(Base):
+    """An observation space flow1 (and RLlib's default models) cannot handle."""
+
+    observation_space = spaces.Text(8)
+
+    def _obs(self):
+        return "abc"
+
+
+class UnboundedActions(Base):
+    """A continuous action space with infinite bounds."""
+
+    action_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+
+class OldGymApi(Base):
+    """step() answers with the pre-0.26 4-tuple."""
+
+    def step(self, action):
+        obs, r, term, trunc, info = super().step(action)
+        return obs, r, term or trunc, info
+
+
+class DictLeafTurnsInt64(Base):
+    """A nested Dict observation whose 'flags' leaf becomes int64 at step 7."""
+
+    observation_space = spaces.Dict({
+        "pos": spaces.Box(-10.0, 10.0, (3,), np.float32),
+        "flags": spaces.MultiBinary(2),
+    })
+
+    def _obs(self):
+        flags = np.array([1, 0], dtype=np.int64 if self.t >= 7 else np.int8)
+        return {"pos": self.state.copy(), "flags": flags}
+
+
+# --- OBS_FLOW ---------------------------------------------------------------------------
+
+
+class NanObsAtStep40(Base):
+    """One NaN in the observation at global step 40."""
+
+    def _obs(self):
+        o = self.state.copy()
+        if self.total == 40:
+            o[1] = np.nan
+        return o
+
+
+class LeavesBoundsLate(Base):
+    """From episode 2, step 15 on, the first coordinate leaves the declared bounds."""
+
+    def _obs(self):
+        o = self.state.copy()
+        if self.ep >= 2 and self.t >= 15:
+            o[0] = 12.0
+        return o
+
+
+class ResetDrifts(Base):
+    """The initial state creeps with the episode count (state leaks across resets)."""
+
+    def _initial_state(self):
+        return (self.np_random.uniform(-1, 1, 3) + 0.05 * self.ep).astype(np.float32)
+
+
+class TimestampObservation(Base):
+    """float64 observations carrying a Unix timestamp: float32 loses every step's change."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)
+
+    def _obs(self):
+        return np.array([1.7e9 + 0.01 * self.total, self.state[1], self.state[2]], dtype=np.float64)
+
+
+class OverflowObservation(Base):
+    """A float64 sentinel (1e39) that overflows float32 at step 12 of every episode."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)
+
+    def _obs(self):
+        o = self.state.astype(np.float64)
+        if self.t == 12:
+            o[2] = 1e39
+        return o
+
+
+# --- REWARD_STATS -----------------------------------------------------------------------
+
+
+class NanRewardAtStep23(Base):
+    def _reward(self):
+        return float("nan") if self.total == 23 else super()._reward()
+
+
+class SparseReward(Base):
+    """One non-zero reward every 500 steps."""
+
+    def _reward(self):
+        return 1.0 if self.total % 500 == 0 else 0.0
+
+
+class SpikyReward(Base):
+    """A +50 bonus on about 20 % of the steps."""
+
+    def _reward(self):
+        return super()._reward() + (50.0 if self.np_random.random() < 0.2 else 0.0)
+
+
+class TinyReward(Base):
+    def _reward(self):
+        return super()._reward() * 1e-5
+
+
+class RewardDecaysAcrossEpisodes(Base):
+    """A difficulty counter that is never reset: returns shrink episode after episode."""
+
+    def _reward(self):
+        return super()._reward() / (1.0 + 0.2 * self.ep)
+
+
+# --- ACTION_PIPE ------------------------------------------------------------------------
+
+
+class ContinuousBase(Base):
+    action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+class CastToFloat64(gym.ActionWrapper):
+    """A wrapper that hands the env float64 actions (a hidden np.asarray(..., float64))."""
+
+    def action(self, action):
+        return np.asarray(action, dtype=np.float64)
+
+
+def cast_actions_env():
+    return CastToFloat64(ContinuousBase())
+
+
+class Rescale(gym.ActionWrapper):
+    """A wrapper that silently halves every action."""
+
+    def action(self, action):
+        return action * np.float32(0.5)
+
+
+def rescaled_actions_env():
+    return Rescale(ContinuousBase())
+
+
+# --- clean envs -------------------------------------------------------------------------
+
+
+class CleanNestedDict(gym.Env):
+    """Nested Dict/Tuple observations over every leaf type, and a Dict action space."""
+
+    observation_space = spaces.Dict({
+        "body": spaces.Dict({
+            "pos": spaces.Box(-5.0, 5.0, (2,), np.float32),
+            "vel": spaces.Box(-np.inf, np.inf, (2,), np.float32),
+        }),
+        "mode": spaces.Discrete(3),
+        "grid": spaces.MultiDiscrete([4, 5]),
+        "pair": spaces.Tuple((spaces.MultiBinary(3), spaces.Box(0.0, 1.0, (), np.float32))),
+    })
+    action_space = spaces.Dict({"move": spaces.Box(-1.0, 1.0, (2,), np.float32), "mode": spaces.Discrete(3)})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.pos = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self._obs(), {}
+
+    def _obs(self):
+        return {
+            "body": {"pos": self.pos.copy(), "vel": self.np_random.normal(size=2).astype(np.float32)},
+            "mode": int(self.np_random.integers(3)),
+            "grid": self.np_random.integers(0, [4, 5]).astype(np.int64),
+            "pair": (self.np_random.integers(0, 2, 3).astype(np.int8), np.float32(self.np_random.random())),
+        }
+
+    def step(self, action):
+        self.t += 1
+        self.pos = np.clip(self.pos + 0.1 * action["move"], -5, 5).astype(np.float32)
+        reward = float(-np.linalg.norm(self.pos))
+        return self._obs(), reward, bool(np.linalg.norm(self.pos) > 4.0), self.t >= 50, {"mode": action["mode"]}
+
+
+class CleanImage(gym.Env):
+    """84x84x3 uint8 frames of a moving square; reward for keeping it centred."""
+
+    observation_space = spaces.Box(0, 255, (84, 84, 3), np.uint8)
+    action_space = spaces.Discrete(4)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.xy = self.np_random.integers(10, 70, 2)
+        return self._obs(), {}
+
+    def _obs(self):
+        img = np.zeros((84, 84, 3), np.uint8)
+        x, y = self.xy
+        img[y:y + 6, x:x + 6] = 255
+        return img
+
+    def step(self, action):
+        self.t += 1
+        dx, dy = [(1, 0), (-1, 0), (0, 1), (0, -1)][int(action)]
+        self.xy = np.clip(self.xy + np.array([dx, dy]) * 2, 0, 78)
+        reward = float(1.0 - np.abs(self.xy - 39).sum() / 78.0)
+        return self._obs(), reward, False, self.t >= 100, {}
