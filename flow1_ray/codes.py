@@ -115,7 +115,8 @@ REWARD_SPARSE = _code("REWARD_SPARSE", REWARD_STATS, WARN, "non-zero reward rati
 REWARD_SPIKES = _code("REWARD_SPIKES", REWARD_STATS, WARN,
                       "CV > 0.5 and (robust outlier share > 15% or |skewness| > 5)")
 REWARD_SCALE = _code("REWARD_SCALE", REWARD_STATS, WARN, "max |reward| < threshold")
-REWARD_DROP = _code("REWARD_DROP", REWARD_STATS, WARN, "episode-return EMA < 0.7 x its best")
+REWARD_DROP = _code("REWARD_DROP", REWARD_STATS, WARN,
+                    "recent mean episode return < 0.7 x the best block mean, and significant")
 
 # --- TRAIN_CURVES / GRADIENT_FLOW (learner side) ----------------------------------------
 ENTROPY_COLLAPSE = _code("ENTROPY_COLLAPSE", TRAIN_CURVES, WARN, "entropy / max entropy < 0.2 (FAIL < 0.05)")

@@ -10,6 +10,7 @@ the same object the EnvRunner callbacks feed with live samples.
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 import traceback
 import uuid
@@ -81,11 +82,26 @@ def resolve_env(env: EnvLike) -> tuple[Callable[[], gym.Env] | gym.Env, str]:
         if isinstance(target, gym.Env):
             return target, env
         if callable(target):
-            return target, env
+            return _zero_arg(target, env), env
         raise Flow1InputError(f"{env!r} is a {type(target).__name__}, expected an Env class, instance or factory")
     if callable(env):
-        return env, getattr(env, "__qualname__", None) or repr(env)
+        name = getattr(env, "__qualname__", None) or repr(env)
+        return _zero_arg(env, name), name
     raise Flow1InputError(f"expected a gymnasium.Env, an env id, 'module:attr' or a factory, actual {type(env).__name__}")
+
+
+def _zero_arg(factory: Callable, name: str) -> Callable:
+    """The factory itself, once sure it can be called with no arguments."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C callable: let the call decide
+        return factory
+    required = [p.name for p in sig.parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if required:
+        raise Flow1InputError(f"{name} needs argument(s) {', '.join(required)}; expected an env class or factory "
+                              f"callable with no arguments")
+    return factory
 
 
 def _name(env: gym.Env) -> str:

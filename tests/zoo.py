@@ -65,11 +65,11 @@ class DtypeTurnsFloat64(Base):
         return self.state.astype(np.float64) if self.t >= 6 else self.state.copy()
 
 
-class ShapeChangesInEpisode3(Base):
-    """Episode 3 appends a fourth value to every observation."""
+class ShapeChangesInEpisode10(Base):
+    """Episode 10 appends a fourth value to every observation."""
 
     def _obs(self):
-        return np.append(self.state, 0.0).astype(np.float32) if self.ep == 3 else self.state.copy()
+        return np.append(self.state, 0.0).astype(np.float32) if self.ep == 10 else self.state.copy()
 
 
 class RewardArray(Base):

@@ -7,8 +7,10 @@ window of live samples); :class:`ReturnTracker` follows episode returns for REWA
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
+from scipy.stats import mannwhitneyu
 
 from .. import codes as C
 from .findings import Finding
@@ -96,44 +98,54 @@ def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | Non
 
 
 class ReturnTracker:
-    """REWARD_DROP over episode returns: EMA below ``reward_drop_ratio`` x its best.
+    """REWARD_DROP over episode returns: the recent mean below ``reward_drop_ratio`` x the
+    best baseline.
 
-    The drop must also exceed ``reward_drop_z`` times the EMA's own noise, estimated from
-    the median absolute difference of consecutive returns (insensitive to slow trends), so
-    that the luck of a random or stationary policy never reads as a collapse.
+    Returns are grouped in blocks of ``reward_drop_span`` episodes; the baseline is the best
+    block mean, the current level the mean of the last span episodes. Picking the best of
+    many noisy blocks is an extreme-value game (a stationary policy's best block sits
+    ~3 sigma above its mean), so the ratio alone fires on luck. The drop must also pass a
+    one-sided Mann-Whitney test between the best block and the recent window, Bonferroni-
+    corrected for the number of blocks it was picked from: distribution-free, so heavy-
+    tailed returns (CartPole's are geometric-like) do not fool it.
     """
+
+    MAX_BLOCKS = 100
 
     def __init__(self, th: Thresholds) -> None:
         self.th = th
-        self.alpha = 2.0 / (th.reward_drop_span + 1)
+        self.span = th.reward_drop_span
         self.returns: list[float] = []
-        self.ema: float | None = None
-        self.best: float | None = None
-        self.best_at = -1
+        self._blocks: deque[np.ndarray] = deque(maxlen=self.MAX_BLOCKS)
+        self._recent: deque[float] = deque(maxlen=self.span)
 
     def add(self, episode_return: float) -> None:
         if not math.isfinite(episode_return):
             return
         self.returns.append(float(episode_return))
-        self.ema = episode_return if self.ema is None else self.ema + self.alpha * (episode_return - self.ema)
-        if len(self.returns) >= self.th.reward_drop_span and (self.best is None or self.ema > self.best):
-            self.best, self.best_at = self.ema, len(self.returns)
+        self._recent.append(float(episode_return))
+        if len(self.returns) % self.span == 0:
+            self._blocks.append(np.asarray(self.returns[-self.span:]))
 
     def check(self) -> Finding | None:
-        if self.best is None or self.ema is None or len(self.returns) < 2 * self.th.reward_drop_span:
+        if len(self._blocks) < 2 or len(self._recent) < self.span:
             return None
-        drop = self.best - self.ema
-        if drop <= (1.0 - self.th.reward_drop_ratio) * abs(self.best):
+        recent = np.asarray(self._recent)
+        means = [float(b.mean()) for b in self._blocks]
+        i = int(np.argmax(means))
+        best, current = means[i], float(recent.mean())
+        drop = best - current
+        if drop <= (1.0 - self.th.reward_drop_ratio) * abs(best):
             return None
-        r = np.asarray(self.returns)
-        sigma = MAD_TO_SIGMA * float(np.median(np.abs(np.diff(r)))) / math.sqrt(2.0)
-        noise = sigma * math.sqrt(self.alpha / (2.0 - self.alpha))
-        if drop <= self.th.reward_drop_z * noise:
+        p = float(mannwhitneyu(recent, self._blocks[i], alternative="less").pvalue) * len(self._blocks)
+        if p > self.th.reward_drop_p_value:
             return None
+        best_episode = (len(self.returns) // self.span - len(self._blocks) + i + 1) * self.span
         return Finding(C.REWARD_DROP,
-                       f"episode return EMA {self.ema:.4g}, expected >= {self.th.reward_drop_ratio:g} x best "
-                       f"{self.best:.4g} (reached at episode {self.best_at}); drop {drop:.4g} = "
-                       f"{drop / max(noise, 1e-12):.1f}x its noise",
-                       {"ema": self.ema, "best": self.best, "best_episode": self.best_at,
-                        "ratio_threshold": self.th.reward_drop_ratio, "noise": noise, "z_threshold": self.th.reward_drop_z,
+                       f"episode return mean of the last {self.span} episodes {current:.4g}, expected >= "
+                       f"{self.th.reward_drop_ratio:g} x best {best:.4g} (episodes {best_episode - self.span + 1}-"
+                       f"{best_episode}); Mann-Whitney p {min(p, 1.0):.2g} <= {self.th.reward_drop_p_value:g}",
+                       {"current": current, "best": best, "best_episodes_end": best_episode,
+                        "ratio": current / best if best else None, "ratio_threshold": self.th.reward_drop_ratio,
+                        "p_value": min(p, 1.0), "p_threshold": self.th.reward_drop_p_value,
                         "episodes": len(self.returns)})

@@ -36,8 +36,8 @@ class Thresholds:
     reward_skew: float = 5.0
     reward_scale_min: float = 1e-3
     reward_drop_ratio: float = 0.7
-    reward_drop_span: int = 10               # EMA span in episodes; also the warm-up
-    reward_drop_z: float = 5.0               # drop must also exceed z x the EMA's noise
+    reward_drop_span: int = 10               # episodes per block and in the recent window
+    reward_drop_p_value: float = 0.001       # Mann-Whitney, best block vs recent, Bonferroni
     # ACTION_PIPE
     squash_grad_min: float = 1e-3
 

@@ -1,0 +1,70 @@
+"""check_env's public interface: what it accepts, what it returns, what it leaves behind."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import zoo
+from flow1_ray import Flow1InputError, Report, check_env
+from flow1_ray import codes as C
+
+
+@pytest.mark.parametrize("target", [
+    "CartPole-v1", gym.make("CartPole-v1"), "zoo:Base", zoo.Base, lambda: zoo.Base(), "flow1_ray.demo:faulty_cartpole",
+], ids=["id", "instance", "module:class", "class", "factory", "module:factory"])
+def test_accepted_targets(target):
+    report = check_env(target, steps=100)
+    assert isinstance(report, Report)
+    assert report.summary["steps"] == 100
+    assert {e.module for e in report.events} >= {C.ENV_SPEC, C.REWARD_STATS}
+
+
+@pytest.mark.parametrize("target,fragment", [
+    ("NoSuchEnv-v0", "unknown env id 'NoSuchEnv-v0'"),
+    ("nosuch:Env", "cannot import module 'nosuch'"),
+    ("zoo:Missing", "module 'zoo' has no attribute 'Missing'"),
+    ("zoo:Base.horizon", "is a int, expected an Env class, instance or factory"),
+    (zoo.CastToFloat64, "needs argument(s) env"),
+    (42, "expected a gymnasium.Env"),
+])
+def test_bad_targets_are_input_errors(target, fragment):
+    with pytest.raises(Flow1InputError) as e:
+        check_env(target, steps=10)
+    assert fragment in str(e.value)
+
+
+def test_user_instance_is_left_as_it_was():
+    env = zoo.cast_actions_env()
+    base_step = type(env.unwrapped).step
+    check_env(env, steps=50)
+    assert "step" not in vars(env.unwrapped)  # the action probe is gone
+    assert type(env.unwrapped).step is base_step
+    env.reset(seed=0)
+    env.step(env.action_space.sample())  # still usable: check_env does not close a user's env
+
+
+def test_report_interface():
+    report = check_env(zoo.InfoReused, steps=200)
+    assert report.status == C.WARN
+    assert report.codes() == {C.INFO_MUTATION_DETECTED}
+    assert C.CHECKS_PASSED in report.codes(C.PASS)
+    assert report.exit_code() == 0 and report.exit_code(C.WARN) == 1
+    assert '"status": "WARN"' in report.to_json()
+
+
+def test_every_step_is_checked_over_several_episodes():
+    report = check_env("CartPole-v1", steps=1000, seed=0)
+    s = report.summary
+    assert s["steps"] == 1000 and s["episodes"] >= 20
+    assert s["modules"][C.ACTION_PIPE]["actions"] == 1000
+    assert s["modules"][C.ACTION_PIPE]["cast_checked"] == 1000
+
+
+def test_constructor_crash_is_env_crashed():
+    def broken():
+        raise OSError("simulator binary not found")
+
+    report = check_env(broken, steps=10)
+    (hit,) = [e for e in report.events if e.code == C.ENV_CRASHED]
+    assert "make() raised OSError: simulator binary not found" in hit.message

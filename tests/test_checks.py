@@ -1,0 +1,163 @@
+"""The pure checks on hand-made arrays: thresholds, edge cases and no-false-alarm rates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from flow1_ray import Thresholds
+from flow1_ray import codes as C
+from flow1_ray.checks.action_pipe import action_cast_error, check_action_batch, squash_gradient_findings
+from flow1_ray.checks.env_spec import step_time_findings, validate_space
+from flow1_ray.checks.obs_flow import reset_drift
+from flow1_ray.checks.reward import ReturnTracker, reward_findings
+from flow1_ray.checks.spaces import leaves
+
+TH = Thresholds()
+
+
+def codes(findings):
+    return {f.code for f in findings}
+
+
+@pytest.mark.parametrize("space,role,fragment", [
+    (spaces.Graph(spaces.Box(0, 1, (2,)), None), "obs", "Graph is not supported"),
+    ("not a space", "obs", "expected a gymnasium.spaces.Space, actual str"),
+    (spaces.Box(-np.inf, np.inf, (1,), np.float32), "action", "expected finite action bounds"),
+])
+def test_space_invalid(space, role, fragment):
+    (f,) = validate_space(space, role)
+    assert f.code == C.SPACE_INVALID and fragment in f.message
+
+
+def test_space_invalid_after_construction():
+    d = spaces.Discrete(3)
+    d.n = np.int64(0)
+    box = spaces.Box(0.0, 1.0, (2,), np.float32)
+    box.low[0] = np.nan
+    assert "expected n > 0, actual n=0" in validate_space(d, "obs")[0].message
+    assert "NaN bound" in validate_space(box, "obs")[0].message
+
+
+def test_valid_spaces_pass_and_nest():
+    sp = spaces.Dict({"a": spaces.Tuple((spaces.Discrete(2), spaces.MultiDiscrete([2, 3]))),
+                      "b": spaces.Box(-np.inf, np.inf, (2,), np.float32)})
+    assert validate_space(sp, "obs") == []
+    assert [lf.path for lf in leaves(sp, "obs")] == ["obs['a'][0]", "obs['a'][1]", "obs['b']"]
+
+
+def test_reward_rules():
+    rng = np.random.default_rng(0)
+    assert codes(reward_findings(rng.normal(1, 0.1, 1000), TH)) == set()
+    # Acrobot-like: -1 everywhere but one goal step: skewed, yet CV tiny, so no spike alarm
+    acro = -np.ones(1000)
+    acro[500] = 0.0
+    assert codes(reward_findings(acro, TH)) == set()
+    # a rare large penalty among small steps: skewness catches it
+    pen = np.full(1000, -0.1)
+    pen[::97] = -100.0
+    assert codes(reward_findings(pen, TH)) == {C.REWARD_SPIKES}
+    sparse = np.zeros(1000)
+    sparse[10] = 1.0
+    assert codes(reward_findings(sparse, TH)) == {C.REWARD_SPARSE}
+    assert codes(reward_findings(np.zeros(1000), TH)) == {C.REWARD_SPARSE}  # not also REWARD_SCALE
+    nan = np.ones(50)
+    nan[7] = np.inf
+    (f,) = reward_findings(nan, TH)
+    assert f.code == C.REWARD_NAN and f.env_step == 7  # below reward_min_steps only NaN is judged
+
+
+def test_return_drop_quiet_on_stationary_returns_and_fires_on_collapse():
+    alarms = 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        t = ReturnTracker(TH)
+        for r in rng.geometric(1 / 22, 300):  # CartPole-like returns of a fixed policy
+            t.add(float(r))
+        alarms += t.check() is not None
+    assert alarms <= 2, f"{alarms} false alarms in 200 stationary runs"
+    t = ReturnTracker(TH)
+    rng = np.random.default_rng(0)
+    for i in range(60):
+        t.add(float(200 + rng.normal(0, 10) if i < 40 else 60 + rng.normal(0, 10)))
+    f = t.check()
+    assert f is not None and f.code == C.REWARD_DROP and f.evidence["best"] > 150
+
+
+def test_return_drop_handles_negative_returns():
+    t = ReturnTracker(TH)
+    for i in range(60):
+        t.add(-100.0 - (0 if i < 30 else 200) + (i % 3))
+    assert t.check() is not None
+
+
+def test_reset_drift_false_alarm_rate_and_power():
+    alarms = 0
+    for seed in range(100):
+        x = np.random.default_rng(seed).uniform(-0.05, 0.05, (45, 4))
+        alarms += reset_drift(x, TH, seed=seed) is not None
+    assert alarms <= 2
+    x = np.random.default_rng(0).uniform(-0.05, 0.05, (45, 4))
+    x[22:, 2] += 0.08
+    f = reset_drift(x, TH)
+    assert f is not None and f.evidence["dimension"] == 2 and f.evidence["p_value"] <= 0.01
+
+
+def test_reset_drift_needs_enough_episodes():
+    x = np.zeros((20, 2))
+    x[10:] = 5.0
+    assert reset_drift(x, TH) is None  # 10 per half < drift_min_episodes
+
+
+def test_step_time_floor_and_ratio():
+    rng = np.random.default_rng(0)
+    base = rng.normal(20e-6, 2e-6, 1000)
+    noisy = base.copy()
+    noisy[::50] = 4e-3  # 2 % scheduler hiccups of 4 ms: ratio huge, but under both floors
+    assert step_time_findings(noisy, TH) == []
+    slow = base.copy()
+    slow[::10] = 12e-3
+    (f,) = step_time_findings(slow, TH)
+    assert f.evidence["rule"] == "p95"
+    stall = base.copy()
+    stall[500] = 0.25
+    (f,) = step_time_findings(stall, TH)
+    assert f.evidence["rule"] == "max" and f.evidence["step"] == 500
+
+
+def test_action_cast_error_cases():
+    a = np.array([0.1, -0.2], np.float32)
+    assert action_cast_error(a, a.copy()) is None
+    assert action_cast_error(np.int64(1), 1) is None  # np.int64 -> int is harmless
+    msg, ev = action_cast_error(a, a.astype(np.float64))
+    assert "expected float32, actual float64" in msg
+    msg, _ = action_cast_error({"m": a}, {"m": a * 2})
+    assert msg.startswith("action['m']: values changed")
+    msg, _ = action_cast_error(np.int64(1), 2)
+    assert "expected 1, actual 2" in msg
+
+
+def test_action_out_of_bounds_before_clipping():
+    (leaf,) = leaves(spaces.Box(-1.0, 1.0, (2,), np.float32), "action")
+    acts = np.zeros((100, 2), np.float32)
+    acts[40:45, 1] = 1.5
+    (f,) = check_action_batch(leaf, acts, np.arange(100))
+    assert f.code == C.ACTION_OUT_OF_BOUNDS and f.env_step == 40 and f.count == 5
+
+
+def test_squash_gradient_vanishing_risk():
+    low, high = np.array([-1.0, -2.0]), np.array([1.0, 2.0])
+    healthy = np.random.default_rng(0).normal(0, 1, (500, 2))
+    assert squash_gradient_findings(healthy, low, high, TH) == []
+    saturated = healthy.copy()
+    saturated[:, 1] = 6.0 + np.abs(saturated[:, 1])
+    (f,) = squash_gradient_findings(saturated, low, high, TH)
+    assert f.code == C.GRADIENT_VANISHING_RISK and f.evidence["dimension"] == 1
+
+
+def test_thresholds_are_configurable_and_strict():
+    th = TH.with_overrides({"reward_sparse_ratio": 0.5})
+    assert th.reward_sparse_ratio == 0.5
+    with pytest.raises(ValueError, match="unknown threshold"):
+        TH.with_overrides({"no_such": 1})

@@ -1,0 +1,131 @@
+"""Every zoo fault is found with its code; the clean envs raise no false alarm."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+import zoo
+from flow1_ray import check_env
+from flow1_ray import codes as C
+
+# (env, code, status, a fragment of the message): SB3-style "expected X, actual Y".
+FAULTS = [
+    (zoo.DtypeTurnsFloat64, C.OBS_DTYPE_MISMATCH, C.FAIL, "expected float32, actual float64 (first at step 6)"),
+    (zoo.ShapeChangesInEpisode10, C.OBS_SHAPE_MISMATCH, C.FAIL, "expected (3,), actual (4,)"),
+    (zoo.DictLeafTurnsInt64, C.OBS_DTYPE_MISMATCH, C.FAIL, "obs['flags'] dtype: expected int8, actual int64"),
+    (zoo.RewardArray, C.REWARD_NOT_SCALAR, C.FAIL, "actual ndarray float64 (1,)"),
+    (zoo.TerminatedInt, C.DONE_NOT_BOOL, C.FAIL, "terminated: expected bool or np.bool_, actual int"),
+    (zoo.InfoReused, C.INFO_MUTATION_DETECTED, C.WARN, "the same info dict object was returned"),
+    (zoo.InfoEditedLater, C.INFO_MUTATION_DETECTED, C.WARN, "was modified by the env"),
+    (zoo.InfoNotDict, C.INFO_NOT_DICT, C.FAIL, "info: expected dict, actual NoneType (first at step 3)"),
+    (zoo.ObsAliased, C.OBS_ALIASED, C.WARN, "modified in place"),
+    (zoo.ResetIgnoresSeed, C.NONDETERMINISTIC_RESET, C.WARN, "reset(seed=0) twice gave different observations"),
+    (zoo.NeverEnds, C.EPISODE_NEVER_ENDS, C.WARN, "no terminated/truncated in 1000 steps"),
+    (zoo.CrashInEpisode3, C.ENV_CRASHED, C.FAIL, "step() raised FloatingPointError: integrator diverged"),
+    (zoo.BadObsBounds, C.SPACE_INVALID, C.FAIL, "expected low <= high, actual low 10.0 > high -10.0 at index 1"),
+    (zoo.TextObservation, C.SPACE_INVALID, C.FAIL, "Text is not supported"),
+    (zoo.UnboundedActions, C.SPACE_INVALID, C.FAIL, "expected finite action bounds"),
+    (zoo.OldGymApi, C.GYM_ALIASED, C.FAIL, "step() returned a 4-tuple"),
+    (zoo.NanObsAtStep40, C.OBS_NAN_INF, C.FAIL, "1 NaN and 0 inf value(s) at step 40"),
+    (zoo.LeavesBoundsLate, C.OBS_OUT_OF_BOUNDS, C.WARN, "actual excess 2"),
+    (zoo.ResetDrifts, C.OBS_DISTRIBUTION_DRIFT, C.WARN, "reset observations drift"),
+    (zoo.TimestampObservation, C.PRECISION_LOSS, C.WARN, "of the step-to-step change"),
+    (zoo.OverflowObservation, C.PRECISION_LOSS, C.WARN, "relative error inf"),
+    (zoo.NanRewardAtStep23, C.REWARD_NAN, C.FAIL, "reward nan at step 23"),
+    (zoo.SparseReward, C.REWARD_SPARSE, C.WARN, "non-zero reward ratio 0.0020, expected >= 0.01"),
+    (zoo.SpikyReward, C.REWARD_SPIKES, C.WARN, "robust deviations"),
+    (zoo.TinyReward, C.REWARD_SCALE, C.WARN, "expected >= 0.001"),
+    (zoo.RewardDecaysAcrossEpisodes, C.REWARD_DROP, C.WARN, "episode return mean of the last 10 episodes"),
+    (zoo.cast_actions_env, C.ACTION_CAST_WARNING, C.WARN, "dtype changed on the way to env.step: expected float32, "
+                                                           "actual float64"),
+    (zoo.rescaled_actions_env, C.ACTION_CAST_WARNING, C.WARN, "values changed on the way to env.step"),
+]
+
+
+@pytest.mark.parametrize("env,code,status,fragment", FAULTS, ids=[f[0].__name__ for f in FAULTS])
+def test_fault_is_detected(env, code, status, fragment):
+    report = check_env(env, steps=1000, seed=0)
+    hits = [e for e in report.events if e.code == code]
+    assert hits, f"{code} not raised; got {sorted(report.codes())}"
+    assert hits[0].status == status
+    assert any(fragment in e.message for e in hits), [e.message for e in hits]
+    assert report.status in (C.WARN, C.FAIL)
+    ev = hits[0].evidence
+    assert ev, "every finding carries evidence"
+
+
+def test_step_time_outlier_every_tenth_step():
+    report = check_env(zoo.SlowEveryTenth, steps=300, seed=0)
+    (hit,) = [e for e in report.events if e.code == C.STEP_DURATION_OUTLIER]
+    assert hit.evidence["rule"] == "p95" and hit.evidence["p95_ms"] > 5 and hit.evidence["floor_ms"] == 5.0
+
+
+def test_faults_after_the_first_step_escape_gymnasiums_checker():
+    """The zoo's late faults pass gymnasium's own check_env: the gap flow1 fills."""
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+
+    import warnings
+    missed = 0
+    for env_cls in (zoo.NanRewardAtStep23, zoo.NanObsAtStep40, zoo.ShapeChangesInEpisode10, zoo.InfoReused):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                gym_check_env(env_cls(), skip_render_check=True)
+                missed += 1
+            except Exception:
+                pass
+        assert check_env(env_cls).status != C.PASS
+    assert missed == 4
+
+
+def test_crash_carries_exception_frame_and_traceback_and_goes_on():
+    report = check_env(zoo.CrashInEpisode3, steps=1000)
+    (hit,) = [e for e in report.events if e.code == C.ENV_CRASHED]
+    assert hit.evidence["exception"] == "FloatingPointError"
+    assert "_integrate" in hit.evidence["frame"]
+    assert "integrator diverged" in hit.evidence["traceback_tail"]
+    assert report.summary["steps"] >= 990  # the check went on after the crash
+
+
+def test_gym_import_aliased_to_gymnasium(monkeypatch):
+    monkeypatch.setitem(sys.modules, "gym", gym)
+    report = check_env("CartPole-v1", steps=50)
+    (hit,) = [e for e in report.events if e.code == C.GYM_ALIASED]
+    assert hit.status == C.FAIL and "`import gym` resolves to gymnasium" in hit.message
+
+
+CLEAN = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0", zoo.CleanNestedDict, zoo.CleanImage,
+         zoo.Base]
+#: Advisories a clean env may raise: uint8 images are not scaled by RLlib's default encoder.
+ADVISORIES = {C.OBS_UNNORMALIZED_IMAGE}
+
+
+@pytest.mark.parametrize("env", CLEAN, ids=lambda e: e if isinstance(e, str) else e.__name__)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_clean_env_has_no_false_alarm(env, seed):
+    report = check_env(env, steps=1000, seed=seed)
+    assert report.codes(C.WARN) - ADVISORIES == set(), [e.log_line() for e in report.events if e.status != C.PASS]
+    assert report.summary["episodes"] >= 1 or env == "MountainCarContinuous-v0"
+
+
+def test_image_env_gets_the_scaling_advisory():
+    report = check_env(zoo.CleanImage, steps=200)
+    (hit,) = [e for e in report.events if e.code == C.OBS_UNNORMALIZED_IMAGE]
+    assert hit.evidence["advisory"] is True and hit.evidence["max_value"] == 255
+
+
+def test_clean_envs_on_a_busy_machine():
+    """Two processes spinning on both cores: the step-time rules must not fire."""
+    burn = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for env in ("CartPole-v1", "Pendulum-v1", zoo.Base):
+            report = check_env(env, steps=2000, seed=3)
+            assert C.STEP_DURATION_OUTLIER not in report.codes(), report.summary["modules"]["ENV_SPEC"]
+    finally:
+        for p in burn:
+            p.kill()
+            p.wait()
