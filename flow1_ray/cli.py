@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed for reset and action sampling (default 0)")
     c.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
     c.add_argument("--output-dir", metavar="DIR", help="also write a run directory (events Parquet, log, report)")
+    c.add_argument("--thresholds", metavar="PATH",
+                   help="JSON object overriding default thresholds (see configs/thresholds.json)")
     c.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL,
                    help="lowest status that makes the exit code 1 (default FAIL)")
     return p
@@ -39,14 +41,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from .envcheck import check_env
     from .report.render import console, print_report
 
+    from .checks.thresholds import Thresholds
+
     if args.steps < 1:
         raise Flow1InputError(f"--steps must be >= 1, got {args.steps}")
+    th = Thresholds.from_file(args.thresholds) if args.thresholds else None
     human = console(sys.stderr if args.json == "-" else None)
     if args.demo:
-        faulty = check_env(DEMO_FAULTY, steps=args.steps, seed=args.seed)
+        faulty = check_env(DEMO_FAULTY, steps=args.steps, seed=args.seed, thresholds=th)
         print_report(human, faulty)
         human.print()
-        clean = check_env(DEMO_CLEAN, steps=args.steps, seed=args.seed)
+        clean = check_env(DEMO_CLEAN, steps=args.steps, seed=args.seed, thresholds=th)
         print_report(human, clean)
         ok = faulty.status == C.FAIL and clean.status == C.PASS
         human.print(f"demo: the faulty env {'was' if faulty.status == C.FAIL else 'was NOT'} caught "
@@ -55,7 +60,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         reports = [faulty, clean]
         code = EXIT_OK if ok else EXIT_FAIL
     else:
-        report = check_env(args.env, steps=args.steps, seed=args.seed)
+        report = check_env(args.env, steps=args.steps, seed=args.seed, thresholds=th)
         print_report(human, report)
         reports = [report]
         code = report.exit_code(args.fail_on)

@@ -6,8 +6,13 @@ year later still says why it fired.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Any, Mapping
+
+from ..errors import Flow1InputError
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,23 @@ class Thresholds:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Thresholds":
+        """Defaults overridden by a JSON object of ``{name: value}`` (see configs/)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise Flow1InputError(f"cannot read thresholds file {path}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise Flow1InputError(f"thresholds file {path} is not JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise Flow1InputError(f"thresholds file {path}: expected a JSON object, actual {type(data).__name__}")
+        data = {k: v for k, v in data.items() if not k.startswith("_")}  # "_comment" keys
+        try:
+            return cls().with_overrides(data)
+        except (ValueError, TypeError) as e:
+            raise Flow1InputError(f"thresholds file {path}: {e}") from None
 
 
 DEFAULT = Thresholds()
