@@ -164,6 +164,13 @@ def _crash(call: str, exc: BaseException, step: int, episode: int) -> Finding:
                     "first_step": step, "episode": episode, "traceback_tail": tail}, env_step=step)
 
 
+def _internal(exc: BaseException, step: int) -> tuple[str, dict]:
+    """(message, evidence) of a FLOW1_INTERNAL finding; built once per exception type."""
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8))[-TRACEBACK_TAIL_CHARS:]
+    return (f"flow1 failed to judge step {step}: {type(exc).__name__}: {exc}",
+            {"exception": type(exc).__name__, "error": str(exc), "first_step": step, "traceback_tail": tail})
+
+
 class _Driver:
     """One check run: owns the env, the probe and the checker."""
 
@@ -251,8 +258,12 @@ class _Driver:
                         return
                     continue
                 received = probe.received if probe.active else None
-                if rc.on_step(action, obs, reward, terminated, truncated, info, dt, received) \
-                        and not self._start_episode():
+                try:
+                    ended = rc.on_step(action, obs, reward, terminated, truncated, info, dt, received)
+                except Exception as e:  # flow1's own fault: say so, keep checking
+                    rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda: _internal(e, rc.steps), rc.steps)
+                    ended = terminated is True or truncated is True
+                if ended and not self._start_episode():
                     return
         finally:
             probe.restore()

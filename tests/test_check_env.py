@@ -68,3 +68,10 @@ def test_constructor_crash_is_env_crashed():
     report = check_env(broken, steps=10)
     (hit,) = [e for e in report.events if e.code == C.ENV_CRASHED]
     assert "make() raised OSError: simulator binary not found" in hit.message
+
+
+def test_flow1_internal_error_is_a_finding_not_a_crash():
+    report = check_env(zoo.CyclicInfo, steps=100)
+    (hit,) = [e for e in report.events if e.code == C.FLOW1_INTERNAL]
+    assert hit.status == C.WARN and "RecursionError" in hit.message
+    assert report.summary["steps"] == 100

@@ -386,3 +386,12 @@ class CleanImage(gym.Env):
         self.xy = np.clip(self.xy + np.array([dx, dy]) * 2, 0, 78)
         reward = float(1.0 - np.abs(self.xy - 39).sum() / 78.0)
         return self._obs(), reward, False, self.t >= 100, {}
+
+
+class CyclicInfo(Base):
+    """An info dict that contains itself: flow1 must report its own trouble, not crash."""
+
+    def _info(self):
+        info = {"t": self.t}
+        info["self"] = info
+        return info
