@@ -19,7 +19,7 @@ from typing import Any, Callable
 import gymnasium as gym
 
 from . import codes as C
-from .checks.env_spec import obs_equal, validate_space
+from .checks.env_spec import crash_finding, obs_equal, validate_space
 from .checks.findings import Finding
 from .checks.import_resolve import gym_alias_findings, old_api_finding
 from .checks.rollout import RolloutChecker
@@ -154,16 +154,6 @@ class _ActionProbe:
 # --- the drive --------------------------------------------------------------------------
 
 
-def _crash(call: str, exc: BaseException, step: int, episode: int) -> Finding:
-    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_TAIL_CHARS:]
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f"{frames[-1].name} ({frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else "?"
-    return Finding(C.ENV_CRASHED,
-                   f"{call}() raised {type(exc).__name__}: {exc} in {where} at step {step}, episode {episode}",
-                   {"call": call, "exception": type(exc).__name__, "error": str(exc), "frame": where,
-                    "first_step": step, "episode": episode, "traceback_tail": tail}, env_step=step)
-
-
 def _internal(exc: BaseException, step: int) -> tuple[str, dict]:
     """(message, evidence) of a FLOW1_INTERNAL finding; built once per exception type."""
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8))[-TRACEBACK_TAIL_CHARS:]
@@ -186,7 +176,7 @@ class _Driver:
             out = self.env.reset(seed=seed) if seed is not None else self.env.reset()
         except Exception as e:
             self.crashes += 1
-            self.rc.record(_crash("reset", e, self.rc.steps, self.rc.episodes), f"reset:{type(e).__name__}")
+            self.rc.record(crash_finding("reset", e, self.rc.steps, self.rc.episodes), f"reset:{type(e).__name__}")
             return None
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
             return out
@@ -236,7 +226,7 @@ class _Driver:
                 except Exception as e:
                     self.crashes += 1
                     consecutive += 1
-                    rc.record(_crash("step", e, rc.steps + 1, rc.episodes), f"step:{type(e).__name__}")
+                    rc.record(crash_finding("step", e, rc.steps + 1, rc.episodes), f"step:{type(e).__name__}")
                     if consecutive >= MAX_CONSECUTIVE_CRASHES:
                         self.stopped_early = f"step() raised {consecutive} times in a row"
                         return
@@ -295,7 +285,7 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
         except gym.error.Error as e:
             raise Flow1InputError(f"cannot make env {name!r}: {e}") from None
         except Exception as e:
-            findings.append(_crash("make", e, 0, 0))
+            findings.append(crash_finding("make", e, 0, 0))
         if instance is not None and not all(hasattr(instance, a) for a in _ENV_API):
             raise Flow1InputError(f"{name!r} gave a {type(instance).__name__}, expected a gymnasium.Env")
         findings.extend(gym_alias_findings(instance))

@@ -7,6 +7,8 @@ same code judges ``flow1 check`` and live EnvRunner samples.
 from __future__ import annotations
 
 import math
+import traceback
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -235,3 +237,14 @@ def obs_equal(a: Any, b: Any) -> bool:
         return bool(np.array_equal(a_, b_, equal_nan=np.issubdtype(a_.dtype, np.floating)))
     except (TypeError, ValueError):
         return a == b
+
+
+def crash_finding(call: str, exc: BaseException, step: int, episode: int, tail_chars: int = 1500) -> Finding:
+    """ENV_CRASHED for an exception raised by the env's reset/step (or constructor)."""
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-tail_chars:]
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].name} ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else "?"
+    return Finding(C.ENV_CRASHED,
+                   f"{call}() raised {type(exc).__name__}: {exc} in {where} at step {step}, episode {episode}",
+                   {"call": call, "exception": type(exc).__name__, "error": str(exc)[:500], "frame": where,
+                    "first_step": step, "episode": episode, "traceback_tail": tail}, env_step=step)

@@ -48,6 +48,7 @@ class FindingLog:
 
     def __init__(self) -> None:
         self._items: dict[tuple[str, str], Finding] = {}
+        self._sent: set[tuple[str, str]] = set()
 
     def hit(self, code: str, key: str, build: Callable[[], tuple[str, dict]],
             env_step: int | None = None, status: str = "") -> None:
@@ -72,6 +73,12 @@ class FindingLog:
     def extend(self, findings: list[Finding]) -> None:
         for f in findings:
             self.add(f, key=str(f.evidence.get("path", "")))
+
+    def pop_new(self) -> list[Finding]:
+        """Findings whose key was not returned by an earlier call (live runs send each once)."""
+        new = [f for k, f in self._items.items() if k not in self._sent]
+        self._sent.update(self._items)
+        return new
 
     def findings(self) -> list[Finding]:
         return list(self._items.values())

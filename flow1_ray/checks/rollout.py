@@ -9,6 +9,7 @@ batches, and distribution rules (reward, step time, reset drift, return drop) at
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,9 @@ class RolloutChecker:
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
-                 thresholds: Thresholds = DEFAULT, *, flush_every: int = 256) -> None:
+                 thresholds: Thresholds = DEFAULT, *, flush_every: int = 256, window: int | None = None) -> None:
+        """``window`` bounds the per-step series (rewards, durations, reset observations)
+        for live runs; None keeps all of them (a ``flow1 check`` budget is bounded)."""
         self.th = thresholds
         self.obs_space = observation_space
         self.flush_every = flush_every
@@ -57,10 +60,10 @@ class RolloutChecker:
         self._info = es.InfoWatch()
         self._alias = es.AliasWatch()
         self.returns = ReturnTracker(thresholds)
-        self.rewards: list[float] = []
-        self.reward_steps: list[int] = []
-        self.durations: list[float] = []
-        self.reset_features: list[np.ndarray] = []
+        self.rewards: deque[float] = deque(maxlen=window)
+        self.reward_steps: deque[int] = deque(maxlen=window)
+        self.durations: deque[float] = deque(maxlen=window)
+        self.reset_features: deque[np.ndarray] = deque(maxlen=window)
         self.steps = 0
         self.episodes = 0
         self.episode_lengths: list[int] = []
@@ -233,8 +236,8 @@ class RolloutChecker:
         """A finding made by the driver (a crash, an API mismatch)."""
         self.log.add(finding, key)
 
-    def finish(self, expect_episode_end: bool = True) -> list[Finding]:
-        """Run the whole-stream rules and return every finding."""
+    def judge(self) -> None:
+        """Run the rules over the whole stream (or the live window) so far."""
         self._flush(contiguous=True)
         self.log.extend(reward_findings(np.asarray(self.rewards), self.th, np.asarray(self.reward_steps)))
         self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th))
@@ -246,6 +249,10 @@ class RolloutChecker:
         drop = self.returns.check()
         if drop is not None:
             self.log.add(drop)
+
+    def finish(self, expect_episode_end: bool = True) -> list[Finding]:
+        """Run the whole-stream rules and return every finding."""
+        self.judge()
         if expect_episode_end and self.steps > 0 and self.episodes == 0:
             self.log.add(Finding(C.EPISODE_NEVER_ENDS,
                                  f"no terminated/truncated in {self.steps} steps: expected episodes to end within "

@@ -1,0 +1,221 @@
+"""HeartbeatMonitor: turns the probes' transitions into WORKER_* events and keeps the
+table of workers that ``on_train_result`` reports (alive, dead, stalled, restarted).
+
+It starts one NodeProbe per alive node (pinned there: lock files are node-local) and adds
+probes for nodes that join later; it asks Ray's GCS for the exit detail of a dead worker.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from .. import codes as C
+from ..events import Event
+
+GCS_LOOKUP_TRIES = 5
+GCS_LOOKUP_WAIT_S = 0.1
+
+
+def ray_exit_detail(pid: int) -> dict[str, Any]:
+    """Ray's own words on a worker process: exit type and detail from the GCS worker table
+    (a private API, the only one that works without the dashboard); {} when not found."""
+    try:
+        import ray
+        from ray.core.generated import common_pb2, gcs_pb2
+
+        acc = ray._private.state.state._connect_and_get_accessor()
+        for raw in acc.get_worker_table():
+            w = gcs_pb2.WorkerTableData.FromString(raw)
+            if w.pid == pid and not w.is_alive:
+                return {"ray_exit_type": common_pb2.WorkerExitType.Name(w.exit_type),
+                        "ray_exit_detail": w.exit_detail[:600]}
+    except Exception as e:  # private API: never let it break the monitor
+        return {"ray_exit_lookup_error": f"{type(e).__name__}: {e}"[:200]}
+    return {}
+
+
+def _who(ch: dict) -> str:
+    kind = "eval" if ch.get("eval") else "train"
+    return f"{kind} worker {ch.get('worker_index')} (pid {ch.get('pid')})"
+
+
+def _last_line(stack: str) -> str:
+    lines = [ln.strip() for ln in stack.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith("File "):
+            return ln
+    return lines[-1] if lines else ""
+
+
+class MonitorCore:
+    """Transition -> event logic and the worker table, without Ray."""
+
+    def __init__(self, run_id: str, stall_timeout_s: float, stall_action: str) -> None:
+        self.run_id = run_id
+        self.stall_timeout = stall_timeout_s
+        self.stall_action = stall_action
+        self.workers: dict[str, dict] = {}   # by runner key
+        self.restarts = 0
+        self.deaths = 0
+        self.stalls = 0
+        self.probe_errors: list[str] = []
+
+    def events_for(self, node_id: str, changes: list[dict]) -> list[Event]:
+        out = []
+        for ch in changes:
+            key, kind = ch["key"], ch["kind"]
+            w = self.workers.setdefault(key, {"key": key})
+            w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
+                      "node_id": ch.get("node_id") or node_id})
+            ts = datetime.fromtimestamp(ch["ts"], timezone.utc)
+            where = dict(run_id=self.run_id, worker_index=ch.get("worker_index"), pid=ch["pid"],
+                         node_id=ch.get("node_id") or node_id, ts=ts)
+            if kind == "new":
+                w["status"] = "alive"
+            elif kind == "restarted":
+                w["status"] = "alive"
+                self.restarts += 1
+                out.append(Event(C.WORKER_RESTARTED,
+                                 f"{_who(ch)} took over from pid {ch.get('previous_pid')}: Ray restarted the runner",
+                                 {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": key}, **where))
+            elif kind == "stopped":
+                w["status"] = "stopped"
+            elif kind == "died":
+                w["status"] = "dead"
+                self.deaths += 1
+                out.append(self._died(ch, where))
+            elif kind == "stalled":
+                w["status"] = "stalled"
+                self.stalls += 1
+                out.append(self._stalled(ch, where))
+            elif kind == "recovered":
+                w["status"] = "alive"
+        return out
+
+    def _died(self, ch: dict, where: dict) -> Event:
+        detail = {}
+        for _ in range(GCS_LOOKUP_TRIES):
+            detail = ray_exit_detail(ch["pid"])
+            if "ray_exit_type" in detail or "ray_exit_lookup_error" in detail:
+                break
+            time.sleep(GCS_LOOKUP_WAIT_S)
+        sig = ch.get("exit_signal")
+        how = (f"signal {sig}{' (inferred: it ran no exit code)' if ch.get('signal_inferred') else ''}" if sig
+               else ch.get("exit", "exited"))
+        exc = ch.get("exception") or {}
+        cause = f"; env.step raised {exc['exception']}: {exc['error']} in {exc['frame']}" if exc else ""
+        if ch.get("killed_by_flow1"):
+            cause += "; flow1 killed it (stall_action='kill') so that Ray restarts it"
+        ray_part = f"; Ray: {detail['ray_exit_type']}" if "ray_exit_type" in detail else ""
+        age = ch.get("last_heartbeat_age_s")
+        msg = (f"{_who(ch)} died: {how}{cause}{ray_part}; last heartbeat {age:.2f} s before"
+               if age is not None else f"{_who(ch)} died: {how}{cause}{ray_part}")
+        ev = {k: ch.get(k) for k in ("worker_index", "pid", "node_id", "actor_id", "exit_signal", "signal_inferred",
+                                     "exit", "last_heartbeat_age_s", "last_step_age_s", "state_at_death",
+                                     "killed_by_flow1", "traceback_tail")}
+        ev.update(detail)
+        if exc:
+            ev["exception"] = exc
+        return Event(C.WORKER_DIED, msg, ev, **where)
+
+    def _stalled(self, ch: dict, where: dict) -> Event:
+        stack = ch.get("stack", "")
+        top = _last_line(stack)
+        action = ("; flow1 killed it (stall_action='kill') so that Ray restarts it" if ch.get("killed")
+                  else f"; stall_action='{self.stall_action}'")
+        msg = (f"{_who(ch)} stalled: no step for {ch.get('stalled_s', 0):.1f} s "
+               f"{ch.get('where') or ''} (stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}"
+               f"{action}")
+        return Event(C.WORKER_STALLED, msg,
+                     {"stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
+                      "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
+                      "steps": ch.get("steps")}, **where)
+
+    def status(self) -> dict[str, Any]:
+        by = {"alive": 0, "dead": 0, "stalled": 0, "stopped": 0}
+        for w in self.workers.values():
+            by[w.get("status", "alive")] = by.get(w.get("status", "alive"), 0) + 1
+        return {**by, "restarts": self.restarts, "deaths": self.deaths, "stalls": self.stalls,
+                "workers": list(self.workers.values()), "probe_errors": self.probe_errors[-5:]}
+
+
+def make_monitor_actor():
+    """The HeartbeatMonitor Ray actor class (built lazily: this module imports without Ray)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .probe import make_probe_actor
+
+    NodeProbe = make_probe_actor()
+
+    @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=8)
+    class HeartbeatMonitor(MonitorCore):
+        def __init__(self, run_id: str, recorder_name: str, namespace: str, job_id: str,
+                     stall_timeout_s: float, stall_action: str, probe_interval_s: float,
+                     heartbeat_interval_s: float) -> None:
+            super().__init__(run_id, stall_timeout_s, stall_action)
+            self.recorder_name, self.namespace = recorder_name, namespace
+            self.job_id = job_id
+            self.probe_interval = probe_interval_s
+            self.heartbeat_interval = heartbeat_interval_s
+            self.probes: dict[str, Any] = {}
+            self.keys: list[str] = []
+            self.local_prefixes: list[str] = []
+            self.summaries: dict[str, dict] = {}
+
+        def _recorder(self):
+            return ray.get_actor(self.recorder_name, namespace=self.namespace)
+
+        def ensure_probes(self) -> int:
+            """One NodeProbe on every alive node that has none yet."""
+            me = ray.get_runtime_context().current_actor
+            for node in ray.nodes():
+                nid = node["NodeID"]
+                if not node.get("Alive") or nid in self.probes:
+                    continue
+                probe = NodeProbe.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
+                ).remote(self.job_id, me, nid, self.stall_timeout, self.probe_interval,
+                         self.heartbeat_interval, self.stall_action)
+                probe.set_keys.remote(self.keys, self.local_prefixes)
+                self.probes[nid] = probe
+            return len(self.probes)
+
+        def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
+            self.keys, self.local_prefixes = list(keys), list(local_prefixes)
+            for p in self.probes.values():
+                p.set_keys.remote(self.keys, self.local_prefixes)
+            return len(self.keys)
+
+        def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
+            self.summaries[node_id] = summary
+            if not changes:
+                return
+            events = self.events_for(node_id, changes)
+            if events:
+                try:
+                    self._recorder().add_events.remote([e.to_dict() for e in events])
+                except Exception as e:
+                    self.probe_errors.append(f"recorder unreachable: {type(e).__name__}")
+
+        def probe_error(self, node_id: str, error: str) -> None:
+            self.probe_errors.append(f"{node_id[:8]}: {error}")
+
+        def full_status(self) -> dict:
+            st = self.status()
+            st["probes"] = len(self.probes)
+            st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
+            return st
+
+        def stop_probes(self) -> int:
+            refs = [p.stop.remote() for p in self.probes.values()]
+            ray.wait(refs, num_returns=len(refs), timeout=2.0)
+            for p in self.probes.values():
+                ray.kill(p, no_restart=True)
+            n = len(self.probes)
+            self.probes.clear()
+            return n
+
+    return HeartbeatMonitor

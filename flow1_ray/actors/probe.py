@@ -1,0 +1,276 @@
+"""NodeProbe: one per node, reads every lock file of its node, reports changes at once.
+
+:class:`LockScanner` is the engine (no Ray, so the benchmark can drive thousands of
+simulated holders): each scan tries each lock file with ``F_GETLK`` and reads its 64-byte
+header, and turns what changed into transitions: ``new``, ``restarted``, ``died``,
+``stopped``, ``stalled``, ``recovered``. The actor runs scans every ``probe_interval_s``
+on a thread and sends transitions to the monitor as soon as a scan finds one; otherwise
+one summary per ``heartbeat_interval_s``: one RPC per node per period, never per worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..worker.liveness import BUSY, EXITING, STOPPED, Header, job_lock_dir, probe_lock, read_lock, read_tail
+
+#: A runner key is the lock name without its ``.<pid>`` suffix: the actor id of a remote
+#: runner (it survives Ray's restarts) or ``local-<pid>-<kind><index>``.
+KeyFilter = Callable[[str], bool]
+
+
+def split_name(name: str) -> tuple[str, int]:
+    key, _, pid = name.rpartition(".")
+    return key, int(pid)
+
+
+@dataclass
+class Tracked:
+    key: str
+    name: str
+    pid: int
+    meta: dict
+    first_seen: float
+    header: Header | None = None
+    stalled: bool = False
+    killed: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class LockScanner:
+    """Scans one directory of lock files; keeps what it saw last time."""
+
+    def __init__(self, directory: Path, stall_timeout_s: float, *, key_filter: KeyFilter | None = None,
+                 stall_action: str = "report", stack_grace_s: float = 1.0) -> None:
+        self.dir = Path(directory)
+        self.stall_timeout = stall_timeout_s
+        self.key_filter = key_filter
+        self.stall_action = stall_action
+        self.stack_grace = stack_grace_s
+        self.tracked: dict[str, Tracked] = {}      # by lock name
+        self.pids_by_key: dict[str, int] = {}      # last pid seen per runner key
+        self.scans = 0
+        self.last_scan_s = 0.0
+
+    def scan(self) -> list[dict[str, Any]]:
+        t0 = time.perf_counter()
+        now = time.time()
+        out: list[dict[str, Any]] = []
+        try:
+            entries = [e.name[:-5] for e in os.scandir(self.dir) if e.name.endswith(".lock")]
+        except FileNotFoundError:
+            entries = []
+        for name in entries:
+            try:
+                key, pid = split_name(name)
+            except ValueError:
+                continue
+            if self.key_filter is not None and not self.key_filter(key):
+                continue
+            path = self.dir / f"{name}.lock"
+            t = self.tracked.get(name)
+            try:
+                holder, header = probe_lock(path)
+            except OSError:
+                continue
+            if t is None:
+                meta = read_lock(path)[1]
+                if holder is None and (header is None or header.state == STOPPED):
+                    self._remove(name)  # a leftover of a finished process
+                    continue
+                t = Tracked(key, name, pid, meta, now, header)
+                self.tracked[name] = t
+                prev = self.pids_by_key.get(key)
+                self.pids_by_key[key] = pid
+                out.append(self._event("restarted" if prev not in (None, pid) else "new", t, now, previous_pid=prev))
+                if holder is None:  # it died between its start and our first look
+                    out.append(self._died(t, now))
+                continue
+            t.header = header or t.header
+            if holder is None:
+                out.append(self._died(t, now))
+                continue
+            stalled_for = self._stalled_for(t.header, now)
+            if stalled_for is not None and not t.stalled:
+                stack = self._stack(t)
+                if stack or stalled_for > self.stall_timeout + self.stack_grace:
+                    t.stalled = True
+                    ev = self._event("stalled", t, now, stalled_s=round(stalled_for, 3), **stack)
+                    if self.stall_action == "kill":
+                        ev["killed"] = self._kill(t, holder)
+                    out.append(ev)
+            elif stalled_for is None and t.stalled:
+                t.stalled = False
+                out.append(self._event("recovered", t, now))
+        self.scans += 1
+        self.last_scan_s = time.perf_counter() - t0
+        return out
+
+    # -- judgements ----------------------------------------------------------------------
+    def _stalled_for(self, h: Header | None, now: float) -> float | None:
+        """Seconds without progress when that exceeds the stall timeout, else None.
+
+        Busy inside sample() with no step for stall_timeout_s, or a watchdog that has not
+        written for stall_timeout_s (the process holds the GIL somewhere: a hang too)."""
+        if h is None:
+            return None
+        if h.state == BUSY:
+            since = h.in_step_since or max(h.last_progress, h.busy_since)
+            if now - since > self.stall_timeout:
+                return now - since
+        if now - h.written_at > self.stall_timeout:
+            return now - h.written_at
+        return None
+
+    def _stack(self, t: Tracked) -> dict:
+        try:
+            d = json.loads((self.dir / f"{t.name}.stack").read_text())
+            return {"stack": d.get("stack", ""), "stack_source": "watchdog", "where": d.get("where", "")}
+        except (OSError, ValueError):
+            pass
+        tb = read_tail(self.dir / f"{t.name}.tb")
+        if "Thread" in tb or "File " in tb:
+            return {"stack": tb, "stack_source": "faulthandler"}
+        return {}
+
+    def _kill(self, t: Tracked, holder: int) -> bool:
+        if t.meta.get("local") or holder != t.pid:
+            return False  # never the driver, never a recycled pid
+        try:
+            os.kill(holder, signal.SIGKILL)
+            t.killed = True
+            return True
+        except OSError:
+            return False
+
+    def _died(self, t: Tracked, now: float) -> dict[str, Any]:
+        h = t.header
+        ev = self._event("died", t, now)
+        tb = read_tail(self.dir / f"{t.name}.tb")
+        ev["traceback_tail"] = tb[-3000:]
+        try:
+            ev["exception"] = json.loads((self.dir / f"{t.name}.exc").read_text())
+        except (OSError, ValueError):
+            pass
+        if h is not None:
+            ev["last_heartbeat_age_s"] = round(now - h.written_at, 3)
+            ev["last_step_age_s"] = round(now - h.last_progress, 3)
+            ev["state_at_death"] = h.state_name
+        ev["killed_by_flow1"] = t.killed
+        ev.update(exit_signal_from(tb, h, t.killed, "exception" in ev))
+        if h is not None and h.state == STOPPED:
+            ev["kind"] = "stopped"
+        self._remove(t.name)
+        return ev
+
+    def _event(self, kind: str, t: Tracked, now: float, **kw: Any) -> dict[str, Any]:
+        h = t.header
+        return {"kind": kind, "key": t.key, "name": t.name, "pid": t.pid, "ts": now,
+                "worker_index": t.meta.get("worker_index"), "eval": t.meta.get("eval", False),
+                "actor_id": t.meta.get("actor_id"), "node_id": t.meta.get("node_id"),
+                "steps": h.steps if h else None, **kw}
+
+    def _remove(self, name: str) -> None:
+        self.tracked.pop(name, None)
+        for suffix in (".lock", ".tb", ".stack", ".exc"):
+            try:
+                os.unlink(self.dir / f"{name}{suffix}")
+            except OSError:
+                pass
+
+    def summary(self) -> dict[str, Any]:
+        now = time.time()
+        workers = []
+        for t in self.tracked.values():
+            h = t.header
+            workers.append({"key": t.key, "pid": t.pid, "worker_index": t.meta.get("worker_index"),
+                            "eval": t.meta.get("eval", False), "stalled": t.stalled,
+                            "steps": h.steps if h else None,
+                            "heartbeat_age_s": round(now - h.written_at, 3) if h else None,
+                            "state": h.state_name if h else None})
+        return {"workers": workers, "scans": self.scans, "last_scan_ms": round(self.last_scan_s * 1e3, 3)}
+
+
+#: faulthandler's first line for each fatal signal it handles
+_FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+          "Floating-point exception": "SIGFPE", "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+
+
+def exit_signal_from(tb: str, header: Header | None, killed_by_flow1: bool, had_exception: bool) -> dict[str, Any]:
+    """How the process ended, from what it left behind.
+
+    A fatal signal Python can catch leaves faulthandler's report; an exit through the
+    interpreter marks the header EXITING; a graceful stop marks it STOPPED. A process that
+    left none of these was ended by a signal that runs no code: SIGKILL (a kill -9, the
+    OOM killer, or flow1's stall_action="kill") -- inferred, and said so.
+    """
+    for text, sig in _FATAL.items():
+        if f"Fatal Python error: {text}" in tb:
+            return {"exit_signal": sig, "signal_inferred": False}
+    if killed_by_flow1:
+        return {"exit_signal": "SIGKILL", "signal_inferred": False}
+    if header is not None and header.state == STOPPED:
+        return {"exit_signal": None, "exit": "stopped"}
+    if header is not None and header.state == EXITING or had_exception:
+        return {"exit_signal": None, "exit": "interpreter exit"}
+    return {"exit_signal": "SIGKILL", "signal_inferred": True}
+
+
+def make_probe_actor():
+    """The NodeProbe Ray actor class (built lazily so this module imports without Ray)."""
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=-1)
+    class NodeProbe:
+        def __init__(self, job_id: str, monitor: Any, node_id: str, stall_timeout_s: float,
+                     probe_interval_s: float, heartbeat_interval_s: float, stall_action: str) -> None:
+            self.monitor = monitor
+            self.node_id = node_id
+            self.keys: set[str] = set()
+            self.local_prefixes: tuple[str, ...] = ()
+            self.scanner = LockScanner(job_lock_dir(job_id), stall_timeout_s, key_filter=self._ours,
+                                       stall_action=stall_action)
+            self.interval = probe_interval_s
+            self.summary_every = heartbeat_interval_s
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-probe")
+            self._thread.start()
+
+        def _ours(self, key: str) -> bool:
+            return key in self.keys or (bool(self.local_prefixes) and key.startswith(self.local_prefixes))
+
+        def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
+            self.keys = set(keys)
+            self.local_prefixes = tuple(local_prefixes)
+            return len(self.keys)
+
+        def _loop(self) -> None:
+            last_summary = 0.0
+            while not self._stop.wait(self.interval):
+                try:
+                    changes = self.scanner.scan()
+                    now = time.monotonic()
+                    if changes or now - last_summary >= self.summary_every:
+                        self.monitor.report.remote(self.node_id, changes, self.scanner.summary())
+                        last_summary = now
+                except Exception as e:  # keep probing whatever happens
+                    try:
+                        self.monitor.probe_error.remote(self.node_id, f"{type(e).__name__}: {e}")
+                    except Exception:
+                        pass
+
+        def stop(self) -> bool:
+            self._stop.set()
+            return True
+
+        def ping(self) -> dict:
+            return {"node_id": self.node_id, "scans": self.scanner.scans, "pid": os.getpid()}
+
+    return NodeProbe

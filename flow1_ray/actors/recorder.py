@@ -1,0 +1,137 @@
+"""Recorder: the run's single writer of events, metric rows and the log.
+
+Everything arrives here as plain dicts (fire-and-forget calls); a background thread
+writes Parquet parts and log lines every ``flush_interval_s``. A part, once written, is
+never rewritten, so killing the Recorder loses at most the rows of one interval; Ray
+restarts it (``max_restarts=-1``) with the same arguments and it goes on writing new parts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .. import codes as C
+from ..events import Event, events_to_table
+from ..store import EVENTS_DIR, LOG_FILE, METRICS_DIR, write_part
+
+MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
+LINES_KEPT = 10_000
+
+
+class RecorderCore:
+    """The writer, without Ray (the actor wraps it; tests and tools use it directly)."""
+
+    def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id
+        self.flush_interval = flush_interval_s
+        self._events: list[Event] = []
+        self._metrics: list[dict] = []
+        self._lines: deque[tuple[int, str]] = deque(maxlen=LINES_KEPT)
+        self._seq = 0
+        self._lock = threading.Lock()
+        self.counts: Counter = Counter()
+        self.codes: Counter = Counter()
+        self.dropped_rows = 0
+        self.samples_dropped: dict[str, int] = {}
+        self.flushes = 0
+
+    # -- intake --------------------------------------------------------------------------
+    def add_events(self, events: list[dict]) -> int:
+        with self._lock:
+            for d in events:
+                if len(self._events) >= MAX_PENDING_ROWS:
+                    self.dropped_rows += 1
+                    continue
+                e = d if isinstance(d, Event) else Event.from_dict(d)
+                e.run_id = e.run_id or self.run_id
+                self._events.append(e)
+                self.counts[e.status] += 1
+                if e.status != C.PASS:
+                    self.codes[e.code] += 1
+                self._seq += 1
+                self._lines.append((self._seq, e.log_line()))
+        return self._seq
+
+    def add_metrics(self, row: dict) -> None:
+        with self._lock:
+            if len(self._metrics) < MAX_PENDING_ROWS:
+                self._metrics.append(dict(row))
+            else:
+                self.dropped_rows += 1
+
+    def note_dropped(self, source: str, total: int) -> None:
+        """A sender's running count of batches it dropped under back-pressure."""
+        with self._lock:
+            self.samples_dropped[source] = max(total, self.samples_dropped.get(source, 0))
+
+    # -- output --------------------------------------------------------------------------
+    def flush(self) -> int:
+        with self._lock:
+            events, self._events = self._events, []
+            metrics, self._metrics = self._metrics, []
+        if events:
+            write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
+            with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as f:
+                f.writelines(e.log_line() + "\n" for e in events)
+        if metrics:
+            write_part(pa.Table.from_pylist(metrics), self.run_dir / METRICS_DIR)
+        self.flushes += 1
+        return len(events) + len(metrics)
+
+    def lines_since(self, cursor: int) -> tuple[list[str], int]:
+        """Log lines after ``cursor`` (a sequence number) and the new cursor."""
+        with self._lock:
+            if cursor > self._seq:  # the Recorder restarted: its count began again
+                cursor = 0
+            return [line for seq, line in self._lines if seq > cursor], self._seq
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"events": dict(self.counts), "codes": dict(self.codes), "dropped_rows": self.dropped_rows,
+                    "samples_dropped": sum(self.samples_dropped.values()), "flushes": self.flushes,
+                    "run_dir": str(self.run_dir)}
+
+
+def make_recorder_actor():
+    """The Recorder Ray actor class (built lazily so this module imports without Ray)."""
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)
+    class Recorder(RecorderCore):
+        def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
+            super().__init__(run_dir, run_id, flush_interval_s)
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-recorder")
+            self._thread.start()
+
+        def _loop(self) -> None:
+            while not self._stop.wait(self.flush_interval):
+                try:
+                    self.flush()
+                except Exception:  # a full disk must not kill the writer; rows wait in memory
+                    time.sleep(self.flush_interval)
+
+        def ingest(self, batch: dict) -> None:
+            """One batch from an EnvRunner: events plus its drop counter."""
+            if batch.get("events"):
+                self.add_events(batch["events"])
+            if "dropped" in batch:
+                self.note_dropped(str(batch.get("source")), int(batch["dropped"]))
+
+        def close(self) -> dict:
+            self._stop.set()
+            self.flush()
+            return self.status()
+
+        def ping(self) -> bool:
+            return True
+
+    return Recorder

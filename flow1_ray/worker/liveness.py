@@ -1,0 +1,324 @@
+"""Worker liveness from the kernel: a lock file per EnvRunner, its heartbeat written in place.
+
+The holder (an EnvRunner process) opens its own lock file once and keeps a POSIX record
+lock (``lockf``) on it for its whole life. The kernel drops that lock the instant the
+process dies, however it dies, so the node's probe knows "dead" within one probe period.
+flock would be inherited by any child the env forks and keep a dead runner looking alive
+(notes/liveness.md); record locks are per process, and ``F_GETLK`` names the holder's pid.
+Only this module opens a runner's own lock file in the runner: a process loses its record
+locks on a file when it closes *any* descriptor of it.
+
+Heartbeats cost no RPC: a per-step stamp in memory (two attribute writes), and a watchdog
+thread that writes a 64-byte header into the lock file every ``heartbeat_interval_s``. The
+probe reads headers; a runner that is inside ``sample()`` with no step progress for
+``stall_timeout_s`` is stalled, and the watchdog has already written the stuck thread's
+stack next to the lock (``.stack``). A step stuck in C code that holds the GIL stops the
+watchdog too: ``faulthandler.dump_traceback_later``, armed for each ``sample()``, dumps
+every thread's stack from its C thread into the traceback file (``.tb``), where fatal
+signals (SIGSEGV, SIGABRT, ...) also land.
+
+Files of one lock ``<name>.lock``: ``<name>.tb`` (faulthandler), ``<name>.stack`` (watchdog
+stack of a stall), ``<name>.exc`` (the last exception raised by the env's step).
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import faulthandler
+import fcntl
+import json
+import os
+import stat
+import struct
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MAGIC = b"F1LK"
+VERSION = 1
+#: magic, version, state, pid, worker_index, written_at, last_progress, steps, busy_since, in_step_since
+HEADER = struct.Struct("<4sHHiiddqdd")
+HEADER_SIZE = 64
+META_OFFSET = 64
+META_SIZE = 2048
+
+IDLE, BUSY, STOPPED, EXITING = 0, 1, 2, 3
+STATE_NAMES = {IDLE: "idle", BUSY: "busy", STOPPED: "stopped", EXITING: "exiting"}
+
+_FLOCK = struct.Struct("@hhqqi4x")  # struct flock on Linux (l_type, l_whence, l_start, l_len, l_pid)
+
+
+def lock_root() -> Path:
+    """Node-local root of flow1's lock directories ($FLOW1_LOCK_DIR or the temp dir)."""
+    return Path(os.environ.get("FLOW1_LOCK_DIR") or Path(tempfile.gettempdir()) / f"flow1-{os.getuid()}")
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and the root) as a private 0700 directory owned by us; refuse a
+    symlink or someone else's directory there (another user could plant lock files)."""
+    for d in (path.parent, path):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(d)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise PermissionError(f"{d} is not a directory owned by uid {os.getuid()}")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(d, 0o700)
+    return path
+
+
+def job_lock_dir(job_id: str) -> Path:
+    return private_dir(lock_root() / f"job-{job_id}")
+
+
+@dataclass
+class Header:
+    state: int
+    pid: int
+    worker_index: int
+    written_at: float
+    last_progress: float
+    steps: int
+    busy_since: float
+    in_step_since: float
+
+    @property
+    def state_name(self) -> str:
+        return STATE_NAMES.get(self.state, str(self.state))
+
+
+def _open_nofollow(path: Path, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def holder_pid(path: Path) -> int | None:
+    """The pid holding a write lock on ``path``, or None when nobody does (F_GETLK).
+
+    Opening and closing the file here does not touch the holder's locks: record locks are
+    dropped only when the *holding* process closes a descriptor.
+    """
+    fd = _open_nofollow(path, os.O_RDONLY)
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    finally:
+        os.close(fd)
+    l_type, _, _, _, pid = _FLOCK.unpack(got)
+    return None if l_type == fcntl.F_UNLCK else pid
+
+
+def _header(raw: bytes) -> Header | None:
+    if len(raw) < HEADER.size or raw[:4] != MAGIC:
+        return None
+    f = HEADER.unpack_from(raw)
+    return Header(f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
+
+
+def probe_lock(path: Path) -> tuple[int | None, Header | None]:
+    """(holder pid or None, header) with one open: what a probe needs on every scan."""
+    fd = _open_nofollow(path, os.O_RDONLY)
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+        raw = os.pread(fd, HEADER.size, 0)
+    finally:
+        os.close(fd)
+    l_type, _, _, _, pid = _FLOCK.unpack(got)
+    return (None if l_type == fcntl.F_UNLCK else pid), _header(raw)
+
+
+def read_lock(path: Path) -> tuple[Header | None, dict]:
+    """The header and the metadata of a lock file (None, {} when unreadable)."""
+    try:
+        fd = _open_nofollow(path, os.O_RDONLY)
+    except OSError:
+        return None, {}
+    try:
+        raw = os.pread(fd, META_OFFSET + META_SIZE, 0)
+    finally:
+        os.close(fd)
+    header = _header(raw)
+    if header is None:
+        return None, {}
+    try:
+        meta = json.loads(raw[META_OFFSET:].split(b"\0", 1)[0] or b"{}")
+    except ValueError:
+        meta = {}
+    return header, meta
+
+
+def read_tail(path: Path, limit: int = 4000) -> str:
+    """The last ``limit`` characters of a text file next to a lock ('' if absent)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def format_exception(exc: BaseException, limit_chars: int = 3000) -> dict:
+    """Type, message, innermost frame and traceback tail of an exception, as evidence."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    return {
+        "exception": type(exc).__name__,
+        "error": str(exc)[:500],
+        "frame": f"{last.name} ({Path(last.filename).name}:{last.lineno})" if last else "?",
+        "traceback_tail": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-limit_chars:],
+    }
+
+
+class WorkerLiveness:
+    """The holder side: one per EnvRunner (per process and worker key).
+
+    Per-step cost: :meth:`step_begin` / :meth:`step_end` are attribute writes; the lock
+    file is written only by the watchdog thread and at sample start/end.
+    """
+
+    def __init__(self, directory: Path, name: str, meta: dict[str, Any], *, heartbeat_interval_s: float = 0.2,
+                 stall_timeout_s: float = 30.0, arm_faulthandler: bool = True) -> None:
+        self.dir = directory
+        self.name = name
+        self.path = directory / f"{name}.lock"
+        self.tb_path = directory / f"{name}.tb"
+        self.stack_path = directory / f"{name}.stack"
+        self.exc_path = directory / f"{name}.exc"
+        self.interval = heartbeat_interval_s
+        self.stall_timeout = stall_timeout_s
+        self.worker_index = int(meta.get("worker_index", -1))
+        self.state = IDLE
+        self.steps = 0
+        self.last_progress = time.time()
+        self.busy_since = 0.0
+        self.in_step_since = 0.0
+        self.sample_thread = threading.get_ident()
+        self._stack_written = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+        self.fd = _open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self.fd)
+            if e.errno in (errno.EACCES, errno.EAGAIN):
+                raise RuntimeError(f"{self.path} is locked by another live process") from None
+            raise
+        os.ftruncate(self.fd, META_OFFSET + META_SIZE)
+        blob = json.dumps({**meta, "pid": os.getpid(), "started": time.time()}).encode()[:META_SIZE - 1]
+        os.pwrite(self.fd, blob + b"\0", META_OFFSET)
+        self.write_header()
+        for p in (self.stack_path, self.exc_path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        self._tb_file = None
+        if arm_faulthandler:
+            self._tb_file = open(self.tb_path, "w", encoding="utf-8")
+            faulthandler.enable(file=self._tb_file, all_threads=True)
+        self._arm = arm_faulthandler
+        self._thread = threading.Thread(target=self._watch, name=f"flow1-watchdog-{name}", daemon=True)
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    # -- hot path ------------------------------------------------------------------------
+    def step_begin(self) -> None:
+        self.in_step_since = time.time()
+
+    def step_end(self) -> None:
+        self.last_progress = time.time()
+        self.in_step_since = 0.0
+        self.steps += 1
+
+    # -- per sample() --------------------------------------------------------------------
+    def busy(self) -> None:
+        self.sample_thread = threading.get_ident()
+        self.busy_since = self.last_progress = time.time()
+        self.state = BUSY
+        self._stack_written = False
+        if self._arm and self._tb_file is not None:
+            faulthandler.dump_traceback_later(self.stall_timeout + self.interval, repeat=False, file=self._tb_file)
+        self.write_header()
+
+    def idle(self) -> None:
+        if self._arm:
+            faulthandler.cancel_dump_traceback_later()
+        self.state = IDLE
+        self.busy_since = 0.0
+        self.write_header()
+
+    def record_exception(self, exc: BaseException) -> dict:
+        """Write what the env's step raised next to the lock (the process may exit next)."""
+        ev = format_exception(exc)
+        ev["ts"] = time.time()
+        try:
+            tmp = self.exc_path.with_suffix(".exc.tmp")
+            tmp.write_text(json.dumps(ev))
+            os.replace(tmp, self.exc_path)
+        except OSError:
+            pass
+        return ev
+
+    # -- the lock file -------------------------------------------------------------------
+    def write_header(self, state: int | None = None) -> None:
+        with self._lock:
+            if self.fd < 0:
+                return
+            data = HEADER.pack(MAGIC, VERSION, self.state if state is None else state, os.getpid(),
+                               self.worker_index, time.time(), self.last_progress, self.steps, self.busy_since,
+                               self.in_step_since)
+            try:
+                os.pwrite(self.fd, data, 0)
+            except OSError:
+                pass
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.write_header()
+            if self.state == BUSY and not self._stack_written:
+                now = time.time()
+                since = self.in_step_since or max(self.last_progress, self.busy_since)
+                if now - since > self.stall_timeout:
+                    self._write_stack(now - since)
+
+    def _write_stack(self, stalled_s: float) -> None:
+        frame = sys._current_frames().get(self.sample_thread)
+        if frame is None:
+            return
+        text = "".join(traceback.format_stack(frame))
+        where = "inside env.step" if self.in_step_since else "inside sample(), between steps"
+        try:
+            tmp = self.stack_path.with_suffix(".stack.tmp")
+            tmp.write_text(json.dumps({"stalled_s": stalled_s, "where": where, "stack": text[-6000:],
+                                       "ts": time.time()}))
+            os.replace(tmp, self.stack_path)
+            self._stack_written = True
+        except OSError:
+            pass
+
+    def close(self, state: int = STOPPED) -> None:
+        """Graceful end: mark the header, stop the watchdog, release the lock."""
+        self._stop.set()
+        if self._arm:
+            faulthandler.cancel_dump_traceback_later()
+        self.state = state
+        self.write_header()
+        with self._lock:
+            if self.fd >= 0:
+                os.close(self.fd)  # releases the record lock
+                self.fd = -1
+
+    def _at_exit(self) -> None:
+        if self.fd >= 0 and self.state != STOPPED:
+            self.state = EXITING
+            self.write_header()
