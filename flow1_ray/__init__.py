@@ -1,19 +1,33 @@
 """flow1_ray: why an RLlib run trains but does not learn, and which workers died or hung.
 
 ``check_env`` judges an env's contracts on every step of a rollout without training;
-``load_events`` reads a run directory's findings back as an Arrow table.
+``Flow1Callbacks`` watches a live RLlib run; ``load_events`` reads a run directory's
+findings back as an Arrow table. Names are imported on first use, so that a process that
+needs one part (a node probe, ``flow1 report``) does not pay for the others.
 """
 
-from .checks.thresholds import Thresholds
-from .envcheck import check_env
-from .errors import Flow1InputError
-from .events import EVENT_SCHEMA, Event
-from .report import Report
-from .store import load_events, load_metrics
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "EVENT_SCHEMA", "Event", "Flow1InputError", "Report", "Thresholds", "check_env",
-    "load_events", "load_metrics", "__version__",
-]
+_LAZY = {
+    "check_env": "envcheck",
+    "Flow1Callbacks": "callbacks",
+    "Flow1InputError": "errors",
+    "Event": "events",
+    "EVENT_SCHEMA": "events",
+    "Report": "report",
+    "Thresholds": "checks.thresholds",
+    "load_events": "store",
+    "load_metrics": "store",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'flow1_ray' has no attribute {name!r}")

@@ -183,6 +183,12 @@ def make_monitor_actor():
                 self.probes[nid] = probe
             return len(self.probes)
 
+        def wait_probes(self, timeout_s: float) -> int:
+            """Block until every probe answers (they scan from then on); returns how many did."""
+            refs = [p.ping.remote() for p in self.probes.values()]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+            return len(ready)
+
         def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
             self.keys, self.local_prefixes = list(keys), list(local_prefixes)
             for p in self.probes.values():

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..worker.liveness import BUSY, EXITING, STOPPED, Header, job_lock_dir, probe_lock, read_lock, read_tail
+from ..worker.liveness import (BUSY, EXITING, STOPPED, Header, job_lock_dir, probe_lock, read_head, read_lock,
+                               read_tail)
 
 #: A runner key is the lock name without its ``.<pid>`` suffix: the actor id of a remote
 #: runner (it survives Ray's restarts) or ``local-<pid>-<kind><index>``.
@@ -41,6 +42,7 @@ class Tracked:
     header: Header | None = None
     stalled: bool = False
     killed: bool = False
+    tb_size: int = 0
     extra: dict = field(default_factory=dict)
 
 
@@ -94,7 +96,7 @@ class LockScanner:
                     out.append(self._died(t, now))
                 continue
             t.header = header or t.header
-            if holder is None:
+            if holder is None or self._dying(t):
                 out.append(self._died(t, now))
                 continue
             stalled_for = self._stalled_for(t.header, now)
@@ -129,6 +131,19 @@ class LockScanner:
             return now - h.written_at
         return None
 
+    def _dying(self, t: Tracked) -> bool:
+        """faulthandler has written a fatal-signal report: the process is in its last
+        milliseconds (Ray's own handler may still symbolise its stack for a second or more
+        before it exits and the lock is released)."""
+        try:
+            size = os.stat(self.dir / f"{t.name}.tb").st_size
+        except OSError:
+            return False
+        if size == t.tb_size:
+            return False
+        t.tb_size = size
+        return read_head(self.dir / f"{t.name}.tb").startswith("Fatal Python error")
+
     def _stack(self, t: Tracked) -> dict:
         try:
             d = json.loads((self.dir / f"{t.name}.stack").read_text())
@@ -153,8 +168,8 @@ class LockScanner:
     def _died(self, t: Tracked, now: float) -> dict[str, Any]:
         h = t.header
         ev = self._event("died", t, now)
-        tb = read_tail(self.dir / f"{t.name}.tb")
-        ev["traceback_tail"] = tb[-3000:]
+        tb = read_head(self.dir / f"{t.name}.tb", 200) + read_tail(self.dir / f"{t.name}.tb", 3000)
+        ev["traceback_tail"] = tb
         try:
             ev["exception"] = json.loads((self.dir / f"{t.name}.exc").read_text())
         except (OSError, ValueError):

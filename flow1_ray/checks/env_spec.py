@@ -239,12 +239,14 @@ def obs_equal(a: Any, b: Any) -> bool:
         return a == b
 
 
-def crash_finding(call: str, exc: BaseException, step: int, episode: int, tail_chars: int = 1500) -> Finding:
+def crash_finding(call: str, exc: BaseException, step: int, episode: int | None, tail_chars: int = 1500,
+                  who: str = "") -> Finding:
     """ENV_CRASHED for an exception raised by the env's reset/step (or constructor)."""
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-tail_chars:]
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{frames[-1].name} ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else "?"
     return Finding(C.ENV_CRASHED,
-                   f"{call}() raised {type(exc).__name__}: {exc} in {where} at step {step}, episode {episode}",
+                   f"{who}{call}() raised {type(exc).__name__}: {exc} in {where} at step {step}"
+                   + (f", episode {episode}" if episode is not None else ""),
                    {"call": call, "exception": type(exc).__name__, "error": str(exc)[:500], "frame": where,
                     "first_step": step, "episode": episode, "traceback_tail": tail}, env_step=step)

@@ -165,6 +165,15 @@ def read_tail(path: Path, limit: int = 4000) -> str:
         return ""
 
 
+def read_head(path: Path, limit: int = 200) -> str:
+    """The first ``limit`` characters of a text file next to a lock ('' if absent)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def format_exception(exc: BaseException, limit_chars: int = 3000) -> dict:
     """Type, message, innermost frame and traceback tail of an exception, as evidence."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -227,6 +236,7 @@ class WorkerLiveness:
             self._tb_file = open(self.tb_path, "w", encoding="utf-8")
             faulthandler.enable(file=self._tb_file, all_threads=True)
         self._arm = arm_faulthandler
+        self._outermost = False
         self._thread = threading.Thread(target=self._watch, name=f"flow1-watchdog-{name}", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
@@ -247,6 +257,12 @@ class WorkerLiveness:
         self.state = BUSY
         self._stack_written = False
         if self._arm and self._tb_file is not None:
+            if not self._outermost:
+                # Ray's worker installs its own fatal-signal handler (absl's, which spends a
+                # second or more symbolising) after the EnvRunner is built; enabling again
+                # here puts faulthandler first in the chain, so the report lands at once.
+                faulthandler.enable(file=self._tb_file, all_threads=True)
+                self._outermost = True
             faulthandler.dump_traceback_later(self.stall_timeout + self.interval, repeat=False, file=self._tb_file)
         self.write_header()
 

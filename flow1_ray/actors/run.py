@@ -1,0 +1,128 @@
+"""The run: its actors, their names, and how EnvRunners find them.
+
+The Algorithm process creates the run's actors in ``on_algorithm_init`` (get-or-create by
+name). They are owned by that process, not detached: Ray ends them when it ends, so no
+flow1 actor outlives its run even if the driver is killed. EnvRunners need none of them to
+start: their lock files are found by the probes, and they only look up the Recorder (by a
+key the Algorithm writes into Ray's internal KV under their actor id) when they have a
+finding to send.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..options import NAMESPACE, Flow1Options
+
+KV_PREFIX = "flow1:runner:"
+PROBE_START_TIMEOUT_S = 60.0
+
+
+def recorder_name(run_id: str) -> str:
+    return f"flow1-recorder-{run_id}"
+
+
+def monitor_name(run_id: str) -> str:
+    return f"flow1-monitor-{run_id}"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+def _kv():
+    from ray.experimental import internal_kv
+    return internal_kv
+
+
+def runner_run_id(actor_id: str) -> str | None:
+    """The run an EnvRunner actor belongs to (written by its Algorithm), or None yet."""
+    v = _kv()._internal_kv_get(KV_PREFIX + actor_id, namespace=NAMESPACE)
+    return v.decode() if v else None
+
+
+def runner_keys(algorithm: Any) -> list[str]:
+    """Actor ids of the Algorithm's remote EnvRunners, training and evaluation.
+
+    Uses the actor manager's mapping (private in RLlib 2.60; stable since 2.x): asking the
+    runners themselves would block on a hung one."""
+    keys = []
+    for group in (getattr(algorithm, "env_runner_group", None), getattr(algorithm, "eval_env_runner_group", None)):
+        manager = getattr(group, "_worker_manager", None)
+        for handle in getattr(manager, "_actors", {}).values():
+            keys.append(handle._actor_id.hex())
+    return keys
+
+
+class Flow1Run:
+    """Driver-side handle on one run's actors."""
+
+    def __init__(self, opts: Flow1Options) -> None:
+        import ray
+
+        from .monitor import make_monitor_actor
+        from .recorder import make_recorder_actor
+
+        self.opts = opts
+        self.run_id = opts.run_id or new_run_id()
+        self.run_dir = Path(opts.resolved_output_dir()) / self.run_id
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.job_id = ray.get_runtime_context().get_job_id()
+        self.local_prefix = f"local-{os.getpid()}-"
+        self.recorder = make_recorder_actor().options(
+            name=recorder_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
+            max_pending_calls=opts.max_pending_calls,
+        ).remote(str(self.run_dir), self.run_id, opts.flush_interval_s)
+        self.monitor = make_monitor_actor().options(
+            name=monitor_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
+        ).remote(self.run_id, recorder_name(self.run_id), NAMESPACE, self.job_id, opts.stall_timeout_s,
+                 opts.stall_action, opts.probe_interval_s, opts.heartbeat_interval_s)
+        self.keys: list[str] = []
+        self.cursor = 0
+        self.closed = False
+
+    def register(self, keys: list[str]) -> None:
+        """Tell the probes which lock files are ours and the runners which run they are in."""
+        import ray
+
+        new = [k for k in keys if k not in self.keys]
+        self.keys = sorted(set(self.keys) | set(keys))
+        for k in new:
+            _kv()._internal_kv_put(KV_PREFIX + k, self.run_id, overwrite=True, namespace=NAMESPACE)
+        ray.get(self.monitor.set_keys.remote(self.keys, [self.local_prefix]), timeout=self.opts.get_timeout_s * 5)
+        ray.get(self.monitor.ensure_probes.remote(), timeout=self.opts.get_timeout_s * 5)
+        # probes start in new processes: wait, so that a runner dying in iteration 1 is seen
+        ray.get(self.monitor.wait_probes.remote(PROBE_START_TIMEOUT_S), timeout=PROBE_START_TIMEOUT_S + 5)
+
+    def close(self) -> dict:
+        """Flush, stop the probes and end the actors; safe to call twice."""
+        if self.closed:
+            return {}
+        self.closed = True
+        import ray
+
+        status: dict = {}
+        t = self.opts.get_timeout_s * 5
+        try:
+            ray.get(self.monitor.stop_probes.remote(), timeout=t)
+        except Exception:
+            pass
+        try:
+            status = ray.get(self.recorder.close.remote(), timeout=t)
+        except Exception:
+            pass
+        for k in self.keys:
+            try:
+                _kv()._internal_kv_del(KV_PREFIX + k, namespace=NAMESPACE)
+            except Exception:
+                pass
+        for actor in (self.monitor, self.recorder):
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        return status

@@ -1,0 +1,163 @@
+"""Flow1Callbacks: thin glue from RLlib's hooks to flow1's worker agents and run actors.
+
+``config.callbacks(Flow1Callbacks)`` is the whole integration. Every hook is guarded: an
+error of flow1 becomes a FLOW1_INTERNAL event and a log warning, never an exception into
+RLlib (on a remote EnvRunner that would kill the runner after a 60 s stall).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+from typing import Any, Callable
+
+from ray.rllib.callbacks.callbacks import RLlibCallback
+
+from . import codes as C
+from .events import Event
+from .options import Flow1Options
+
+logger = logging.getLogger("flow1_ray")
+
+#: Keys flow1 adds to each training result (Tune flattens them to flow1/worker/alive, ...).
+RESULT_KEY = "flow1"
+
+
+def _guarded(hook: Callable) -> Callable:
+    @functools.wraps(hook)
+    def run(self: "Flow1Callbacks", *args: Any, **kwargs: Any) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except Exception as e:  # never into RLlib
+            self._internal_error(hook.__name__, e)
+    return run
+
+
+class Flow1Callbacks(RLlibCallback):
+    """Watches every EnvRunner and the run; see ``Flow1Callbacks.with_options``."""
+
+    OPTIONS = Flow1Options()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._agents: dict[int, Any] = {}
+        self._run = None
+        self.internal_errors = 0
+
+    @classmethod
+    def with_options(cls, **opts: Any) -> type["Flow1Callbacks"]:
+        """A subclass with options set (output_dir, run_id, heartbeat_interval_s,
+        stall_timeout_s, stall_action, sample_rate, thresholds, ...); unknown names raise."""
+        options = cls.OPTIONS.with_overrides(**opts)
+        return type(cls.__name__, (cls,), {"OPTIONS": options, "__module__": cls.__module__,
+                                           "__qualname__": f"{cls.__qualname__}.configured"})
+
+    # -- EnvRunner side ------------------------------------------------------------------
+    @_guarded
+    def on_environment_created(self, *, env_runner: Any, env: Any, env_context: Any = None, **kwargs: Any) -> None:
+        from .worker.agent import RunnerAgent
+
+        agent = self._agents.get(id(env_runner))
+        if agent is None:
+            agent = self._agents[id(env_runner)] = RunnerAgent(env_runner, self.OPTIONS)
+        agent.attach_env(env)
+
+    @_guarded
+    def on_sample_end(self, *, env_runner: Any, samples: Any = None, **kwargs: Any) -> None:
+        agent = self._agents.get(id(env_runner))
+        if agent is not None:
+            agent.on_sample_end()
+
+    # -- Algorithm side ------------------------------------------------------------------
+    @_guarded
+    def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
+        from .actors.run import Flow1Run, runner_keys
+        from .worker.agent import LOCAL_RUN
+
+        run = self._run = Flow1Run(self.OPTIONS)
+        LOCAL_RUN[str(os.getpid())] = run.run_id
+        run.register(runner_keys(algorithm))
+        original_stop = algorithm.stop
+
+        def stop(*args: Any, **kw: Any) -> Any:
+            try:
+                return original_stop(*args, **kw)
+            finally:
+                self._close()
+
+        algorithm.stop = stop
+        atexit.register(self._close)
+        logger.info("flow1: run %s writing to %s", run.run_id, run.run_dir)
+
+    @_guarded
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        import ray
+
+        from .actors.run import runner_keys
+
+        run = self._run
+        if run is None:
+            return
+        t = self.OPTIONS.get_timeout_s
+        keys = runner_keys(algorithm)
+        if set(keys) - set(run.keys):
+            run.register(keys)
+        status, rec = {}, {}
+        try:
+            status = ray.get(run.monitor.full_status.remote(), timeout=t)
+            rec = ray.get(run.recorder.status.remote(), timeout=t)
+            lines, run.cursor = ray.get(run.recorder.lines_since.remote(run.cursor), timeout=t)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as e:
+            lines = [f"flow1: actors did not answer within {t:g} s ({type(e).__name__})"]
+        if self.OPTIONS.print_events:
+            for line in lines:
+                print(line, flush=True)
+        events = rec.get("events", {})
+        out = {
+            "worker": {"alive": status.get("alive", 0), "dead": status.get("dead", 0),
+                       "stalled": status.get("stalled", 0), "restarts": status.get("restarts", 0)},
+            "events": {s: int(events.get(s, 0)) for s in (C.FAIL, C.WARN)},
+            "samples_dropped": int(rec.get("samples_dropped", 0)),
+            "internal_errors": self.internal_errors,
+            "run_dir": str(run.run_dir),
+        }
+        result[RESULT_KEY] = out
+        row = {"iteration": int(result.get("training_iteration", 0)),
+               "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
+               "episode_return_mean": _float(result.get("env_runners", {}).get("episode_return_mean")),
+               **{f"flow1/worker/{k}": v for k, v in out["worker"].items()},
+               **{f"flow1/events/{k}": v for k, v in out["events"].items()},
+               "flow1/samples_dropped": out["samples_dropped"]}
+        run.recorder.add_metrics.remote(row)
+
+    # -- internals -----------------------------------------------------------------------
+    def _close(self) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            try:
+                run.close()
+            except Exception as e:
+                logger.warning("flow1: closing the run failed: %s", e)
+
+    def _internal_error(self, where: str, exc: BaseException) -> None:
+        self.internal_errors += 1
+        logger.warning("flow1: %s failed (%s: %s); training goes on", where, type(exc).__name__, exc)
+        try:
+            ev = Event(C.FLOW1_INTERNAL, f"{where} failed: {type(exc).__name__}: {exc}",
+                       {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]}, pid=os.getpid())
+            for agent in self._agents.values():
+                agent.checker.log.hit(C.FLOW1_INTERNAL, where, lambda: (ev.message, ev.evidence))
+                return
+            if self._run is not None:
+                self._run.recorder.add_events.remote([ev.to_dict()])
+        except Exception:
+            pass
+
+
+def _float(x: Any) -> float | None:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None

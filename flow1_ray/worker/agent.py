@@ -1,0 +1,234 @@
+"""What flow1 does inside one EnvRunner: liveness, live contract checks, sends.
+
+- Liveness: a :class:`~flow1_ray.worker.liveness.WorkerLiveness` lock for the runner's
+  whole life; ``sample()`` is wrapped to mark busy/idle, each sub-env ``step`` to stamp
+  progress (two attribute writes) and to catch what the env raises.
+- Contract checks: a share ``sample_rate`` of the episodes is fed, step by step, to the
+  same :class:`~flow1_ray.checks.rollout.RolloutChecker` that ``flow1 check`` uses, with the
+  sub-env's raw values (before the vector env copies and casts them).
+- Sends: once per ``on_sample_end``, and only when there is something new, one
+  fire-and-forget call to the Recorder; more than ``max_pending_calls`` in flight and the
+  batch is dropped and counted (SAMPLES_DROPPED).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from typing import Any
+
+from .. import codes as C
+from ..checks.env_spec import crash_finding
+from ..checks.findings import Finding
+from ..checks.rollout import RolloutChecker
+from ..checks.thresholds import DEFAULT
+from ..options import NAMESPACE, Flow1Options
+from .liveness import WorkerLiveness, job_lock_dir
+
+LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
+JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
+LOOKUP_RETRY_S = 2.0          # how often a runner looks for its run before it is known
+MAX_PENDING_EVENTS = 1000     # events kept while the run is not reachable
+
+#: The run id of local EnvRunners (they live in the Algorithm's process).
+LOCAL_RUN: dict[str, str] = {}
+
+
+class RunnerAgent:
+    def __init__(self, env_runner: Any, opts: Flow1Options) -> None:
+        import ray
+
+        self.opts = opts
+        self.kind = "eval" if getattr(env_runner.config, "in_evaluation", False) else "train"
+        self.index = int(getattr(env_runner, "worker_index", 0))
+        ctx = ray.get_runtime_context()
+        self.actor_id = ctx.get_actor_id()
+        self.local = self.actor_id is None
+        self.key = self.actor_id or f"local-{os.getpid()}-{self.kind}{self.index}"
+        meta = {"worker_index": self.index, "eval": self.kind == "eval", "actor_id": self.actor_id,
+                "node_id": ctx.get_node_id(), "local": self.local, "kind": self.kind}
+        self.liveness = WorkerLiveness(
+            job_lock_dir(ctx.get_job_id()), f"{self.key}.{os.getpid()}", meta,
+            heartbeat_interval_s=min(opts.heartbeat_interval_s, opts.stall_timeout_s / 4),
+            stall_timeout_s=opts.stall_timeout_s, arm_faulthandler=not self.local)
+        self.thresholds = DEFAULT.with_overrides(opts.thresholds)
+        self.checker: RolloutChecker | None = None
+        self.rng = random.Random(hash((self.key, os.getpid())))
+        self.dropped = 0
+        self._sent_dropped = 0
+        self._last_judge = time.monotonic()
+        self._recorder = None
+        self._pending: list[dict] = []
+        self._last_lookup = 0.0
+        self._lock = threading.Lock()
+        self._wrap_runner(env_runner)
+
+    # -- wrapping ------------------------------------------------------------------------
+    def _wrap_runner(self, env_runner: Any) -> None:
+        lv = self.liveness
+        sample, stop = env_runner.sample, env_runner.stop
+
+        def wrapped_sample(*args, **kwargs):
+            lv.busy()
+            try:
+                return sample(*args, **kwargs)
+            finally:
+                lv.idle()
+
+        def wrapped_stop(*args, **kwargs):
+            lv.close()
+            return stop(*args, **kwargs)
+
+        env_runner.sample = wrapped_sample
+        env_runner.stop = wrapped_stop
+
+    def attach_env(self, env: Any) -> None:
+        """Wrap each sub-env of a (new) vector env; called from on_environment_created."""
+        single_obs = getattr(env, "single_observation_space", None) or env.observation_space
+        single_act = getattr(env, "single_action_space", None) or env.action_space
+        if self.checker is None:
+            self.checker = RolloutChecker(single_obs, single_act, self.thresholds, window=LIVE_WINDOW)
+        subs = getattr(env, "envs", None)
+        if subs:
+            for sub in subs:
+                self._wrap_sub_env(sub)
+        else:  # async vector env: sub-envs live in other processes; stamp the vector step
+            self._wrap_step_only(env)
+
+    def _wrap_step_only(self, env: Any) -> None:
+        lv, step = self.liveness, env.step
+
+        def wrapped(actions):
+            lv.step_begin()
+            try:
+                out = step(actions)
+            except Exception as e:
+                self._crashed(e)
+                raise
+            lv.step_end()
+            return out
+
+        env.step = wrapped
+
+    def _wrap_sub_env(self, sub: Any) -> None:
+        lv, rc, agent = self.liveness, self.checker, self
+        step, reset = sub.step, sub.reset
+        state = {"checked": False, "ret": 0.0}
+        clock = time.perf_counter
+
+        def wrapped_reset(*args, **kwargs):
+            out = reset(*args, **kwargs)
+            state["checked"] = agent.rng.random() < agent.opts.sample_rate
+            state["ret"] = 0.0
+            if state["checked"]:
+                try:
+                    with agent._lock:
+                        rc.on_reset(*out)
+                except Exception as e:
+                    agent._internal(e)
+            return out
+
+        def wrapped_step(action):
+            lv.step_begin()
+            t0 = clock()
+            try:
+                out = step(action)
+            except Exception as e:
+                agent._crashed(e)
+                raise
+            dt = clock() - t0
+            lv.step_end()
+            if state["checked"]:
+                try:
+                    with agent._lock:
+                        rc.on_step(action, *out, duration_s=dt)
+                except Exception as e:
+                    agent._internal(e)
+            else:
+                try:
+                    state["ret"] += out[1]
+                    if out[2] or out[3]:
+                        rc.returns.add(float(state["ret"]))
+                except Exception:
+                    pass
+            return out
+
+        sub.reset, sub.step = wrapped_reset, wrapped_step
+
+    # -- findings ------------------------------------------------------------------------
+    def _crashed(self, exc: BaseException) -> None:
+        """The env raised: record it next to the lock (the process may exit next) and send
+        an ENV_CRASHED event now, before RLlib's restart delay and exit."""
+        try:
+            self.liveness.record_exception(exc)
+            self._send([crash_finding("step", exc, self.liveness.steps + 1, None,
+                                      who=f"{self.kind} worker {self.index} (pid {os.getpid()}): ")])
+        except Exception:
+            pass
+
+    def _internal(self, exc: BaseException) -> None:
+        if self.checker is not None:
+            self.checker.log.hit(C.FLOW1_INTERNAL, type(exc).__name__, lambda: (
+                f"flow1 failed to judge a live step: {type(exc).__name__}: {exc}",
+                {"exception": type(exc).__name__, "error": str(exc)[:300]}))
+
+    def on_sample_end(self) -> None:
+        if self.checker is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_judge >= JUDGE_EVERY_S:
+                self._last_judge = now
+                self.checker.judge()
+            new = self.checker.log.pop_new()
+        if new or self._pending or self.dropped != self._sent_dropped:
+            self._send(new)
+
+    # -- sending -------------------------------------------------------------------------
+    def _recorder_handle(self):
+        if self._recorder is not None:
+            return self._recorder
+        now = time.monotonic()
+        if now - self._last_lookup < LOOKUP_RETRY_S:
+            return None
+        self._last_lookup = now
+        import ray
+
+        from ..actors.run import recorder_name, runner_run_id
+
+        run_id = LOCAL_RUN.get(str(os.getpid())) if self.local else runner_run_id(self.actor_id)
+        if not run_id:
+            return None
+        try:
+            self._recorder = ray.get_actor(recorder_name(run_id), namespace=NAMESPACE)
+        except ValueError:
+            return None
+        return self._recorder
+
+    def _send(self, findings: list[Finding]) -> None:
+        import ray
+
+        where = dict(worker_index=self.index, pid=os.getpid(), node_id=ray.get_runtime_context().get_node_id())
+        for f in findings:
+            e = f.to_event(**where).to_dict()
+            e["evidence"]["worker_kind"] = self.kind
+            self._pending.append(e)
+        if len(self._pending) > MAX_PENDING_EVENTS:  # the run is not reachable yet: keep the first
+            self.dropped += len(self._pending) - MAX_PENDING_EVENTS
+            del self._pending[MAX_PENDING_EVENTS:]
+        handle = self._recorder_handle()
+        if handle is None:
+            return
+        batch = {"source": self.key, "events": self._pending, "dropped": self.dropped}
+        try:
+            handle.ingest.remote(batch)
+            self._pending = []
+            self._sent_dropped = self.dropped
+        except ray.exceptions.PendingCallsLimitExceeded:  # the Recorder is behind: drop, count
+            self.dropped += 1
+            self._pending = []
+        except Exception:
+            self.dropped += 1
+            self._recorder = None  # look it up again
