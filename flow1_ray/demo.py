@@ -6,6 +6,8 @@ The env takes an RLlib-style ``config`` dict so the same class serves both comma
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,14 @@ class FaultyCartPole(CartPoleEnv):
     - ``nan_reward_at_step``: a NaN reward at that global step (REWARD_NAN);
     - ``reuse_info``: one info dict object is returned and rewritten every step
       (INFO_MUTATION_DETECTED).
-    Absent keys mean no fault; ``config=None`` takes :data:`DEFAULT_FAULTS`.
+    - ``crash_worker`` / ``crash_at_step``: on that RLlib worker index, ``step`` raises a
+      ValueError at that step of the env's life (ENV_CRASHED, then WORKER_DIED);
+    - ``hang_worker`` / ``hang_at_step``: on that worker, ``step`` blocks in
+      ``_env_step_hangs_here`` for ``hang_s`` seconds (WORKER_STALLED);
+    - ``fork_child``: the env forks a child process that outlives it (as simulators and
+      fork-based vector envs do), which inherits the runner's open files.
+    Absent keys mean no fault; ``config=None`` takes :data:`DEFAULT_FAULTS`. The worker
+    index comes from RLlib's EnvContext (``config.worker_index``).
     """
 
     def __init__(self, config: dict[str, Any] | None = None, render_mode: str | None = None) -> None:
@@ -32,6 +41,15 @@ class FaultyCartPole(CartPoleEnv):
         self._t = 0
         self._global_t = 0
         self._info: dict[str, Any] = {}
+        self.worker_index = getattr(config, "worker_index", None)
+        self._child: int | None = None
+        if self.faults.get("fork_child"):
+            # a bare fork, as simulators and fork-based vector envs do: the child inherits
+            # every open file of the runner, its lock file included
+            self._child = os.fork()
+            if self._child == 0:
+                time.sleep(float(self.faults.get("child_lifetime_s", 60)))
+                os._exit(0)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = super().reset(seed=seed, options=options)
@@ -39,10 +57,14 @@ class FaultyCartPole(CartPoleEnv):
         return obs, info
 
     def step(self, action):
+        f = self.faults
+        if self._on_this_worker("crash_worker") and self._global_t + 1 == f.get("crash_at_step", -1):
+            self._env_step_raises_here()
+        if self._on_this_worker("hang_worker") and self._global_t + 1 == f.get("hang_at_step", -1):
+            self._env_step_hangs_here(float(f.get("hang_s", 3600)))
         obs, reward, terminated, truncated, info = super().step(action)
         self._t += 1
         self._global_t += 1
-        f = self.faults
         if f.get("float64_from_step") is not None and self._t >= f["float64_from_step"]:
             obs = obs.astype(np.float64)
         if f.get("nan_reward_at_step") is not None and self._global_t == f["nan_reward_at_step"]:
@@ -52,6 +74,26 @@ class FaultyCartPole(CartPoleEnv):
             self._info["t"] = self._t
             info = self._info
         return obs, reward, terminated, truncated, info
+
+
+    def _on_this_worker(self, key: str) -> bool:
+        return key in self.faults and self.faults[key] == self.worker_index
+
+    def _env_step_raises_here(self) -> None:
+        raise ValueError(f"injected physics fault at step {self._global_t + 1} (pid {os.getpid()})")
+
+    def _env_step_hangs_here(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def close(self) -> None:
+        if self._child:
+            try:
+                os.kill(self._child, 9)
+                os.waitpid(self._child, 0)
+            except OSError:
+                pass
+            self._child = None
+        super().close()
 
 
 def faulty_cartpole(config: dict[str, Any] | None = None) -> TimeLimit:

@@ -20,3 +20,17 @@ def cli_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH", "")) if p)
     env["NO_COLOR"] = "1"
     return env
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole session: 2 CPUs, no dashboard, a small object store."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    # workers import test-only classes (hooks, zoo envs) from tests/ too
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
+             log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}})
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,158 @@
+"""Liveness with real processes and real signals, no Ray: lock, heartbeat, stack, death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from flow1_ray.actors.probe import LockScanner
+from flow1_ray.worker.liveness import WorkerLiveness, holder_pid, private_dir
+
+
+def _wait(scanner: LockScanner, kind: str, timeout: float = 10.0) -> list[dict]:
+    seen: list[dict] = []
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        seen += scanner.scan()
+        if any(e["kind"] == kind for e in seen):
+            return seen
+        time.sleep(0.02)
+    raise AssertionError(f"no {kind!r} transition in {timeout} s; saw {[e['kind'] for e in seen]}")
+
+
+def _stuck_in_here(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _child(directory: Path, key: str, behaviour: str, ready_w: int) -> None:
+    """Runs in a forked child: hold a lock, then behave."""
+    try:
+        lv = WorkerLiveness(directory, f"{key}.{os.getpid()}", {"worker_index": 1}, heartbeat_interval_s=0.05,
+                            stall_timeout_s=0.5)
+        if behaviour == "fork":
+            if os.fork() == 0:  # a grandchild that inherits the open lock file and outlives us
+                time.sleep(30)
+                os._exit(0)
+        os.write(ready_w, b"x")
+        if behaviour == "hang":
+            lv.busy()
+            _stuck_in_here(60)
+        elif behaviour == "stop":
+            lv.close()
+            os._exit(0)
+        time.sleep(60)
+    finally:
+        os._exit(0)
+
+
+def _spawn(directory: Path, key: str, behaviour: str) -> int:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _child(directory, key, behaviour, w)
+    os.close(w)
+    assert os.read(r, 1) == b"x"
+    os.close(r)
+    return pid
+
+
+@pytest.fixture
+def lock_dir(tmp_path):
+    return private_dir(tmp_path / "locks")
+
+
+def test_sigkill_is_seen_even_when_a_forked_child_keeps_the_file_open(lock_dir):
+    pid = _spawn(lock_dir, "runnerA", "fork")
+    sc = LockScanner(lock_dir, stall_timeout_s=5)
+    assert [e["kind"] for e in sc.scan()] == ["new"]
+    grandchildren = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid]
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    (died,) = [e for e in _wait(sc, "died") if e["kind"] == "died"]
+    assert died["exit_signal"] == "SIGKILL" and died["signal_inferred"] is True
+    assert grandchildren and all(_alive(g) for g in grandchildren), "the child still holds the file"
+    for g in grandchildren:
+        os.kill(g, signal.SIGKILL)
+
+
+def test_sigsegv_is_named_from_faulthandlers_report(lock_dir):
+    pid = _spawn(lock_dir, "runnerB", "sleep")
+    sc = LockScanner(lock_dir, stall_timeout_s=5)
+    sc.scan()
+    os.kill(pid, signal.SIGSEGV)
+    os.waitpid(pid, 0)
+    (died,) = [e for e in _wait(sc, "died") if e["kind"] == "died"]
+    assert died["exit_signal"] == "SIGSEGV" and died["signal_inferred"] is False
+    assert "Fatal Python error: Segmentation fault" in died["traceback_tail"]
+    assert not list(lock_dir.iterdir()), "a reported death leaves no files behind"
+
+
+def test_hang_gives_a_stall_with_the_stuck_function_then_kill(lock_dir):
+    pid = _spawn(lock_dir, "runnerC", "hang")
+    sc = LockScanner(lock_dir, stall_timeout_s=0.5, stall_action="kill")
+    (stalled,) = [e for e in _wait(sc, "stalled") if e["kind"] == "stalled"]
+    assert "_stuck_in_here" in stalled["stack"] and stalled["stack_source"] == "watchdog"
+    assert stalled["killed"] is True
+    os.waitpid(pid, 0)
+    (died,) = [e for e in _wait(sc, "died") if e["kind"] == "died"]
+    assert died["killed_by_flow1"] is True and died["exit_signal"] == "SIGKILL" and not died["signal_inferred"]
+
+
+def test_graceful_stop_is_not_a_death(lock_dir):
+    pid = _spawn(lock_dir, "runnerD", "stop")
+    os.waitpid(pid, 0)
+    sc = LockScanner(lock_dir, stall_timeout_s=5)
+    assert sc.scan() == []  # a stopped runner's leftovers are cleaned, not reported
+    assert not list(lock_dir.iterdir())
+
+
+def test_a_new_process_on_a_known_key_is_a_restart(lock_dir):
+    sc = LockScanner(lock_dir, stall_timeout_s=5)
+    first = _spawn(lock_dir, "runnerE", "sleep")
+    sc.scan()
+    os.kill(first, signal.SIGKILL)
+    os.waitpid(first, 0)
+    _wait(sc, "died")
+    second = _spawn(lock_dir, "runnerE", "sleep")
+    (restart,) = [e for e in _wait(sc, "restarted") if e["kind"] == "restarted"]
+    assert restart["previous_pid"] == first and restart["pid"] == second
+    os.kill(second, signal.SIGKILL)
+    os.waitpid(second, 0)
+
+
+def test_holder_pid_and_no_symlinks(lock_dir, tmp_path):
+    pid = _spawn(lock_dir, "runnerF", "sleep")
+    (lock,) = lock_dir.glob("*.lock")
+    assert holder_pid(lock) == pid
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert holder_pid(lock) is None
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    os.symlink(target, lock_dir / "evil.1.lock")
+    with pytest.raises(OSError):
+        WorkerLiveness(lock_dir, "evil.1", {}, arm_faulthandler=False)
+    link = tmp_path / "linkdir"
+    os.symlink(tmp_path, link)
+    with pytest.raises(PermissionError):
+        private_dir(link / "x")
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False

@@ -1,0 +1,231 @@
+"""Flow1Callbacks on real RLlib training with real killed, crashing and hung EnvRunners.
+
+Settings are tiny (500-step batches, one epoch, short timeouts and restart delays) so that
+each scenario costs seconds, not minutes; one local Ray serves the whole session.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from flow1_ray import EVENT_SCHEMA, Flow1Callbacks, load_events, load_metrics
+from flow1_ray import codes as C
+from flow1_ray.callbacks import _guarded
+from flow1_ray.demo import FaultyCartPole
+
+pytestmark = pytest.mark.slow
+
+
+def build(tmp_path, *, runners=2, env_config=None, cb=None, restart=True, **opts):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cb = cb or Flow1Callbacks
+    cb = cb.with_options(output_dir=str(tmp_path), print_events=False, **opts)
+    config = (
+        PPOConfig()
+        .environment(FaultyCartPole if env_config is not None else "CartPole-v1", env_config=env_config or {})
+        .callbacks(cb)
+        .env_runners(num_env_runners=runners, sample_timeout_s=8)
+        .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1)
+        .fault_tolerance(restart_failed_env_runners=restart, delay_between_env_runner_restarts_s=1.0)
+    )
+    return config.build_algo()
+
+
+class Run:
+    """Test-side view of a run's actors and files."""
+
+    def __init__(self, result: dict):
+        import ray
+
+        from flow1_ray.actors.run import monitor_name, recorder_name
+
+        self.dir = Path(result["flow1"]["run_dir"])
+        rid = self.dir.name
+        self.monitor = ray.get_actor(monitor_name(rid), namespace="flow1")
+        self.recorder = ray.get_actor(recorder_name(rid), namespace="flow1")
+
+    def status(self) -> dict:
+        import ray
+        return ray.get(self.monitor.full_status.remote(), timeout=10)
+
+    def events(self) -> list[dict]:
+        import ray
+        ray.get(self.recorder.flush.remote(), timeout=10)
+        return load_events(self.dir).to_pylist()
+
+    def wait_events(self, pred, timeout=30.0, algo=None) -> list[dict]:
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            evs = self.events()
+            if pred(evs):
+                return evs
+            if algo is not None:
+                algo.train()
+            else:
+                time.sleep(0.2)
+        raise AssertionError(f"condition not met in {timeout} s; codes {[e['code'] for e in self.events()]}")
+
+
+def runner_pids(algo) -> dict[int, int]:
+    got = algo.env_runner_group.foreach_env_runner(lambda er: (er.worker_index, os.getpid()),
+                                                   local_env_runner=False, timeout_seconds=10)
+    return dict(got)
+
+
+def test_sigsegv_and_sigkill_named_then_restarted(ray_session, tmp_path):
+    algo = build(tmp_path)
+    try:
+        run = Run(algo.train())
+        pids = runner_pids(algo)
+        os.kill(pids[1], signal.SIGSEGV)
+        os.kill(pids[2], signal.SIGKILL)
+        evs = run.wait_events(lambda e: sum(x["code"] == C.WORKER_DIED for x in e) == 2, timeout=15)
+        died = {e["worker_index"]: e for e in evs if e["code"] == C.WORKER_DIED}
+        import json
+        ev1, ev2 = json.loads(died[1]["evidence"]), json.loads(died[2]["evidence"])
+        assert ev1["exit_signal"] == "SIGSEGV" and died[1]["pid"] == pids[1]
+        assert "Segmentation fault" in ev1["traceback_tail"]
+        assert ev2["exit_signal"] == "SIGKILL" and died[2]["pid"] == pids[2]
+        assert "ray_exit_type" in ev1 and died[1]["status"] == C.FAIL
+        evs = run.wait_events(lambda e: {x["worker_index"] for x in e if x["code"] == C.WORKER_RESTARTED} == {1, 2},
+                              timeout=90, algo=algo)
+        result = algo.train()
+        assert result["flow1"]["worker"]["restarts"] == 2
+        assert result["flow1"]["worker"]["alive"] == 2 and result["flow1"]["worker"]["dead"] == 0
+        assert result["flow1"]["events"][C.FAIL] >= 2
+    finally:
+        algo.stop()
+    table = load_events(run.dir)
+    assert table.schema.equals(EVENT_SCHEMA)
+    assert load_metrics(run.dir).num_rows >= 2
+    assert (run.dir / "flow1.log").read_text().count("| WORKER | FAIL | WORKER_DIED") == 2
+
+
+def test_death_is_seen_when_the_env_forked_a_child_that_outlives_the_runner(ray_session, tmp_path):
+    algo = build(tmp_path, runners=1, env_config={"fork_child": True, "child_lifetime_s": 60}, restart=False)
+    children = []
+    try:
+        run = Run(algo.train())
+        pid = runner_pids(algo)[1]
+        children = psutil.Process(pid).children()
+        assert children, "the env forked a child"
+        os.kill(pid, signal.SIGKILL)
+        evs = run.wait_events(lambda e: any(x["code"] == C.WORKER_DIED for x in e), timeout=15)
+        assert any(c.is_running() for c in children), "the forked child outlived its runner"
+        (died,) = [e for e in evs if e["code"] == C.WORKER_DIED]
+        assert died["pid"] == pid and "SIGKILL" in died["message"]
+    finally:
+        for c in children:  # the child holds the runner's sockets too: Ray waits for it
+            try:
+                c.kill()
+            except psutil.Error:
+                pass
+        algo.stop()
+
+
+def test_env_step_exception_on_a_remote_runner_is_named(ray_session, tmp_path):
+    algo = build(tmp_path, env_config={"crash_worker": 1, "crash_at_step": 200})
+    try:
+        run = Run(algo.train())
+        evs = run.wait_events(lambda e: any(x["code"] == C.ENV_CRASHED for x in e) and
+                              any(x["code"] == C.WORKER_DIED for x in e), timeout=60, algo=algo)
+        crash = next(e for e in evs if e["code"] == C.ENV_CRASHED)
+        assert crash["status"] == C.FAIL and crash["worker_index"] == 1
+        assert "ValueError: injected physics fault" in crash["message"]
+        assert "_env_step_raises_here" in crash["message"]
+        died = next(e for e in evs if e["code"] == C.WORKER_DIED and e["worker_index"] == 1)
+        assert "env.step raised ValueError" in died["message"]
+    finally:
+        algo.stop()
+
+
+def test_hung_runner_is_stalled_with_its_stack_and_killed(ray_session, tmp_path):
+    algo = build(tmp_path, env_config={"hang_worker": 1, "hang_at_step": 150, "hang_s": 3600},
+                 stall_timeout_s=2.0, stall_action="kill")
+    run = Run(algo.train())
+    evs = run.wait_events(lambda e: any(x["code"] == C.WORKER_STALLED for x in e), timeout=60, algo=algo)
+    stalled = next(e for e in evs if e["code"] == C.WORKER_STALLED)
+    assert "_env_step_hangs_here" in stalled["evidence"] and stalled["worker_index"] == 1
+    assert "flow1 killed it" in stalled["message"]
+    result = algo.train()  # training goes on
+    assert result["training_iteration"] >= 2
+    stopper = threading.Thread(target=algo.stop, daemon=True)
+    t0 = time.time()
+    stopper.start()
+    stopper.join(60)
+    assert not stopper.is_alive(), "algo.stop() returned"
+    assert time.time() - t0 < 60
+
+
+class _BrokenHook(Flow1Callbacks):
+    @_guarded
+    def on_sample_end(self, **kwargs):
+        raise RuntimeError("injected into a flow1 hook")
+
+
+def test_an_error_inside_a_flow1_hook_does_not_stop_training(ray_session, tmp_path):
+    algo = build(tmp_path, cb=_BrokenHook)
+    try:
+        t0 = time.time()
+        results = [algo.train() for _ in range(3)]
+        assert time.time() - t0 < 45, "no 60 s stall"
+        assert results[-1]["fault_tolerance"]["num_healthy_workers"] == 2
+        assert results[-1]["fault_tolerance"]["num_remote_worker_restarts"] == 0
+        assert results[-1]["flow1"]["worker"]["alive"] == 2
+    finally:
+        algo.stop()
+
+
+def test_killing_the_recorder_loses_no_flushed_row(ray_session, tmp_path):
+    import ray
+
+    algo = build(tmp_path, runners=1, flush_interval_s=0.5)
+    try:
+        run = Run(algo.train())
+        algo.train()
+        ray.get(run.recorder.flush.remote(), timeout=10)
+        before = load_metrics(run.dir).num_rows
+        assert before >= 1
+        ray.kill(run.recorder, no_restart=False)
+        for _ in range(3):
+            algo.train()
+        assert ray.get(run.recorder.ping.remote(), timeout=30)  # Ray restarted it
+        ray.get(run.recorder.flush.remote(), timeout=10)
+        after = load_metrics(run.dir)
+        assert after.num_rows >= before + 2
+        assert after.column("iteration").to_pylist()[:before] == list(range(1, before + 1))
+    finally:
+        algo.stop()
+
+
+def test_local_runner_and_evaluation_runners_are_watched(ray_session, tmp_path):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False)
+    config = (PPOConfig().environment("CartPole-v1").callbacks(cb)
+              .env_runners(num_env_runners=0)
+              .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1)
+              .evaluation(evaluation_interval=1, evaluation_num_env_runners=1, evaluation_duration=1,
+                          evaluation_duration_unit="episodes"))
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        run = Run(result)
+        workers = run.status()["workers"]
+        assert any(w["key"].startswith("local-") and not w["eval"] for w in workers)
+        assert any(w["eval"] and not w["key"].startswith("local-") for w in workers)
+        assert result["flow1"]["worker"]["alive"] >= 2
+    finally:
+        algo.stop()
+    assert run.status is not None
+    with pytest.raises(Exception):  # the run's actors are gone after algo.stop()
+        import ray
+        ray.get(run.monitor.full_status.remote(), timeout=5)
