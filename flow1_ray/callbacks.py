@@ -145,12 +145,14 @@ class Flow1Callbacks(RLlibCallback):
         self.internal_errors += 1
         logger.warning("flow1: %s failed (%s: %s); training goes on", where, type(exc).__name__, exc)
         try:
-            ev = Event(C.FLOW1_INTERNAL, f"{where} failed: {type(exc).__name__}: {exc}",
-                       {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]}, pid=os.getpid())
-            for agent in self._agents.values():
-                agent.checker.log.hit(C.FLOW1_INTERNAL, where, lambda: (ev.message, ev.evidence))
+            for agent in self._agents.values():  # an EnvRunner: its agent sends it
+                agent.report_internal(where, exc)
                 return
             if self._run is not None:
+                ev = Event(C.FLOW1_INTERNAL, f"flow1 hook {where} failed: {type(exc).__name__}: {exc}; "
+                                             f"training goes on",
+                           {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]},
+                           pid=os.getpid())
                 self._run.recorder.add_events.remote([ev.to_dict()])
         except Exception:
             pass

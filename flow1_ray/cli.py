@@ -1,4 +1,4 @@
-"""The ``flow1`` command: ``check`` (and ``train``, ``report`` as they land).
+"""The ``flow1`` command: ``check``, ``train``, ``report``.
 
 Exit codes: 0 no FAIL, 1 FAIL (or WARN with ``--fail-on WARN``), 2 usage or input error.
 A :class:`Flow1InputError` becomes one line on stderr, never a traceback.
@@ -34,7 +34,56 @@ def _parser() -> argparse.ArgumentParser:
                    help="JSON object overriding default thresholds (see configs/thresholds.json)")
     c.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL,
                    help="lowest status that makes the exit code 1 (default FAIL)")
+    t = sub.add_parser("train", help="PPO with Flow1Callbacks on a local Ray (the demo job)")
+    t.add_argument("--env", default="CartPole-v1", help="registered id or module:attr (default CartPole-v1)")
+    t.add_argument("--iterations", type=int, default=6)
+    t.add_argument("--env-runners", type=int, default=2)
+    t.add_argument("--inject", choices=["none", "crash", "hang"], default="none",
+                   help="make EnvRunner 1 raise in env.step (crash) or hang there (hang); exit 0 if flow1 names it")
+    t.add_argument("--output-dir", metavar="DIR", help="where run directories go (default ./flow1_runs)")
+    t.add_argument("--stall-timeout", type=float, default=5.0, help="seconds without a step = stalled (default 5)")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    r = sub.add_parser("report", help="summarise a run directory from its Parquet files (no Ray needed)")
+    r.add_argument("run_dir")
+    r.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    r.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
     return p
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .train import run_training
+
+    report, expected = run_training(args.env, args.iterations, args.env_runners, args.inject, args.output_dir,
+                                    args.stall_timeout, args.quiet)
+    if expected is None:
+        return report.exit_code()
+    caught = expected in report.codes()
+    print(f"flow1 train: the injected {args.inject} was {'named (' + expected + ')' if caught else 'NOT named'}")
+    return EXIT_OK if caught else EXIT_FAIL
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report.render import console, print_events, print_run_report
+    from .report.run import load_run_report
+
+    report = load_run_report(args.run_dir)
+    human = console(sys.stderr if args.json == "-" else None)
+    print_events(human, [e for e in report.events if e.status != C.PASS])
+    print_run_report(human, report)
+    _write_json(args.json, report.to_json())
+    return report.exit_code(args.fail_on)
+
+
+def _write_json(dest: str | None, text: str) -> None:
+    if not dest:
+        return
+    if dest == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        Path(dest).write_text(text + "\n", encoding="utf-8")
+    except OSError as e:
+        raise Flow1InputError(f"cannot write JSON report to {dest}: {e.strerror}") from None
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -68,14 +117,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for r in reports:
             r.write(Path(args.output_dir) / _slug(r.target) if len(reports) > 1 else args.output_dir)
     if args.json:
-        text = reports[0].to_json() if len(reports) == 1 else "[" + ",".join(r.to_json() for r in reports) + "]"
-        if args.json == "-":
-            sys.stdout.write(text + "\n")
-        else:
-            try:
-                Path(args.json).write_text(text + "\n", encoding="utf-8")
-            except OSError as e:
-                raise Flow1InputError(f"cannot write JSON report to {args.json}: {e.strerror}") from None
+        _write_json(args.json, reports[0].to_json() if len(reports) == 1
+                    else "[" + ",".join(r.to_json() for r in reports) + "]")
     return code
 
 
@@ -88,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _cmd_check(args)
+        if args.command == "train":
+            return _cmd_train(args)
+        if args.command == "report":
+            return _cmd_report(args)
     except Flow1InputError as e:
         print(f"flow1: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -83,6 +83,10 @@ class FaultyCartPole(CartPoleEnv):
         raise ValueError(f"injected physics fault at step {self._global_t + 1} (pid {os.getpid()})")
 
     def _env_step_hangs_here(self, seconds: float) -> None:
+        mark = self.faults.get("hang_mark")
+        if mark:  # when the hang began, for the detection benchmark
+            with open(mark, "a", encoding="utf-8") as f:
+                f.write(f"{os.getpid()} {time.time()}\n")
         time.sleep(seconds)
 
     def close(self) -> None:

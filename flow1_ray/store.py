@@ -22,6 +22,7 @@ EVENTS_DIR = "events"
 METRICS_DIR = "metrics"
 LOG_FILE = "flow1.log"
 REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
 
 _seq = itertools.count()
 

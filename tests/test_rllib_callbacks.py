@@ -180,6 +180,10 @@ def test_an_error_inside_a_flow1_hook_does_not_stop_training(ray_session, tmp_pa
         assert results[-1]["fault_tolerance"]["num_healthy_workers"] == 2
         assert results[-1]["fault_tolerance"]["num_remote_worker_restarts"] == 0
         assert results[-1]["flow1"]["worker"]["alive"] == 2
+        evs = Run(results[-1]).wait_events(lambda e: any(x["code"] == C.FLOW1_INTERNAL for x in e), timeout=20)
+        internal = [e for e in evs if e["code"] == C.FLOW1_INTERNAL]
+        assert {e["worker_index"] for e in internal} == {1, 2}  # once per runner, not once per batch
+        assert "injected into a flow1 hook" in internal[0]["message"]
     finally:
         algo.stop()
 

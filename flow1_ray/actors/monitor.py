@@ -146,6 +146,7 @@ def make_monitor_actor():
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from .contention import ContentionCore
     from .probe import make_probe_actor
 
     NodeProbe = make_probe_actor()
@@ -164,6 +165,7 @@ def make_monitor_actor():
             self.keys: list[str] = []
             self.local_prefixes: list[str] = []
             self.summaries: dict[str, dict] = {}
+            self.contention = ContentionCore(run_id)
 
         def _recorder(self):
             return ray.get_actor(self.recorder_name, namespace=self.namespace)
@@ -197,9 +199,11 @@ def make_monitor_actor():
 
         def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
             self.summaries[node_id] = summary
-            if not changes:
-                return
-            events = self.events_for(node_id, changes)
+            events = self.events_for(node_id, changes) if changes else []
+            try:
+                events += self.contention.observe(node_id, summary)
+            except Exception as e:  # a judgement must not stop the monitor
+                self.probe_errors.append(f"contention: {type(e).__name__}: {e}")
             if events:
                 try:
                     self._recorder().add_events.remote([e.to_dict() for e in events])

@@ -208,6 +208,7 @@ class LockScanner:
             workers.append({"key": t.key, "pid": t.pid, "worker_index": t.meta.get("worker_index"),
                             "eval": t.meta.get("eval", False), "stalled": t.stalled,
                             "steps": h.steps if h else None,
+                            "step_time_ema": h.step_time_ema if h else None, "rss": h.rss if h else None,
                             "heartbeat_age_s": round(now - h.written_at, 3) if h else None,
                             "state": h.state_name if h else None})
         return {"workers": workers, "scans": self.scans, "last_scan_ms": round(self.last_scan_s * 1e3, 3)}
@@ -242,6 +243,8 @@ def make_probe_actor():
     """The NodeProbe Ray actor class (built lazily so this module imports without Ray)."""
     import ray
 
+    from .contention import node_load
+
     @ray.remote(num_cpus=0, max_restarts=-1)
     class NodeProbe:
         def __init__(self, job_id: str, monitor: Any, node_id: str, stall_timeout_s: float,
@@ -273,7 +276,9 @@ def make_probe_actor():
                     changes = self.scanner.scan()
                     now = time.monotonic()
                     if changes or now - last_summary >= self.summary_every:
-                        self.monitor.report.remote(self.node_id, changes, self.scanner.summary())
+                        summary = self.scanner.summary()
+                        summary["load"] = node_load()
+                        self.monitor.report.remote(self.node_id, changes, summary)
                         last_summary = now
                 except Exception as e:  # keep probing whatever happens
                     try:

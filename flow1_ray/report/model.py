@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import codes as C
 from ..events import Event, jsonable
-from ..store import REPORT_JSON, write_events
+from ..store import REPORT_JSON, REPORT_MD, write_events
 
 
 @dataclass
@@ -51,9 +51,26 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent)
 
     def write(self, run_dir: str | os.PathLike) -> Path:
-        """Write events (Parquet + log) and report.json into a run directory."""
+        """Write events (Parquet + log) and the report files into a run directory."""
         d = Path(run_dir)
         d.mkdir(parents=True, exist_ok=True)
         write_events(self.events, d)
+        return self.write_summary(d)
+
+    def write_summary(self, run_dir: str | os.PathLike) -> Path:
+        """report.json and report.md only (the events are already in the directory)."""
+        d = Path(run_dir)
         (d / REPORT_JSON).write_text(self.to_json(), encoding="utf-8")
+        (d / REPORT_MD).write_text(self.to_markdown(), encoding="utf-8")
         return d
+
+    def to_markdown(self) -> str:
+        n = self.by_status()
+        lines = [f"# flow1 report: {self.target}", "",
+                 f"**{self.status}**: {n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {n[C.PASS]} PASS", "",
+                 "| time (UTC) | module | status | code | evidence |", "|---|---|---|---|---|"]
+        for e in self.events:
+            if e.status != C.PASS:
+                msg = e.message.replace("|", "\\|").replace("\n", " ")
+                lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {e.module} | {e.status} | {e.code} | {msg} |")
+        return "\n".join(lines) + "\n"

@@ -36,8 +36,8 @@ def print_events(con: Console, events: list[Event]) -> None:
         con.print(log_text(e))
 
 
-def summary_table(report: Report) -> Table:
-    table = Table(title=f"flow1 check: {report.target}", title_justify="left")
+def summary_table(report: Report, title: str = "flow1 check") -> Table:
+    table = Table(title=f"{title}: {report.target}", title_justify="left")
     table.add_column("module")
     table.add_column("status")
     table.add_column("codes")
@@ -46,7 +46,11 @@ def summary_table(report: Report) -> Table:
         modules.setdefault(e.module, []).append(e)
     for m, evs in modules.items():
         st = C.worst(e.status for e in evs)
-        codes = ", ".join(sorted({e.code for e in evs if e.status != C.PASS})) or "-"
+        counts: dict[str, int] = {}
+        for e in evs:
+            if e.status != C.PASS:
+                counts[e.code] = counts.get(e.code, 0) + 1
+        codes = ", ".join(f"{c} x{n}" if n > 1 else c for c, n in sorted(counts.items())) or "-"
         table.add_row(m, Text(st, style=STYLE[st]), codes)
     return table
 
@@ -67,3 +71,20 @@ def print_report(con: Console, report: Report) -> None:
     print_events(con, report.events)
     con.print(summary_table(report))
     con.print(verdict_line(report))
+
+
+def print_run_report(con: Console, report: Report) -> None:
+    """The end screen of a training run or of ``flow1 report``."""
+    con.print(summary_table(report, "flow1 run"))
+    s = report.summary
+    n = report.by_status()
+    t = Text("flow1 run: ")
+    t.append(report.status, style=STYLE[report.status])
+    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN)")
+    if s.get("iterations") is not None:
+        w = s.get("workers") or {}
+        t.append(f"; {s['iterations']} iterations, {s.get('env_steps')} env steps, return mean "
+                 f"{s.get('episode_return_mean') or float('nan'):.1f}; workers alive {w.get('alive', '?')}, "
+                 f"dead {w.get('dead', '?')}, stalled {w.get('stalled', '?')}, restarts {w.get('restarts', '?')}")
+    con.print(t)
+    con.print(f"run directory: {s.get('run_dir')}")

@@ -61,6 +61,7 @@ class RunnerAgent:
         self._last_judge = time.monotonic()
         self._recorder = None
         self._pending: list[dict] = []
+        self._internal_sent: set[str] = set()
         self._last_lookup = 0.0
         self._lock = threading.Lock()
         self._wrap_runner(env_runner)
@@ -169,10 +170,22 @@ class RunnerAgent:
             pass
 
     def _internal(self, exc: BaseException) -> None:
+        """A live check failed: counted in the log, sent with the next batch."""
         if self.checker is not None:
             self.checker.log.hit(C.FLOW1_INTERNAL, type(exc).__name__, lambda: (
                 f"flow1 failed to judge a live step: {type(exc).__name__}: {exc}",
                 {"exception": type(exc).__name__, "error": str(exc)[:300]}))
+
+    def report_internal(self, where: str, exc: BaseException) -> None:
+        """A flow1 hook failed: send it now (the failing hook may be the one that sends),
+        once per hook and exception type."""
+        key = f"{where}:{type(exc).__name__}"
+        if key in self._internal_sent:
+            return
+        self._internal_sent.add(key)
+        self._send([Finding(C.FLOW1_INTERNAL, f"flow1 hook {where} failed: {type(exc).__name__}: {exc}; "
+                                              f"training goes on",
+                            {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]})])
 
     def on_sample_end(self) -> None:
         if self.checker is None:

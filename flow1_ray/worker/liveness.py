@@ -42,13 +42,15 @@ from typing import Any
 
 MAGIC = b"F1LK"
 VERSION = 1
-#: magic, version, state, pid, worker_index, written_at, last_progress, steps, busy_since, in_step_since
-HEADER = struct.Struct("<4sHHiiddqdd")
-HEADER_SIZE = 64
-META_OFFSET = 64
+#: magic, version, state, pid, worker_index, written_at, last_progress, steps, busy_since, in_step_since,
+#: step_time_ema (s), rss (bytes)
+HEADER = struct.Struct("<4sHHiiddqdddq")
+HEADER_SIZE = 128
+META_OFFSET = 128
 META_SIZE = 2048
 
 IDLE, BUSY, STOPPED, EXITING = 0, 1, 2, 3
+STEP_EMA = 0.02  # weight of one step in the step-time average the probes read
 STATE_NAMES = {IDLE: "idle", BUSY: "busy", STOPPED: "stopped", EXITING: "exiting"}
 
 _FLOCK = struct.Struct("@hhqqi4x")  # struct flock on Linux (l_type, l_whence, l_start, l_len, l_pid)
@@ -89,6 +91,8 @@ class Header:
     steps: int
     busy_since: float
     in_step_since: float
+    step_time_ema: float = 0.0
+    rss: int = 0
 
     @property
     def state_name(self) -> str:
@@ -118,7 +122,7 @@ def _header(raw: bytes) -> Header | None:
     if len(raw) < HEADER.size or raw[:4] != MAGIC:
         return None
     f = HEADER.unpack_from(raw)
-    return Header(f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
+    return Header(*f[2:])
 
 
 def probe_lock(path: Path) -> tuple[int | None, Header | None]:
@@ -186,6 +190,18 @@ def format_exception(exc: BaseException, limit_chars: int = 3000) -> dict:
     }
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss() -> int:
+    """Resident set size in bytes from /proc (no psutil call on the watchdog's path)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class WorkerLiveness:
     """The holder side: one per EnvRunner (per process and worker key).
 
@@ -209,6 +225,8 @@ class WorkerLiveness:
         self.last_progress = time.time()
         self.busy_since = 0.0
         self.in_step_since = 0.0
+        self.step_time_ema = 0.0
+        self.rss = _rss()
         self.sample_thread = threading.get_ident()
         self._stack_written = False
         self._lock = threading.Lock()
@@ -246,7 +264,11 @@ class WorkerLiveness:
         self.in_step_since = time.time()
 
     def step_end(self) -> None:
-        self.last_progress = time.time()
+        now = time.time()
+        if self.in_step_since:
+            d = now - self.in_step_since
+            self.step_time_ema = d if not self.step_time_ema else self.step_time_ema + STEP_EMA * (d - self.step_time_ema)
+        self.last_progress = now
         self.in_step_since = 0.0
         self.steps += 1
 
@@ -292,7 +314,7 @@ class WorkerLiveness:
                 return
             data = HEADER.pack(MAGIC, VERSION, self.state if state is None else state, os.getpid(),
                                self.worker_index, time.time(), self.last_progress, self.steps, self.busy_since,
-                               self.in_step_since)
+                               self.in_step_since, self.step_time_ema, self.rss)
             try:
                 os.pwrite(self.fd, data, 0)
             except OSError:
@@ -300,6 +322,7 @@ class WorkerLiveness:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
+            self.rss = _rss()
             self.write_header()
             if self.state == BUSY and not self._stack_written:
                 now = time.time()

@@ -1,0 +1,143 @@
+"""ContentionDetector: slow steps across workers (RESOURCE_CONTENTION) and growing RSS
+(MEMORY_LEAK_SUSPECTED), from the numbers every runner already writes into its lock file.
+
+No runner sends anything for this: its watchdog writes its step-time average and RSS into
+the lock-file header, the node probe reads them with the heartbeat, and the monitor hands
+each node summary to :class:`ContentionCore`, which it hosts in its own process (one
+Python process fewer on the node than a separate actor would cost).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict, deque
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from .. import codes as C
+from ..events import Event
+
+BASELINE_POINTS = 5        # first observations of a worker that make its baseline
+SLOW_RATIO = 3.0           # step time > 3x the worker's own baseline = slow
+MIN_SLOW = 3               # ... on at least this many workers (or all, if fewer)
+LEAK_MB_PER_1000_STEPS = 1.0
+LEAK_MIN_R2 = 0.8
+LEAK_MIN_POINTS = 10
+LEAK_MIN_STEPS = 5000
+RSS_POINTS = 120
+
+
+def node_load() -> dict[str, Any]:
+    """CPU load average, memory use and (where pynvml finds a GPU) GPU utilisation here."""
+    out: dict[str, Any] = {}
+    try:
+        out["cpu_load_avg_1m"] = round(os.getloadavg()[0], 2)
+        out["cpu_count"] = os.cpu_count()
+    except OSError:
+        pass
+    try:
+        import psutil
+        out["mem_usage_percent"] = psutil.virtual_memory().percent
+    except Exception:
+        pass
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        out["gpu_util_percent"] = [pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu
+                                   for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:
+        pass
+    return out
+
+
+class ContentionCore:
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.baseline_points: dict[str, list[float]] = defaultdict(list)
+        self.baseline: dict[str, float] = {}
+        self.current: dict[str, float] = {}
+        self.last_steps: dict[str, int] = {}
+        self.rss: dict[str, deque] = defaultdict(lambda: deque(maxlen=RSS_POINTS))
+        self.where: dict[str, dict] = {}
+        self.in_contention = False
+        self.leak_reported: set[str] = set()
+        self.contention_events = 0
+
+    def observe(self, node_id: str, summary: dict) -> list[Event]:
+        """One node summary (``workers`` with steps, step_time_ema, rss; ``load``)."""
+        for w in summary.get("workers", []):
+            key, steps = w.get("key"), w.get("steps") or 0
+            if key is None or steps <= self.last_steps.get(key, 0):
+                continue  # no progress since last time: idle, nothing to judge
+            self.last_steps[key] = steps
+            self.where[key] = {"worker_index": w.get("worker_index"), "pid": w.get("pid"), "node_id": node_id}
+            st = w.get("step_time_ema") or 0.0
+            if st > 0:
+                if key not in self.baseline:
+                    pts = self.baseline_points[key]
+                    pts.append(st)
+                    if len(pts) >= BASELINE_POINTS:
+                        self.baseline[key] = float(np.median(pts))
+                else:
+                    self.current[key] = st
+            if w.get("rss"):
+                self.rss[key].append((steps, w["rss"]))
+        out = self._contention(node_id, summary.get("load", {}))
+        out += self._leaks()
+        return out
+
+    def _contention(self, node_id: str, load: dict) -> list[Event]:
+        judged = [k for k in self.baseline if k in self.current]
+        if not judged:
+            return []
+        slow = [k for k in judged if self.current[k] > SLOW_RATIO * self.baseline[k]]
+        need = min(MIN_SLOW, len(judged))
+        if len(slow) < need:
+            self.in_contention = False
+            return []
+        if self.in_contention:
+            return []
+        self.in_contention = True
+        self.contention_events += 1
+        detail = [{"worker_index": self.where[k]["worker_index"], "baseline_ms": round(self.baseline[k] * 1e3, 3),
+                   "current_ms": round(self.current[k] * 1e3, 3),
+                   "ratio": round(self.current[k] / self.baseline[k], 2)} for k in slow]
+        worst = max(detail, key=lambda d: d["ratio"])
+        msg = (f"{len(slow)} of {len(judged)} workers step > {SLOW_RATIO:g}x slower than their own baseline "
+               f"(worst: worker {worst['worker_index']} {worst['current_ms']} ms vs {worst['baseline_ms']} ms); "
+               f"cpu load avg {load.get('cpu_load_avg_1m', '?')} on {load.get('cpu_count', '?')} cpus, "
+               f"memory {load.get('mem_usage_percent', '?')}%"
+               + (f", GPU util {load['gpu_util_percent']}%" if "gpu_util_percent" in load else ""))
+        return [Event(C.RESOURCE_CONTENTION, msg,
+                      {"slow_workers": detail, "threshold_ratio": SLOW_RATIO, "min_slow": need, **load},
+                      run_id=self.run_id, node_id=node_id, ts=datetime.now(timezone.utc))]
+
+    def _leaks(self) -> list[Event]:
+        out = []
+        for key, pts in self.rss.items():
+            if key in self.leak_reported or len(pts) < LEAK_MIN_POINTS:
+                continue
+            steps = np.array([p[0] for p in pts], dtype=np.float64)
+            rss_mb = np.array([p[1] for p in pts], dtype=np.float64) / 1e6
+            if steps[-1] - steps[0] < LEAK_MIN_STEPS:
+                continue
+            slope, icpt = np.polyfit(steps, rss_mb, 1)
+            resid = rss_mb - (slope * steps + icpt)
+            ss_tot = float(np.sum((rss_mb - rss_mb.mean()) ** 2))
+            r2 = 1.0 - float(np.sum(resid ** 2)) / ss_tot if ss_tot > 0 else 0.0
+            per_1000 = slope * 1000.0
+            if per_1000 > LEAK_MB_PER_1000_STEPS and r2 >= LEAK_MIN_R2:
+                self.leak_reported.add(key)
+                w = self.where.get(key, {})
+                out.append(Event(C.MEMORY_LEAK_SUSPECTED,
+                                 f"worker {w.get('worker_index')} (pid {w.get('pid')}) RSS grows {per_1000:.2f} MB per "
+                                 f"1000 env steps (R^2 {r2:.2f}), expected <= {LEAK_MB_PER_1000_STEPS:g}: "
+                                 f"{rss_mb[0]:.0f} -> {rss_mb[-1]:.0f} MB over {int(steps[-1] - steps[0])} steps",
+                                 {"mb_per_1000_steps": per_1000, "threshold": LEAK_MB_PER_1000_STEPS, "r2": r2,
+                                  "r2_threshold": LEAK_MIN_R2, "rss_first_mb": rss_mb[0], "rss_last_mb": rss_mb[-1],
+                                  "steps_span": int(steps[-1] - steps[0])},
+                                 run_id=self.run_id, worker_index=w.get("worker_index"), pid=w.get("pid"),
+                                 node_id=w.get("node_id"), ts=datetime.now(timezone.utc)))
+        return out
