@@ -79,15 +79,17 @@ class Flow1Callbacks(RLlibCallback):
         run = self._run = Flow1Run(self.OPTIONS)
         LOCAL_RUN[str(os.getpid())] = run.run_id
         run.register(runner_keys(algorithm))
-        original_stop = algorithm.stop
+        # Trainable.stop() calls self.cleanup(): wrapping cleanup on the instance covers
+        # algo.stop() and Tune's stop alike (Tune calls stop through the actor's class).
+        original_cleanup = algorithm.cleanup
 
-        def stop(*args: Any, **kw: Any) -> Any:
+        def cleanup(*args: Any, **kw: Any) -> Any:
             try:
-                return original_stop(*args, **kw)
+                return original_cleanup(*args, **kw)
             finally:
                 self._close()
 
-        algorithm.stop = stop
+        algorithm.cleanup = cleanup
         atexit.register(self._close)
         logger.info("flow1: run %s writing to %s", run.run_id, run.run_dir)
 

@@ -15,7 +15,7 @@ class Flow1Options:
     output_dir: str = ""                 # default: $FLOW1_OUTPUT_DIR or ./flow1_runs
     run_id: str = ""                     # default: <UTC time>-<random>
     heartbeat_interval_s: float = 1.0    # watchdog write period; probes' summary period
-    probe_interval_s: float = 0.1        # each node probe reads every lock file this often
+    probe_interval_s: float = 0.2        # each node probe reads every lock file this often
     stall_timeout_s: float = 30.0        # a busy runner with no step for this long is stalled
     stall_action: str = "report"         # or "kill": end the stalled process so Ray restarts it
     sample_rate: float = 0.1             # share of episodes whose every step is contract-checked

@@ -90,13 +90,11 @@ def main() -> None:
         t0 = time.time()
         while ray.get(mon.full_status.remote())["alive"] < n and time.time() - t0 < 60:
             time.sleep(0.1)
-        probe_pid = None
-        for proc in psutil.process_iter(["cmdline"]):
-            if "NodeProbe" in " ".join(proc.info["cmdline"] or []):
-                probe_pid = proc.pid
-        cpu = psutil.Process(probe_pid).cpu_percent(None) if probe_pid else None
-        time.sleep(3.0)
-        cpu = psutil.Process(probe_pid).cpu_percent(None) if probe_pid else float("nan")
+        pid = ray.get(mon.probe_pids.remote())[0]
+        probe = psutil.Process(pid)
+        probe.cpu_percent(None)
+        time.sleep(5.0)
+        cpu = probe.cpu_percent(None)
         lat, scans = [], []
         for k in range(min(a.kills, len(holders))):
             st = ray.get(mon.full_status.remote())

@@ -233,3 +233,21 @@ def test_local_runner_and_evaluation_runners_are_watched(ray_session, tmp_path):
     with pytest.raises(Exception):  # the run's actors are gone after algo.stop()
         import ray
         ray.get(run.monitor.full_status.remote(), timeout=5)
+
+
+def test_under_tune(ray_session, tmp_path):
+    from ray import tune
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path / "flow1"), print_events=False)
+    config = (PPOConfig().environment("CartPole-v1").callbacks(cb)
+              .env_runners(num_env_runners=1)
+              .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1))
+    tuner = tune.Tuner("PPO", param_space=config,
+                       run_config=tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path / "tune"),
+                                                 verbose=0))
+    (result,) = tuner.fit()
+    assert result.error is None
+    assert result.metrics["flow1"]["worker"]["alive"] == 1
+    run_dirs = list((tmp_path / "flow1").iterdir())
+    assert len(run_dirs) == 1 and load_metrics(run_dirs[0]).num_rows == 2

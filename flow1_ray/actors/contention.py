@@ -42,14 +42,29 @@ def node_load() -> dict[str, Any]:
         out["mem_usage_percent"] = psutil.virtual_memory().percent
     except Exception:
         pass
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        out["gpu_util_percent"] = [pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu
-                                   for i in range(pynvml.nvmlDeviceGetCount())]
-    except Exception:
-        pass
+    nvml = _nvml()
+    if nvml is not None:
+        try:
+            out["gpu_util_percent"] = [nvml.nvmlDeviceGetUtilizationRates(nvml.nvmlDeviceGetHandleByIndex(i)).gpu
+                                       for i in range(nvml.nvmlDeviceGetCount())]
+        except Exception:
+            pass
     return out
+
+
+_NVML: list = []
+
+
+def _nvml():
+    """pynvml, initialised once; None without the package or a GPU (asked only once)."""
+    if not _NVML:
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            _NVML.append(pynvml)
+        except Exception:
+            _NVML.append(None)
+    return _NVML[0]
 
 
 class ContentionCore:

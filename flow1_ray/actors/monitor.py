@@ -7,6 +7,8 @@ probes for nodes that join later; it asks Ray's GCS for the exit detail of a dea
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -18,9 +20,11 @@ GCS_LOOKUP_TRIES = 5
 GCS_LOOKUP_WAIT_S = 0.1
 
 
-def ray_exit_detail(pid: int) -> dict[str, Any]:
-    """Ray's own words on a worker process: exit type and detail from the GCS worker table
-    (a private API, the only one that works without the dashboard); {} when not found."""
+def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
+    """Ray's own words on dead worker processes: exit type and detail from the GCS worker
+    table (a private API, the only one that works without the dashboard), one table read
+    for all ``pids``; pids not (yet) in the table are absent."""
+    out: dict[int, dict[str, Any]] = {}
     try:
         import ray
         from ray.core.generated import common_pb2, gcs_pb2
@@ -28,12 +32,12 @@ def ray_exit_detail(pid: int) -> dict[str, Any]:
         acc = ray._private.state.state._connect_and_get_accessor()
         for raw in acc.get_worker_table():
             w = gcs_pb2.WorkerTableData.FromString(raw)
-            if w.pid == pid and not w.is_alive:
-                return {"ray_exit_type": common_pb2.WorkerExitType.Name(w.exit_type),
-                        "ray_exit_detail": w.exit_detail[:600]}
+            if w.pid in pids and not w.is_alive:
+                out[w.pid] = {"ray_exit_type": common_pb2.WorkerExitType.Name(w.exit_type),
+                              "ray_exit_detail": w.exit_detail[:600]}
     except Exception as e:  # private API: never let it break the monitor
-        return {"ray_exit_lookup_error": f"{type(e).__name__}: {e}"[:200]}
-    return {}
+        return {pid: {"ray_exit_lookup_error": f"{type(e).__name__}: {e}"[:200]} for pid in pids}
+    return out
 
 
 def _who(ch: dict) -> str:
@@ -62,45 +66,40 @@ class MonitorCore:
         self.stalls = 0
         self.probe_errors: list[str] = []
 
-    def events_for(self, node_id: str, changes: list[dict]) -> list[Event]:
+    def update(self, node_id: str, ch: dict) -> dict:
+        """Apply one transition to the worker table; returns where it happened (event fields)."""
+        key, kind = ch["key"], ch["kind"]
+        w = self.workers.setdefault(key, {"key": key})
+        w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
+                  "node_id": ch.get("node_id") or node_id})
+        status = {"new": "alive", "restarted": "alive", "recovered": "alive", "stopped": "stopped",
+                  "died": "dead", "stalled": "stalled"}.get(kind)
+        if status:
+            w["status"] = status
+        self.restarts += kind == "restarted"
+        self.deaths += kind == "died"
+        self.stalls += kind == "stalled"
+        return dict(run_id=self.run_id, worker_index=ch.get("worker_index"), pid=ch["pid"],
+                    node_id=ch.get("node_id") or node_id, ts=datetime.fromtimestamp(ch["ts"], timezone.utc))
+
+    def events_for(self, node_id: str, changes: list[dict], details: dict[int, dict] | None = None) -> list[Event]:
+        """Update the table and build the events of ``changes`` (deaths with Ray's
+        ``details`` by pid, when known)."""
         out = []
         for ch in changes:
             key, kind = ch["key"], ch["kind"]
-            w = self.workers.setdefault(key, {"key": key})
-            w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
-                      "node_id": ch.get("node_id") or node_id})
-            ts = datetime.fromtimestamp(ch["ts"], timezone.utc)
-            where = dict(run_id=self.run_id, worker_index=ch.get("worker_index"), pid=ch["pid"],
-                         node_id=ch.get("node_id") or node_id, ts=ts)
-            if kind == "new":
-                w["status"] = "alive"
-            elif kind == "restarted":
-                w["status"] = "alive"
-                self.restarts += 1
+            where = self.update(node_id, ch)
+            if kind == "restarted":
                 out.append(Event(C.WORKER_RESTARTED,
                                  f"{_who(ch)} took over from pid {ch.get('previous_pid')}: Ray restarted the runner",
                                  {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": key}, **where))
-            elif kind == "stopped":
-                w["status"] = "stopped"
             elif kind == "died":
-                w["status"] = "dead"
-                self.deaths += 1
-                out.append(self._died(ch, where))
+                out.append(self.died_event(ch, where, (details or {}).get(ch["pid"], {})))
             elif kind == "stalled":
-                w["status"] = "stalled"
-                self.stalls += 1
                 out.append(self._stalled(ch, where))
-            elif kind == "recovered":
-                w["status"] = "alive"
         return out
 
-    def _died(self, ch: dict, where: dict) -> Event:
-        detail = {}
-        for _ in range(GCS_LOOKUP_TRIES):
-            detail = ray_exit_detail(ch["pid"])
-            if "ray_exit_type" in detail or "ray_exit_lookup_error" in detail:
-                break
-            time.sleep(GCS_LOOKUP_WAIT_S)
+    def died_event(self, ch: dict, where: dict, detail: dict) -> Event:
         sig = ch.get("exit_signal")
         how = (f"signal {sig}{' (inferred: it ran no exit code)' if ch.get('signal_inferred') else ''}" if sig
                else ch.get("exit", "exited"))
@@ -166,6 +165,8 @@ def make_monitor_actor():
             self.local_prefixes: list[str] = []
             self.summaries: dict[str, dict] = {}
             self.contention = ContentionCore(run_id)
+            self._deaths: queue.Queue = queue.Queue()
+            threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
 
         def _recorder(self):
             return ray.get_actor(self.recorder_name, namespace=self.namespace)
@@ -197,18 +198,43 @@ def make_monitor_actor():
                 p.set_keys.remote(self.keys, self.local_prefixes)
             return len(self.keys)
 
+        def _death_loop(self) -> None:
+            """Deaths wait here for Ray's exit detail (the GCS records a death a moment after
+            the kernel released the lock), one worker-table read per round for all of them;
+            the table and the counts were updated when the probe reported."""
+            while True:
+                batch = [self._deaths.get()]
+                while not self._deaths.empty():
+                    batch.append(self._deaths.get_nowait())
+                pids = {ch["pid"] for _, ch, _ in batch}
+                details: dict[int, dict] = {}
+                for _ in range(GCS_LOOKUP_TRIES):
+                    details.update(ray_exit_details(pids - set(details)))
+                    if pids <= set(details):
+                        break
+                    time.sleep(GCS_LOOKUP_WAIT_S)
+                self._send([self.died_event(ch, where, details.get(ch["pid"], {})) for _, ch, where in batch])
+
+        def _send(self, events: list[Event]) -> None:
+            if not events:
+                return
+            try:
+                self._recorder().add_events.remote([e.to_dict() for e in events])
+            except Exception as e:
+                self.probe_errors.append(f"recorder unreachable: {type(e).__name__}")
+
         def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
             self.summaries[node_id] = summary
+            for ch in changes:
+                if ch["kind"] == "died":
+                    self._deaths.put((node_id, ch, self.update(node_id, ch)))
+            changes = [ch for ch in changes if ch["kind"] != "died"]
             events = self.events_for(node_id, changes) if changes else []
             try:
                 events += self.contention.observe(node_id, summary)
             except Exception as e:  # a judgement must not stop the monitor
                 self.probe_errors.append(f"contention: {type(e).__name__}: {e}")
-            if events:
-                try:
-                    self._recorder().add_events.remote([e.to_dict() for e in events])
-                except Exception as e:
-                    self.probe_errors.append(f"recorder unreachable: {type(e).__name__}")
+            self._send(events)
 
         def probe_error(self, node_id: str, error: str) -> None:
             self.probe_errors.append(f"{node_id[:8]}: {error}")
@@ -218,6 +244,9 @@ def make_monitor_actor():
             st["probes"] = len(self.probes)
             st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
             return st
+
+        def probe_pids(self) -> list[int]:
+            return [r["pid"] for r in ray.get([p.ping.remote() for p in self.probes.values()], timeout=10)]
 
         def stop_probes(self) -> int:
             refs = [p.stop.remote() for p in self.probes.values()]

@@ -19,12 +19,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..worker.liveness import (BUSY, EXITING, STOPPED, Header, job_lock_dir, probe_lock, read_head, read_lock,
-                               read_tail)
+from ..worker.liveness import (BUSY, EXITING, STOPPED, Header, job_lock_dir, probe_fd, probe_lock, read_head,
+                               read_lock, read_tail)
 
 #: A runner key is the lock name without its ``.<pid>`` suffix: the actor id of a remote
 #: runner (it survives Ray's restarts) or ``local-<pid>-<kind><index>``.
 KeyFilter = Callable[[str], bool]
+MAX_BUSY = 5.0  # scan interval >= 5x the last scan's duration
+
+
+def _raise_fd_limit() -> None:
+    """A probe keeps one descriptor per lock file of its node: lift the soft limit."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+        if soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def split_name(name: str) -> tuple[str, int]:
@@ -60,35 +73,52 @@ class LockScanner:
         self.pids_by_key: dict[str, int] = {}      # last pid seen per runner key
         self.scans = 0
         self.last_scan_s = 0.0
+        self._dfd: int | None = None
+        self._fds: dict[str, int] = {}
+        self._tb_names: set[str] = set()
+        _raise_fd_limit()
+
+    def _dir_fd(self) -> int | None:
+        if self._dfd is None:
+            try:
+                self._dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                return None
+        return self._dfd
 
     def scan(self) -> list[dict[str, Any]]:
+        """One pass over the directory (file names relative to an open directory fd: at
+        thousands of files a path walk per file would cost more than the probe itself)."""
         t0 = time.perf_counter()
         now = time.time()
         out: list[dict[str, Any]] = []
-        try:
-            entries = [e.name[:-5] for e in os.scandir(self.dir) if e.name.endswith(".lock")]
-        except FileNotFoundError:
-            entries = []
-        for name in entries:
+        dfd = self._dir_fd()
+        names = os.listdir(dfd) if dfd is not None else []
+        self._tb_names = {n[:-3] for n in names if n.endswith(".tb")}
+        for lock_name in names:
+            if not lock_name.endswith(".lock"):
+                continue
+            name = lock_name[:-5]
             try:
                 key, pid = split_name(name)
             except ValueError:
                 continue
             if self.key_filter is not None and not self.key_filter(key):
                 continue
-            path = self.dir / f"{name}.lock"
             t = self.tracked.get(name)
             try:
-                holder, header = probe_lock(path)
+                fd = self._fds.get(name)
+                holder, header = probe_fd(fd) if fd is not None else probe_lock(lock_name, dfd)
             except OSError:
                 continue
             if t is None:
-                meta = read_lock(path)[1]
+                meta = read_lock(self.dir / lock_name)[1]
                 if holder is None and (header is None or header.state == STOPPED):
                     self._remove(name)  # a leftover of a finished process
                     continue
                 t = Tracked(key, name, pid, meta, now, header)
                 self.tracked[name] = t
+                self._keep_open(name, lock_name, dfd)
                 prev = self.pids_by_key.get(key)
                 self.pids_by_key[key] = pid
                 out.append(self._event("restarted" if prev not in (None, pid) else "new", t, now, previous_pid=prev))
@@ -135,8 +165,10 @@ class LockScanner:
         """faulthandler has written a fatal-signal report: the process is in its last
         milliseconds (Ray's own handler may still symbolise its stack for a second or more
         before it exits and the lock is released)."""
+        if t.name not in self._tb_names:
+            return False
         try:
-            size = os.stat(self.dir / f"{t.name}.tb").st_size
+            size = os.stat(f"{t.name}.tb", dir_fd=self._dfd).st_size
         except OSError:
             return False
         if size == t.tb_size:
@@ -192,7 +224,26 @@ class LockScanner:
                 "actor_id": t.meta.get("actor_id"), "node_id": t.meta.get("node_id"),
                 "steps": h.steps if h else None, **kw}
 
+    def _keep_open(self, name: str, lock_name: str, dfd: int | None) -> None:
+        """Keep a descriptor per tracked lock file: no open/close per file per scan. Our
+        descriptors do not touch the holder's record locks (those are per process)."""
+        try:
+            self._fds[name] = os.open(lock_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:  # out of descriptors: probe this one by name each scan
+            pass
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        if self._dfd is not None:
+            os.close(self._dfd)
+            self._dfd = None
+
     def _remove(self, name: str) -> None:
+        fd = self._fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
         self.tracked.pop(name, None)
         for suffix in (".lock", ".tb", ".stack", ".exc"):
             try:
@@ -271,7 +322,9 @@ def make_probe_actor():
 
         def _loop(self) -> None:
             last_summary = 0.0
-            while not self._stop.wait(self.interval):
+            # at thousands of lock files a scan takes tens of ms: keep the probe under
+            # ~1/MAX_BUSY of a core by spacing scans, detection stays well under 0.5 s
+            while not self._stop.wait(max(self.interval, MAX_BUSY * self.scanner.last_scan_s)):
                 try:
                     changes = self.scanner.scan()
                     now = time.monotonic()
@@ -288,6 +341,8 @@ def make_probe_actor():
 
         def stop(self) -> bool:
             self._stop.set()
+            self._thread.join(timeout=2.0)
+            self.scanner.close()
             return True
 
         def ping(self) -> dict:

@@ -22,6 +22,7 @@ from ..store import EVENTS_DIR, LOG_FILE, METRICS_DIR, write_part
 
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
 LINES_KEPT = 10_000
+DROP_EVENT_EVERY_S = 30.0
 
 
 class RecorderCore:
@@ -41,6 +42,7 @@ class RecorderCore:
         self.codes: Counter = Counter()
         self.dropped_rows = 0
         self.samples_dropped: dict[str, int] = {}
+        self._drop_event_at: dict[str, float] = {}
         self.flushes = 0
 
     # -- intake --------------------------------------------------------------------------
@@ -67,10 +69,20 @@ class RecorderCore:
             else:
                 self.dropped_rows += 1
 
-    def note_dropped(self, source: str, total: int) -> None:
-        """A sender's running count of batches it dropped under back-pressure."""
+    def note_dropped(self, source: str, total: int, worker_index: int | None = None) -> None:
+        """A sender's running count of batches it dropped under back-pressure; a rise
+        becomes a SAMPLES_DROPPED event (at most one per source per DROP_EVENT_EVERY_S)."""
         with self._lock:
-            self.samples_dropped[source] = max(total, self.samples_dropped.get(source, 0))
+            before = self.samples_dropped.get(source, 0)
+            self.samples_dropped[source] = max(total, before)
+            now = time.monotonic()
+            if total <= before or now - self._drop_event_at.get(source, -DROP_EVENT_EVERY_S) < DROP_EVENT_EVERY_S:
+                return
+            self._drop_event_at[source] = now
+        self.add_events([Event(C.SAMPLES_DROPPED,
+                               f"worker {worker_index} dropped {total} diagnostic batch(es) so far: the Recorder "
+                               f"was behind (max_pending_calls reached) or not reachable; training was not slowed",
+                               {"source": source, "dropped_total": total}, worker_index=worker_index)])
 
     # -- output --------------------------------------------------------------------------
     def flush(self) -> int:
@@ -124,7 +136,7 @@ def make_recorder_actor():
             if batch.get("events"):
                 self.add_events(batch["events"])
             if "dropped" in batch:
-                self.note_dropped(str(batch.get("source")), int(batch["dropped"]))
+                self.note_dropped(str(batch.get("source")), int(batch["dropped"]), batch.get("worker_index"))
 
         def close(self) -> dict:
             self._stop.set()

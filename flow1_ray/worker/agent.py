@@ -26,11 +26,11 @@ from ..checks.rollout import RolloutChecker
 from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
 from .liveness import WorkerLiveness, job_lock_dir
+from .sender import Sender
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
-LOOKUP_RETRY_S = 2.0          # how often a runner looks for its run before it is known
-MAX_PENDING_EVENTS = 1000     # events kept while the run is not reachable
+
 
 #: The run id of local EnvRunners (they live in the Algorithm's process).
 LOCAL_RUN: dict[str, str] = {}
@@ -56,13 +56,10 @@ class RunnerAgent:
         self.thresholds = DEFAULT.with_overrides(opts.thresholds)
         self.checker: RolloutChecker | None = None
         self.rng = random.Random(hash((self.key, os.getpid())))
-        self.dropped = 0
-        self._sent_dropped = 0
         self._last_judge = time.monotonic()
-        self._recorder = None
-        self._pending: list[dict] = []
         self._internal_sent: set[str] = set()
-        self._last_lookup = 0.0
+        self.node_id = ctx.get_node_id()
+        self.sender = Sender(self.key, self._lookup_recorder, self.index)
         self._lock = threading.Lock()
         self._wrap_runner(env_runner)
 
@@ -196,52 +193,27 @@ class RunnerAgent:
                 self._last_judge = now
                 self.checker.judge()
             new = self.checker.log.pop_new()
-        if new or self._pending or self.dropped != self._sent_dropped:
+        if new or self.sender.has_news:
             self._send(new)
 
     # -- sending -------------------------------------------------------------------------
-    def _recorder_handle(self):
-        if self._recorder is not None:
-            return self._recorder
-        now = time.monotonic()
-        if now - self._last_lookup < LOOKUP_RETRY_S:
-            return None
-        self._last_lookup = now
+    def _lookup_recorder(self) -> Any:
         import ray
 
         from ..actors.run import recorder_name, runner_run_id
 
         run_id = LOCAL_RUN.get(str(os.getpid())) if self.local else runner_run_id(self.actor_id)
-        if not run_id:
-            return None
-        try:
-            self._recorder = ray.get_actor(recorder_name(run_id), namespace=NAMESPACE)
-        except ValueError:
-            return None
-        return self._recorder
+        return ray.get_actor(recorder_name(run_id), namespace=NAMESPACE) if run_id else None
 
     def _send(self, findings: list[Finding]) -> None:
-        import ray
-
-        where = dict(worker_index=self.index, pid=os.getpid(), node_id=ray.get_runtime_context().get_node_id())
+        where = dict(worker_index=self.index, pid=os.getpid(), node_id=self.node_id)
+        events = []
         for f in findings:
             e = f.to_event(**where).to_dict()
             e["evidence"]["worker_kind"] = self.kind
-            self._pending.append(e)
-        if len(self._pending) > MAX_PENDING_EVENTS:  # the run is not reachable yet: keep the first
-            self.dropped += len(self._pending) - MAX_PENDING_EVENTS
-            del self._pending[MAX_PENDING_EVENTS:]
-        handle = self._recorder_handle()
-        if handle is None:
-            return
-        batch = {"source": self.key, "events": self._pending, "dropped": self.dropped}
-        try:
-            handle.ingest.remote(batch)
-            self._pending = []
-            self._sent_dropped = self.dropped
-        except ray.exceptions.PendingCallsLimitExceeded:  # the Recorder is behind: drop, count
-            self.dropped += 1
-            self._pending = []
-        except Exception:
-            self.dropped += 1
-            self._recorder = None  # look it up again
+            events.append(e)
+        self.sender.send(events)
+
+    @property
+    def dropped(self) -> int:
+        return self.sender.dropped

@@ -99,8 +99,8 @@ class Header:
         return STATE_NAMES.get(self.state, str(self.state))
 
 
-def _open_nofollow(path: Path, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _open_nofollow(path: Path | str, flags: int, dir_fd: int | None = None) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
 
 
 def holder_pid(path: Path) -> int | None:
@@ -125,9 +125,10 @@ def _header(raw: bytes) -> Header | None:
     return Header(*f[2:])
 
 
-def probe_lock(path: Path) -> tuple[int | None, Header | None]:
-    """(holder pid or None, header) with one open: what a probe needs on every scan."""
-    fd = _open_nofollow(path, os.O_RDONLY)
+def probe_lock(path: Path | str, dir_fd: int | None = None) -> tuple[int | None, Header | None]:
+    """(holder pid or None, header) with one open: what a probe needs on every scan.
+    With ``dir_fd``, ``path`` is a bare name in that directory (no path walk per file)."""
+    fd = _open_nofollow(path, os.O_RDONLY, dir_fd)
     try:
         got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
         raw = os.pread(fd, HEADER.size, 0)
@@ -135,6 +136,13 @@ def probe_lock(path: Path) -> tuple[int | None, Header | None]:
         os.close(fd)
     l_type, _, _, _, pid = _FLOCK.unpack(got)
     return (None if l_type == fcntl.F_UNLCK else pid), _header(raw)
+
+
+def probe_fd(fd: int) -> tuple[int | None, Header | None]:
+    """:func:`probe_lock` on a descriptor the probe keeps open between scans."""
+    got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    l_type, _, _, _, pid = _FLOCK.unpack(got)
+    return (None if l_type == fcntl.F_UNLCK else pid), _header(os.pread(fd, HEADER.size, 0))
 
 
 def read_lock(path: Path) -> tuple[Header | None, dict]:

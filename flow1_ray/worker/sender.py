@@ -1,0 +1,71 @@
+"""Fire-and-forget sends from an EnvRunner with a bounded number of calls in flight.
+
+The Recorder actor is created with ``max_pending_calls``; Ray enforces it per calling
+process and raises ``PendingCallsLimitExceeded`` on the caller's side when that many calls
+are still queued. The sender then drops the batch and counts it, so a slow Recorder costs
+the runner nothing but the count. Events found before the run is reachable (the first
+samples, or while the Recorder restarts) wait in a small bounded list.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+MAX_WAITING_EVENTS = 1000
+LOOKUP_RETRY_S = 2.0
+
+
+class Sender:
+    def __init__(self, source: str, lookup: Callable[[], Any], worker_index: int | None = None) -> None:
+        self.source = source
+        self.worker_index = worker_index
+        self._lookup = lookup
+        self._handle: Any = None
+        self._last_lookup = -LOOKUP_RETRY_S
+        self.waiting: list[dict] = []
+        self.dropped = 0            # batches (or events that never found the run) dropped
+        self.sent = 0
+        self._reported_dropped = 0
+
+    @property
+    def has_news(self) -> bool:
+        return bool(self.waiting) or self.dropped != self._reported_dropped
+
+    def _target(self) -> Any:
+        if self._handle is None and time.monotonic() - self._last_lookup >= LOOKUP_RETRY_S:
+            self._last_lookup = time.monotonic()
+            try:
+                self._handle = self._lookup()
+            except Exception:
+                self._handle = None
+        return self._handle
+
+    def send(self, events: list[dict]) -> bool:
+        """Queue ``events`` and try one call; True when a call went out."""
+        import ray
+
+        self.waiting.extend(events)
+        if len(self.waiting) > MAX_WAITING_EVENTS:
+            self.dropped += len(self.waiting) - MAX_WAITING_EVENTS
+            del self.waiting[MAX_WAITING_EVENTS:]
+        handle = self._target()
+        if handle is None:
+            return False
+        batch = {"source": self.source, "worker_index": self.worker_index, "events": self.waiting,
+                 "dropped": self.dropped}
+        try:
+            handle.ingest.remote(batch)
+        except ray.exceptions.PendingCallsLimitExceeded:  # the Recorder is behind: drop, count
+            self.dropped += 1
+            self.waiting = []
+            return False
+        except Exception:
+            self.dropped += 1
+            self.waiting = []
+            self._handle = None  # look it up again
+            return False
+        self.waiting = []
+        self._reported_dropped = self.dropped
+        self.sent += 1
+        return True
