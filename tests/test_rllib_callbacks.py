@@ -251,3 +251,20 @@ def test_under_tune(ray_session, tmp_path):
     assert result.metrics["flow1"]["worker"]["alive"] == 1
     run_dirs = list((tmp_path / "flow1").iterdir())
     assert len(run_dirs) == 1 and load_metrics(run_dirs[0]).num_rows == 2
+
+
+def test_live_contract_checks_see_the_sub_envs_raw_values(ray_session, tmp_path):
+    """The vector env would cast float64 observations to float32 silently; flow1 judges the
+    sub-env's own values, with the same checks as flow1 check."""
+    algo = build(tmp_path, env_config={"float64_from_step": 6, "reuse_info": True}, sample_rate=1.0)
+    try:
+        run = Run(algo.train())
+        evs = run.wait_events(lambda e: {C.OBS_DTYPE_MISMATCH, C.INFO_MUTATION_DETECTED} <= {x["code"] for x in e},
+                              timeout=40, algo=algo)
+        dtype = next(e for e in evs if e["code"] == C.OBS_DTYPE_MISMATCH)
+        assert "expected float32, actual float64" in dtype["message"]
+        assert dtype["worker_index"] in (1, 2) and '"worker_kind": "train"' in dtype["evidence"]
+        codes = [e["code"] for e in evs]
+        assert codes.count(C.OBS_DTYPE_MISMATCH) <= 2, "each runner sends a finding once"
+    finally:
+        algo.stop()

@@ -43,13 +43,15 @@ class RolloutChecker:
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
-                 thresholds: Thresholds = DEFAULT, *, flush_every: int = 256, window: int | None = None) -> None:
+                 thresholds: Thresholds = DEFAULT, *, flush_every: int = 256, window: int | None = None,
+                 log: FindingLog | None = None) -> None:
         """``window`` bounds the per-step series (rewards, durations, reset observations)
-        for live runs; None keeps all of them (a ``flow1 check`` budget is bounded)."""
+        for live runs; None keeps all of them (a ``flow1 check`` budget is bounded).
+        ``log`` lets several checkers (one per sub-env of a vector env) share findings."""
         self.th = thresholds
         self.obs_space = observation_space
         self.flush_every = flush_every
-        self.log = FindingLog()
+        self.log = log if log is not None else FindingLog()
         self.obs_leaves = self._leaves(observation_space, "obs")
         self.act_leaves = self._leaves(action_space, "action")
         self._flat_obs = isinstance(observation_space, spaces.Space) and not isinstance(

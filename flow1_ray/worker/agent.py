@@ -21,11 +21,11 @@ from typing import Any
 
 from .. import codes as C
 from ..checks.env_spec import crash_finding
-from ..checks.findings import Finding
+from ..checks.findings import Finding, FindingLog
 from ..checks.rollout import RolloutChecker
 from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
-from .liveness import WorkerLiveness, job_lock_dir
+from .liveness import STEP_EMA, WorkerLiveness, job_lock_dir
 from .sender import Sender
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
@@ -54,7 +54,8 @@ class RunnerAgent:
             heartbeat_interval_s=min(opts.heartbeat_interval_s, opts.stall_timeout_s / 4),
             stall_timeout_s=opts.stall_timeout_s, arm_faulthandler=not self.local)
         self.thresholds = DEFAULT.with_overrides(opts.thresholds)
-        self.checker: RolloutChecker | None = None
+        self.log = FindingLog()
+        self.checkers: list[RolloutChecker] = []
         self.rng = random.Random(hash((self.key, os.getpid())))
         self._last_judge = time.monotonic()
         self._internal_sent: set[str] = set()
@@ -84,14 +85,12 @@ class RunnerAgent:
 
     def attach_env(self, env: Any) -> None:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created."""
-        single_obs = getattr(env, "single_observation_space", None) or env.observation_space
-        single_act = getattr(env, "single_action_space", None) or env.action_space
-        if self.checker is None:
-            self.checker = RolloutChecker(single_obs, single_act, self.thresholds, window=LIVE_WINDOW)
+        self.spaces = (getattr(env, "single_observation_space", None) or env.observation_space,
+                       getattr(env, "single_action_space", None) or env.action_space)
         subs = getattr(env, "envs", None)
         if subs:
-            for sub in subs:
-                self._wrap_sub_env(sub)
+            for sub in subs:  # one checker per sub-env: episodes of sub-envs interleave
+                self._wrap_sub_env(sub, self._new_checker())
         else:  # async vector env: sub-envs live in other processes; stamp the vector step
             self._wrap_step_only(env)
 
@@ -110,17 +109,27 @@ class RunnerAgent:
 
         env.step = wrapped
 
-    def _wrap_sub_env(self, sub: Any) -> None:
-        lv, rc, agent = self.liveness, self.checker, self
+    def _new_checker(self) -> RolloutChecker:
+        rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log)
+        self.checkers.append(rc)
+        return rc
+
+    def _wrap_sub_env(self, sub: Any, rc: RolloutChecker) -> None:
+        """The per-step path: a few attribute writes and two clock reads, inlined (this
+        runs on every env step of every runner); checked episodes go to the checker."""
+        lv, agent = self.liveness, self
         step, reset = sub.step, sub.reset
-        state = {"checked": False, "ret": 0.0}
-        clock = time.perf_counter
+        clock = time.time
+        ema = STEP_EMA
+        checked = False
+        ret = 0.0
 
         def wrapped_reset(*args, **kwargs):
+            nonlocal checked, ret
             out = reset(*args, **kwargs)
-            state["checked"] = agent.rng.random() < agent.opts.sample_rate
-            state["ret"] = 0.0
-            if state["checked"]:
+            checked = agent.rng.random() < agent.opts.sample_rate
+            ret = 0.0
+            if checked:
                 try:
                     with agent._lock:
                         rc.on_reset(*out)
@@ -129,26 +138,29 @@ class RunnerAgent:
             return out
 
         def wrapped_step(action):
-            lv.step_begin()
-            t0 = clock()
+            nonlocal ret
+            t0 = lv.in_step_since = clock()
             try:
                 out = step(action)
             except Exception as e:
                 agent._crashed(e)
                 raise
-            dt = clock() - t0
-            lv.step_end()
-            if state["checked"]:
+            t1 = lv.last_progress = clock()
+            lv.in_step_since = 0.0
+            lv.steps += 1
+            d = t1 - t0
+            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
+            if checked:
                 try:
                     with agent._lock:
-                        rc.on_step(action, *out, duration_s=dt)
+                        rc.on_step(action, *out, duration_s=d)
                 except Exception as e:
                     agent._internal(e)
             else:
                 try:
-                    state["ret"] += out[1]
+                    ret += out[1]
                     if out[2] or out[3]:
-                        rc.returns.add(float(state["ret"]))
+                        rc.returns.add(float(ret))
                 except Exception:
                     pass
             return out
@@ -168,10 +180,9 @@ class RunnerAgent:
 
     def _internal(self, exc: BaseException) -> None:
         """A live check failed: counted in the log, sent with the next batch."""
-        if self.checker is not None:
-            self.checker.log.hit(C.FLOW1_INTERNAL, type(exc).__name__, lambda: (
-                f"flow1 failed to judge a live step: {type(exc).__name__}: {exc}",
-                {"exception": type(exc).__name__, "error": str(exc)[:300]}))
+        self.log.hit(C.FLOW1_INTERNAL, type(exc).__name__, lambda: (
+            f"flow1 failed to judge a live step: {type(exc).__name__}: {exc}",
+            {"exception": type(exc).__name__, "error": str(exc)[:300]}))
 
     def report_internal(self, where: str, exc: BaseException) -> None:
         """A flow1 hook failed: send it now (the failing hook may be the one that sends),
@@ -185,14 +196,13 @@ class RunnerAgent:
                             {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]})])
 
     def on_sample_end(self) -> None:
-        if self.checker is None:
-            return
         now = time.monotonic()
         with self._lock:
             if now - self._last_judge >= JUDGE_EVERY_S:
                 self._last_judge = now
-                self.checker.judge()
-            new = self.checker.log.pop_new()
+                for rc in self.checkers:
+                    rc.judge()
+            new = self.log.pop_new()
         if new or self.sender.has_news:
             self._send(new)
 

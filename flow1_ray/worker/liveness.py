@@ -275,7 +275,7 @@ class WorkerLiveness:
         now = time.time()
         if self.in_step_since:
             d = now - self.in_step_since
-            self.step_time_ema = d if not self.step_time_ema else self.step_time_ema + STEP_EMA * (d - self.step_time_ema)
+            self.step_time_ema += STEP_EMA * (d - self.step_time_ema) if self.step_time_ema else d
         self.last_progress = now
         self.in_step_since = 0.0
         self.steps += 1
