@@ -157,6 +157,7 @@ def make_monitor_actor():
                      heartbeat_interval_s: float) -> None:
             super().__init__(run_id, stall_timeout_s, stall_action)
             self.recorder_name, self.namespace = recorder_name, namespace
+            self._recorder_handle = None
             self.job_id = job_id
             self.probe_interval = probe_interval_s
             self.heartbeat_interval = heartbeat_interval_s
@@ -169,7 +170,9 @@ def make_monitor_actor():
             threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
 
         def _recorder(self):
-            return ray.get_actor(self.recorder_name, namespace=self.namespace)
+            if self._recorder_handle is None:
+                self._recorder_handle = ray.get_actor(self.recorder_name, namespace=self.namespace)
+            return self._recorder_handle
 
         def ensure_probes(self) -> int:
             """One NodeProbe on every alive node that has none yet."""
@@ -221,6 +224,7 @@ def make_monitor_actor():
             try:
                 self._recorder().add_events.remote([e.to_dict() for e in events])
             except Exception as e:
+                self._recorder_handle = None
                 self.probe_errors.append(f"recorder unreachable: {type(e).__name__}")
 
         def report(self, node_id: str, changes: list[dict], summary: dict) -> None:

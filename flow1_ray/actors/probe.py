@@ -340,9 +340,13 @@ def make_probe_actor():
                         pass
 
         def stop(self) -> bool:
+            """End of the run: one last scan clears the files of runners that stopped."""
             self._stop.set()
             self._thread.join(timeout=2.0)
-            self.scanner.close()
+            try:
+                self.scanner.scan()
+            finally:
+                self.scanner.close()
             return True
 
         def ping(self) -> dict:
