@@ -68,7 +68,8 @@ def main() -> None:
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
-    lock_dir = job_lock_dir(ray.get_runtime_context().get_job_id())
+    ctx = ray.get_runtime_context()
+    lock_dir = job_lock_dir(ctx.get_job_id(), ctx.get_node_id())
     print(f"{'runners':>8} {'scan ms (median)':>17} {'kill->monitor s (median, max)':>30} {'probe CPU %':>12}")
     for n in a.sizes:
         run_id = f"scale{n}"

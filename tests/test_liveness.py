@@ -156,3 +156,22 @@ def _alive(pid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def test_sweep_removes_only_old_unheld_locks(tmp_path):
+    from flow1_ray.worker.liveness import sweep_stale
+
+    root = tmp_path / "root"
+    d = private_dir(root / "node-x-job-1")
+    live = _spawn(d, "alive", "sleep")
+    (d / "dead.123.lock").write_text("")
+    (d / "dead.123.tb").write_text("")
+    (d / "fresh.456.lock").write_text("")
+    old = time.time() - 7200
+    for p in (d / "dead.123.lock", d / f"alive.{live}.lock"):
+        os.utime(p, (old, old))
+    assert sweep_stale(root, older_than_s=3600) == 1
+    assert sorted(p.name for p in d.iterdir() if p.suffix == ".lock") == sorted([f"alive.{live}.lock", "fresh.456.lock"])
+    assert not (d / "dead.123.tb").exists()
+    os.kill(live, signal.SIGKILL)
+    os.waitpid(live, 0)

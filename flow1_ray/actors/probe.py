@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..worker.liveness import (BUSY, EXITING, STOPPED, Header, job_lock_dir, probe_fd, probe_lock, read_head,
-                               read_lock, read_tail)
+                               read_lock, read_tail, sweep_stale)
 
 #: A runner key is the lock name without its ``.<pid>`` suffix: the actor id of a remote
 #: runner (it survives Ray's restarts) or ``local-<pid>-<kind><index>``.
@@ -304,7 +304,8 @@ def make_probe_actor():
             self.node_id = node_id
             self.keys: set[str] = set()
             self.local_prefixes: tuple[str, ...] = ()
-            self.scanner = LockScanner(job_lock_dir(job_id), stall_timeout_s, key_filter=self._ours,
+            sweep_stale()
+            self.scanner = LockScanner(job_lock_dir(job_id, node_id), stall_timeout_s, key_filter=self._ours,
                                        stall_action=stall_action)
             self.interval = probe_interval_s
             self.summary_every = heartbeat_interval_s

@@ -50,7 +50,7 @@ class RunnerAgent:
         meta = {"worker_index": self.index, "eval": self.kind == "eval", "actor_id": self.actor_id,
                 "node_id": ctx.get_node_id(), "local": self.local, "kind": self.kind}
         self.liveness = WorkerLiveness(
-            job_lock_dir(ctx.get_job_id()), f"{self.key}.{os.getpid()}", meta,
+            job_lock_dir(ctx.get_job_id(), ctx.get_node_id()), f"{self.key}.{os.getpid()}", meta,
             heartbeat_interval_s=min(opts.heartbeat_interval_s, opts.stall_timeout_s / 4),
             stall_timeout_s=opts.stall_timeout_s, arm_faulthandler=not self.local)
         self.thresholds = DEFAULT.with_overrides(opts.thresholds)

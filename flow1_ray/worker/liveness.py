@@ -77,8 +77,38 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def job_lock_dir(job_id: str) -> Path:
-    return private_dir(lock_root() / f"job-{job_id}")
+def job_lock_dir(job_id: str, node_id: str) -> Path:
+    """The lock directory of one Ray job on one node. Job ids restart at 01000000 in every
+    new Ray cluster; the node id (new for every raylet) keeps clusters apart."""
+    return private_dir(lock_root() / f"node-{node_id[:16]}-job-{job_id}")
+
+
+def sweep_stale(root: Path | None = None, older_than_s: float = 3600.0) -> int:
+    """Remove lock files nobody holds that are older than ``older_than_s`` (runs that were
+    killed before their probes could clean up), and the directories left empty."""
+    root = root or lock_root()
+    removed, now = 0, time.time()
+    try:
+        dirs = [d for d in root.iterdir() if d.is_dir() and not d.is_symlink()]
+    except OSError:
+        return 0
+    for d in dirs:
+        for lock in d.glob("*.lock"):
+            try:
+                if now - lock.stat().st_mtime > older_than_s and holder_pid(lock) is None:
+                    for suffix in (".lock", ".tb", ".stack", ".exc"):
+                        try:
+                            os.unlink(d / (lock.name[:-5] + suffix))
+                        except OSError:
+                            pass
+                    removed += 1
+            except OSError:
+                continue
+        try:
+            d.rmdir()  # only when empty
+        except OSError:
+            pass
+    return removed
 
 
 @dataclass
