@@ -20,6 +20,8 @@ _LAZY = {
     "Thresholds": "checks.thresholds",
     "load_events": "store",
     "load_metrics": "store",
+    "analyze_state_actions": "clustering.state_action_map",
+    "StateActionMap": "clustering.state_action_map",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

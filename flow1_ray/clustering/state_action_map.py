@@ -1,0 +1,221 @@
+"""``analyze_state_actions``: cluster visited states, count actions per cluster, judge.
+
+Offline on arrays (and the engine a StateClusterer actor will run beside a live run):
+observations from any supported space are flattened (images average-pooled first) and
+standardised, so that one large-valued dimension does not decide the clusters; actions
+become one index each (Discrete as is, MultiDiscrete raveled, Box binned per dimension).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from gymnasium import spaces
+
+from .. import codes as C
+from ..checks.spaces import is_image_space
+from ..checks.state_action import OK, StateActionThresholds, verdicts
+from ..events import Event
+from .backends import make_backend, resolve_backend
+
+IMAGE_POOL = 8          # images are average-pooled to at most 8 x 8 per channel
+BOX_BINS = 5            # bins per continuous action dimension
+MAX_ACTION_CELLS = 256  # a Box action with more combined bins is judged per its first dims
+
+
+# --- features ---------------------------------------------------------------------------
+
+
+def _pool_images(x: np.ndarray, space: spaces.Box) -> np.ndarray:
+    """(N, H, W[, C]) -> (N, <=8*<=8*C) by block averages; channel-first handled."""
+    x = x.astype(np.float32)
+    if x.ndim == 3:
+        x = x[..., None]
+    if space.shape[-1] > 4 and space.shape[0] <= 4:  # (C, H, W)
+        x = np.moveaxis(x, 1, -1)
+    n, h, w, c = x.shape
+    fh, fw = max(1, h // IMAGE_POOL), max(1, w // IMAGE_POOL)
+    x = x[:, : (h // fh) * fh, : (w // fw) * fw]
+    x = x.reshape(n, h // fh, fh, w // fw, fw, c).mean(axis=(2, 4))
+    return x.reshape(n, -1)
+
+
+def flatten_observations(obs: Any, space: spaces.Space) -> np.ndarray:
+    """A batch of observations (leading axis N) as an (N, d) float32 matrix."""
+    if isinstance(space, spaces.Dict):
+        return np.concatenate([flatten_observations(obs[k], s) for k, s in space.spaces.items()], axis=1)
+    if isinstance(space, spaces.Tuple):
+        return np.concatenate([flatten_observations(obs[i], s) for i, s in enumerate(space.spaces)], axis=1)
+    x = np.asarray(obs)
+    if isinstance(space, spaces.Discrete):
+        return np.eye(int(space.n), dtype=np.float32)[x.astype(np.int64) - int(space.start)]
+    if isinstance(space, spaces.Box) and is_image_space(space):
+        return _pool_images(x, space)
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return x.reshape(x.shape[0], -1).astype(np.float32)
+    raise ValueError(f"unsupported observation space {space}")
+
+
+def standardize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(z-scored x, mean, scale); constant features keep scale 1."""
+    mean = x.mean(0)
+    std = x.std(0)
+    scale = np.where(std > 1e-8, std, 1.0)
+    return ((x - mean) / scale).astype(np.float32), mean, scale
+
+
+def action_index(actions: Any, space: spaces.Space) -> tuple[np.ndarray, list[str]]:
+    """One integer per action and the column labels of the heatmap."""
+    a = np.asarray(actions)
+    if isinstance(space, spaces.Discrete):
+        n = int(space.n)
+        return (a.astype(np.int64) - int(space.start)).reshape(-1), [str(int(space.start) + i) for i in range(n)]
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec).reshape(-1)
+        idx = np.ravel_multi_index(tuple((a.reshape(a.shape[0], -1) - np.asarray(space.start).reshape(-1)).T), nvec)
+        return idx.astype(np.int64), [str(t) for t in np.ndindex(*nvec)]
+    if isinstance(space, spaces.MultiBinary):
+        bits = a.reshape(a.shape[0], -1).astype(np.int64)
+        n = bits.shape[1]
+        return (bits * (1 << np.arange(n))).sum(1), [format(i, f"0{n}b")[::-1] for i in range(1 << n)]
+    if isinstance(space, spaces.Box):
+        low, high = np.asarray(space.low, np.float64).reshape(-1), np.asarray(space.high, np.float64).reshape(-1)
+        x = a.reshape(a.shape[0], -1).astype(np.float64)
+        dims = 1
+        while dims < x.shape[1] and BOX_BINS ** (dims + 1) <= MAX_ACTION_CELLS:
+            dims += 1
+        b = np.clip(((x[:, :dims] - low[:dims]) / np.maximum(high[:dims] - low[:dims], 1e-12) * BOX_BINS)
+                    .astype(np.int64), 0, BOX_BINS - 1)
+        idx = np.ravel_multi_index(tuple(b.T), (BOX_BINS,) * dims)
+        return idx.astype(np.int64), ["/".join(f"b{j}" for j in t) for t in np.ndindex(*(BOX_BINS,) * dims)]
+    raise ValueError(f"unsupported action space {space}")
+
+
+# --- the map ----------------------------------------------------------------------------
+
+
+@dataclass
+class StateActionMap:
+    centroids: np.ndarray            # (k, d) in standardised feature units
+    counts: np.ndarray               # (k, n_actions) visits per cluster and action
+    action_labels: list[str]
+    verdicts: list[str]
+    failures: np.ndarray | None = None   # visits per cluster whose step terminated the episode
+    backend: str = ""
+    inertia: float = 0.0
+    thresholds: StateActionThresholds = field(default_factory=StateActionThresholds)
+
+    @property
+    def visits(self) -> np.ndarray:
+        return self.counts.sum(1)
+
+    @property
+    def probs(self) -> np.ndarray:
+        """P(action | cluster), rows summing to 1 (0 for an empty cluster)."""
+        return self.counts / np.maximum(self.visits, 1)[:, None]
+
+    def to_arrow(self, snapshot: int = 0) -> pa.Table:
+        k = self.counts.shape[0]
+        return pa.table({
+            "snapshot": pa.array([snapshot] * k, pa.int64()),
+            "cluster": pa.array(range(k), pa.int32()),
+            "size": pa.array(self.visits.astype(np.int64)),
+            "action_counts": pa.array([row.astype(np.int64).tolist() for row in self.counts], pa.list_(pa.int64())),
+            "p_action": pa.array([row.tolist() for row in self.probs], pa.list_(pa.float64())),
+            "failures": pa.array((self.failures if self.failures is not None else np.zeros(k)).astype(np.int64)),
+            "verdict": pa.array(self.verdicts, pa.string()),
+        })
+
+    def to_events(self, **where: Any) -> list[Event]:
+        """STATE_ACTION events for CHAOS, BLIND_SPOT, ERROR_FIXATION and RARE_STATE clusters
+        (FIXATED and OK raise none)."""
+        out = []
+        total = float(self.visits.sum()) or 1.0
+        p = self.probs
+        for i, v in enumerate(self.verdicts):
+            if v not in (C.CHAOS, C.BLIND_SPOT, C.ERROR_FIXATION, C.RARE_STATE):
+                continue
+            top = int(p[i].argmax())
+            ev = {"cluster": i, "visits": int(self.visits[i]), "share": self.visits[i] / total,
+                  "p_action": [round(float(q), 4) for q in p[i]], "top_action": self.action_labels[top],
+                  "p_top": float(p[i, top])}
+            th = self.thresholds
+            if v == C.CHAOS:
+                msg = (f"cluster {i}: P(action) near uniform (normalised entropy >= {th.chaos_entropy:g}; top "
+                       f"{self.action_labels[top]} at {p[i, top]:.2f}) over {int(self.visits[i])} visits: nothing "
+                       f"learnt there -- more exploration or a denser reward")
+            elif v == C.BLIND_SPOT:
+                msg = (f"cluster {i}: no action above {th.blind_spot_max:g} (top {self.action_labels[top]} at "
+                       f"{p[i, top]:.3f}) over {int(self.visits[i])} visits: check what the state encoding loses")
+            elif v == C.ERROR_FIXATION:
+                rate = float(self.failures[i]) / max(self.visits[i], 1)
+                base = float(self.failures.sum()) / total
+                msg = (f"cluster {i}: action {self.action_labels[top]} at {p[i, top]:.2f} (> {th.fixation_min:g}) "
+                       f"where episodes fail {rate:.1%} of visits vs {base:.1%} on average: a confident wrong "
+                       f"action, check the reward shaping there")
+                ev.update({"failure_rate": rate, "base_failure_rate": base})
+            else:
+                msg = (f"cluster {i}: {int(self.visits[i])} visits = {self.visits[i] / total:.4%} of states "
+                       f"(< {th.rare_share:.2%}): the agent almost never goes there")
+            out.append(Event(v, msg, ev, **where))
+        return out
+
+    def heatmap(self, path: str, title: str = "") -> str:
+        """PNG of P(action | cluster): rows clusters, columns actions, verdicts marked."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        k, n = self.counts.shape
+        fig, ax = plt.subplots(figsize=(min(2 + 0.45 * n, 14), min(1.5 + 0.28 * k, 20)), dpi=100)
+        im = ax.imshow(self.probs, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
+        ax.set_xticks(range(n), self.action_labels, rotation=90 if n > 8 else 0, fontsize=7)
+        ax.set_yticks(range(k), [f"{i} ({int(v)})" for i, v in enumerate(self.visits)], fontsize=7)
+        ax.set_xlabel("action")
+        ax.set_ylabel("state cluster (visits)")
+        colours = {C.CHAOS: "orange", C.BLIND_SPOT: "red", C.ERROR_FIXATION: "magenta", C.RARE_STATE: "grey",
+                   "FIXATED": "dimgray"}
+        for i, v in enumerate(self.verdicts):
+            if v != OK:
+                ax.text(n - 0.4, i, f" {v}", va="center", ha="left", fontsize=7, color=colours.get(v, "black"),
+                        clip_on=False)
+        fig.colorbar(im, ax=ax, label="P(action | cluster)", pad=0.25)
+        ax.set_title(title or f"state cluster x action ({self.backend}, {int(self.visits.sum())} states)",
+                     fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+
+
+def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *, n_clusters: int = 30,
+                          backend: str = "auto", seed: int = 0, observation_space: spaces.Space | None = None,
+                          failures: np.ndarray | None = None, max_iter: int = 20,
+                          thresholds: StateActionThresholds | None = None) -> StateActionMap:
+    """Cluster the visited states and judge P(action | cluster).
+
+    ``obs`` is an (N, ...) array (or a dict/tuple of them with ``observation_space``);
+    ``actions`` has N rows; ``failures`` (optional, N booleans) marks the steps that ended
+    their episode by termination, which ERROR_FIXATION needs.
+    """
+    th = thresholds or StateActionThresholds()
+    x = flatten_observations(obs, observation_space) if observation_space is not None \
+        else np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+    idx, labels = action_index(actions, action_space)
+    if x.shape[0] != idx.shape[0]:
+        raise ValueError(f"expected as many actions as observations, actual {idx.shape[0]} vs {x.shape[0]}")
+    k = int(min(n_clusters, x.shape[0]))
+    z, _, _ = standardize(x)
+    be = make_backend(backend)
+    res = be.fit(z, k, seed=seed, max_iter=max_iter)
+    counts = np.zeros((k, len(labels)), dtype=np.int64)
+    np.add.at(counts, (res.labels, idx), 1)
+    fails = None
+    if failures is not None:
+        fails = np.bincount(res.labels, weights=np.asarray(failures, dtype=np.float64), minlength=k).astype(np.int64)
+    return StateActionMap(res.centroids, counts, labels, verdicts(counts, fails, th), fails,
+                          resolve_backend(backend), res.inertia, th)

@@ -1,0 +1,109 @@
+"""KMeans costs: flow1's streaming layer and analyze_state_actions against scikit-learn.
+
+(a) CPU, n=200k, d=32, k=50: the cost per snapshot of the streaming layer (assign + one
+mini-batch step on a new 20k batch) against a full scikit-learn refit per snapshot (what
+the seed does in its forward hook); and analyze_state_actions against a bare scikit-learn
+KMeans fit of the same data (20 Lloyd iterations): the overhead of flow1's own layer.
+(b) GPU (``--gpu``; needs CUDA): n=1M, d=64, k=256, torch-CUDA against scikit-learn, and
+the time per Lloyd iteration against the FLOP floor 2*n*k*d / peak. Imports no Ray.
+
+    python scripts/bench_kmeans.py [--reps 3] [--gpu] [--peak-tflops 67]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def timed(fn, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def blobs(n: int, d: int, k: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 3, (k, d))
+    return (centres[rng.integers(0, k, n)] + rng.normal(0, 1, (n, d))).astype(np.float32)
+
+
+def cpu(reps: int) -> None:
+    from gymnasium import spaces
+    from sklearn.cluster import KMeans
+
+    from flow1_ray.clustering.state_action_map import analyze_state_actions
+    from flow1_ray.clustering.streaming import StreamingKMeans
+
+    n, d, k, batch = 200_000, 32, 50, 20_000
+    x = blobs(n, d, k)
+    new = blobs(batch, d, k, seed=1)
+    stream = StreamingKMeans(k, backend="sklearn", seed=0, refit_drift=10.0)
+    stream.fit(x)
+    t_stream = timed(lambda: stream.partial_fit(new), reps)
+    both = np.concatenate([x, new])
+    t_refit = timed(lambda: KMeans(k, n_init=1, max_iter=20, random_state=0).fit(both), reps)
+    print(f"(a) CPU n={n} d={d} k={k}, new batch {batch}: streaming snapshot {t_stream * 1e3:.1f} ms vs full "
+          f"scikit-learn refit {t_refit * 1e3:.0f} ms -> ratio {t_stream / t_refit:.3f} (goal <= 0.1)")
+    acts = np.random.default_rng(0).integers(0, 4, n)
+    t_bare = timed(lambda: KMeans(k, n_init=1, max_iter=20, random_state=0).fit(x), reps)
+    t_flow1 = timed(lambda: analyze_state_actions(x, acts, spaces.Discrete(4), n_clusters=k, backend="sklearn"),
+                    reps)
+    print(f"    analyze_state_actions {t_flow1 * 1e3:.0f} ms vs bare scikit-learn fit {t_bare * 1e3:.0f} ms -> "
+          f"ratio {t_flow1 / t_bare:.2f} (goal <= 1.3)")
+
+
+def gpu(reps: int, peak_tflops: float) -> None:
+    import torch
+    from sklearn.cluster import KMeans
+
+    from flow1_ray.clustering.backends import TorchKMeans
+
+    if not torch.cuda.is_available():
+        print("(b) GPU: no CUDA device here; nothing measured")
+        return
+    n, d, k = 1_000_000, 64, 256
+    x = blobs(n, d, k)
+    tk = TorchKMeans("cuda")
+    tk.fit(x[:100_000], k, max_iter=2)  # warm-up
+    torch.cuda.synchronize()
+    t_torch = timed(lambda: (tk.fit(x, k, max_iter=20), torch.cuda.synchronize()), reps)
+    xt = tk._t(x)
+    c = xt[:k].clone()
+    x2 = (xt * xt).sum(1)
+    torch.cuda.synchronize()
+    t_iter = timed(lambda: (tk._sqdist(xt, c, x2).argmin(1), torch.cuda.synchronize()), max(reps, 5))
+    floor = 2 * n * k * d / (peak_tflops * 1e12)
+    sk = KMeans(k, n_init=1, max_iter=20, random_state=0)
+    t_sk = timed(lambda: sk.fit(x), 1)
+    res = tk.fit(x, k, max_iter=20)
+    gap = (res.inertia - sk.inertia_) / sk.inertia_
+    print(f"    correctness: torch-CUDA inertia {res.inertia:.4g} vs scikit-learn {sk.inertia_:.4g} "
+          f"({gap:+.2%}; check: within 2 %: {'yes' if abs(gap) <= 0.02 else 'NO'})")
+    print(f"(b) GPU {torch.cuda.get_device_name()} n={n} d={d} k={k}: torch-CUDA fit {t_torch:.2f} s vs "
+          f"scikit-learn {t_sk:.1f} s -> {t_sk / t_torch:.0f}x (goal >= 20x); one Lloyd assignment "
+          f"{t_iter * 1e3:.2f} ms vs FLOP floor {floor * 1e3:.3f} ms at {peak_tflops:g} TFLOP/s -> "
+          f"{t_iter / floor:.1f}x (goal <= 3x)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--gpu-only", action="store_true", help="skip (a): for machines without gymnasium")
+    ap.add_argument("--peak-tflops", type=float, default=67.0, help="fp32 peak of the GPU (H200: 67)")
+    a = ap.parse_args()
+    if not a.gpu_only:
+        cpu(a.reps)
+    if a.gpu or a.gpu_only:
+        gpu(a.reps, a.peak_tflops)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""State-cluster x action maps on synthetic data whose structure is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from flow1_ray import analyze_state_actions
+from flow1_ray import codes as C
+from flow1_ray.checks.state_action import FIXATED, OK, verdicts
+from flow1_ray.clustering.backends import SklearnKMeans, TorchKMeans, resolve_backend
+from flow1_ray.clustering.state_action_map import standardize
+
+
+def blobs(seed: int = 0, per: int = 2000, d: int = 6):
+    """6 well-separated blobs, each with a known action policy over 6 actions. (With 4
+    actions or fewer, no action under 0.3 already means near-uniform: CHAOS comes first.)"""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 1, (6, d)) * 20
+    policies = [
+        ("uniform", np.full(6, 1 / 6)),                                  # CHAOS
+        ("fixed_ok", np.array([0.98, 0.01, 0.0025, 0.0025, 0.0025, 0.0025])),  # FIXATED, base failure rate
+        ("fixed_bad", np.array([0.005, 0.98, 0.005, 0.005, 0.0025, 0.0025])),  # ERROR_FIXATION
+        ("decided", np.array([0.7, 0.2, 0.04, 0.03, 0.02, 0.01])),          # OK
+        ("blind", np.array([0.26, 0.26, 0.26, 0.12, 0.06, 0.04])),          # BLIND_SPOT
+        ("decided2", np.array([0.1, 0.05, 0.75, 0.05, 0.03, 0.02])),        # OK
+    ]
+    xs, acts, fails, truth = [], [], [], []
+    for i, (name, p) in enumerate(policies):
+        xs.append(centres[i] + rng.normal(0, 1, (per, d)))
+        acts.append(rng.choice(6, per, p=p))
+        fails.append(rng.random(per) < (0.3 if name == "fixed_bad" else 0.02))
+        truth += [name] * per
+    return np.concatenate(xs), np.concatenate(acts), np.concatenate(fails), np.array(truth)
+
+
+EXPECTED = {"uniform": C.CHAOS, "fixed_ok": FIXATED, "fixed_bad": C.ERROR_FIXATION, "decided": OK,
+            "blind": C.BLIND_SPOT, "decided2": OK}
+
+
+@pytest.mark.parametrize("backend", ["sklearn", "torch"])
+def test_every_blob_gets_its_verdict(backend, tmp_path):
+    x, a, f, truth = blobs()
+    m = analyze_state_actions(x, a, spaces.Discrete(6), n_clusters=6, backend=backend, failures=f)
+    labels_of_truth = {}
+    z, _, _ = standardize(x.astype(np.float32))
+    owner = ((z[:, None, :] - m.centroids[None]) ** 2).sum(-1).argmin(1)
+    for name, verdict in EXPECTED.items():
+        clusters = np.unique(owner[truth == name])
+        assert len(clusters) == 1, f"{name} split over {clusters}"
+        labels_of_truth[name] = int(clusters[0])
+        assert m.verdicts[labels_of_truth[name]] == verdict, (name, m.verdicts, m.probs.round(2))
+    codes = [e.code for e in m.to_events()]
+    assert sorted(codes) == sorted([C.CHAOS, C.BLIND_SPOT, C.ERROR_FIXATION])
+    t = m.to_arrow(snapshot=3)
+    assert t.num_rows == 6 and set(t.column("verdict").to_pylist()) == set(EXPECTED.values())
+    png = m.heatmap(str(tmp_path / "h.png"))
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rare_state_and_confidence_without_failure_evidence():
+    counts = np.array([[5000, 10], [1, 0], [10, 4990]])
+    v = verdicts(counts)
+    assert v == [FIXATED, C.RARE_STATE, FIXATED]  # no failure data: confident is not an error
+
+
+def test_standardisation_keeps_one_large_dimension_from_deciding():
+    rng = np.random.default_rng(1)
+    n = 3000
+    group = rng.integers(0, 2, n)
+    x = np.c_[rng.normal(0, 1000, n), group * 10 + rng.normal(0, 0.5, n)]  # noise dim of scale 1000
+    m = analyze_state_actions(x, group, spaces.Discrete(2), n_clusters=2, backend="sklearn")
+    assert all(v == FIXATED for v in m.verdicts), m.probs  # the clusters follow the informative dim
+
+
+@pytest.mark.parametrize("space,acts", [
+    (spaces.Box(-1.0, 1.0, (2,), np.float32), lambda r, n: r.uniform(-1, 1, (n, 2)).astype(np.float32)),
+    (spaces.MultiDiscrete([3, 2]), lambda r, n: np.c_[r.integers(0, 3, n), r.integers(0, 2, n)]),
+])
+def test_continuous_and_multidiscrete_actions(space, acts):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 3))
+    m = analyze_state_actions(x, acts(rng, 2000), space, n_clusters=4, backend="sklearn")
+    assert m.counts.sum() == 2000 and m.counts.shape[1] == len(m.action_labels)
+
+
+def test_image_and_dict_observations():
+    rng = np.random.default_rng(0)
+    space = spaces.Dict({"img": spaces.Box(0, 255, (32, 32, 3), np.uint8), "v": spaces.Box(-1, 1, (2,))})
+    obs = {"img": rng.integers(0, 255, (500, 32, 32, 3), dtype=np.uint8), "v": rng.uniform(-1, 1, (500, 2))}
+    m = analyze_state_actions(obs, rng.integers(0, 3, 500), spaces.Discrete(3), n_clusters=5, backend="sklearn",
+                              observation_space=space)
+    assert m.centroids.shape == (5, 8 * 8 * 3 + 2)
+
+
+def test_torch_backend_logic_on_cpu_matches_sklearn_inertia():
+    x, _, _, _ = blobs(seed=3)
+    tk, sk = TorchKMeans("cpu").fit(x.astype(np.float32), 6, seed=0), SklearnKMeans().fit(x, 6, seed=0)
+    assert abs(tk.inertia - sk.inertia) / sk.inertia < 0.02
+    labels, d2 = TorchKMeans("cpu").assign(x.astype(np.float32), tk.centroids)
+    assert (labels == tk.labels).mean() > 0.999 and abs(d2.sum() - tk.inertia) / tk.inertia < 1e-3
+
+
+def test_auto_backend_without_gpu_is_sklearn():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    assert resolve_backend("auto") == "sklearn"
+    with pytest.raises(ValueError):
+        resolve_backend("faiss")
+
+
+@pytest.mark.gpu
+def test_torch_cuda_backend():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x, a, f, _ = blobs()
+    m = analyze_state_actions(x, a, spaces.Discrete(6), n_clusters=6, backend="torch", failures=f)
+    assert sorted(e.code for e in m.to_events()) == sorted([C.CHAOS, C.BLIND_SPOT, C.ERROR_FIXATION])
+
+
+def test_streaming_inertia_within_two_percent_of_a_full_refit():
+    from flow1_ray.clustering.streaming import StreamingKMeans
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 4, (20, 8))
+    def batch(n):
+        return (centres[rng.integers(0, 20, n)] + rng.normal(0, 1, (n, 8))).astype(np.float32)
+    warm = batch(20_000)
+    sk = StreamingKMeans(20, backend="sklearn", seed=0)
+    sk.fit(warm)
+    seen = [warm]
+    for _ in range(5):
+        b = batch(5_000)
+        sk.partial_fit(b)
+        seen.append(b)
+    data = np.concatenate(seen)
+    full = SklearnKMeans().fit(data, 20, seed=0)
+    assert sk.inertia(data) <= full.inertia * 1.02, (sk.inertia(data), full.inertia)
+    assert sk.refits == 1  # the distribution did not move: no refit
+
+
+def test_streaming_refits_when_the_states_move():
+    from flow1_ray.clustering.streaming import StreamingKMeans
+
+    rng = np.random.default_rng(1)
+    sk = StreamingKMeans(5, backend="sklearn", seed=0)
+    sk.fit(rng.normal(0, 1, (5000, 4)).astype(np.float32))
+    sk.partial_fit((rng.normal(0, 1, (5000, 4)) * 4 + 10).astype(np.float32))
+    assert sk.refits == 2
