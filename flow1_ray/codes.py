@@ -149,8 +149,3 @@ GYM_ALIASED = _code("GYM_ALIASED", IMPORT_RESOLVE, FAIL,
                     "`import gym` resolves to gymnasium, or two gym APIs are mixed")
 FLOW1_INTERNAL = _code("FLOW1_INTERNAL", FLOW1, WARN, "flow1's own error, caught so that training goes on")
 SAMPLES_DROPPED = _code("SAMPLES_DROPPED", FLOW1, WARN, "diagnostic batches dropped under back-pressure")
-
-
-def module_of(code: str) -> str:
-    """The module a code belongs to (KeyError for an unknown code: codes are closed)."""
-    return CATALOGUE[code].module

@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,7 +56,6 @@ class Tracked:
     stalled: bool = False
     killed: bool = False
     tb_size: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class LockScanner:

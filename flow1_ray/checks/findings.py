@@ -83,8 +83,5 @@ class FindingLog:
     def findings(self) -> list[Finding]:
         return list(self._items.values())
 
-    def modules_with_findings(self) -> set[str]:
-        return {f.module for f in self._items.values() if f.status != C.PASS}
-
     def __len__(self) -> int:
         return len(self._items)
