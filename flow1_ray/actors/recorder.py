@@ -38,6 +38,7 @@ class RecorderCore:
         self._lines: deque[tuple[int, str]] = deque(maxlen=LINES_KEPT)
         self._seq = 0
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self.counts: Counter = Counter()
         self.codes: Counter = Counter()
         self.dropped_rows = 0
@@ -86,17 +87,20 @@ class RecorderCore:
 
     # -- output --------------------------------------------------------------------------
     def flush(self) -> int:
-        with self._lock:
-            events, self._events = self._events, []
-            metrics, self._metrics = self._metrics, []
-        if events:
-            write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
-            with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as f:
-                f.writelines(e.log_line() + "\n" for e in events)
-        if metrics:
-            write_part(pa.Table.from_pylist(metrics), self.run_dir / METRICS_DIR)
-        self.flushes += 1
-        return len(events) + len(metrics)
+        """Write what has arrived; flushes never overlap, so parts (named by write time)
+        keep the order in which their rows arrived."""
+        with self._flush_lock:
+            with self._lock:
+                events, self._events = self._events, []
+                metrics, self._metrics = self._metrics, []
+            if events:
+                write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
+                with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as f:
+                    f.writelines(e.log_line() + "\n" for e in events)
+            if metrics:
+                write_part(pa.Table.from_pylist(metrics), self.run_dir / METRICS_DIR)
+            self.flushes += 1
+            return len(events) + len(metrics)
 
     def lines_since(self, cursor: int) -> tuple[list[str], int]:
         """Log lines after ``cursor`` (a sequence number) and the new cursor."""
@@ -116,7 +120,10 @@ def make_recorder_actor():
     """The Recorder Ray actor class (built lazily so this module imports without Ray)."""
     import ray
 
-    @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=4)
+    # One request at a time: calls from one caller then run in the order they were sent, so
+    # the metric rows an iteration sends are written before the close() that follows them.
+    # Parquet writing happens on the flush thread, never on the request path.
+    @ray.remote(num_cpus=0, max_restarts=-1)
     class Recorder(RecorderCore):
         def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
             super().__init__(run_dir, run_id, flush_interval_s)
