@@ -229,7 +229,6 @@ def test_local_runner_and_evaluation_runners_are_watched(ray_session, tmp_path):
         assert result["flow1"]["worker"]["alive"] >= 2
     finally:
         algo.stop()
-    assert run.status is not None
     with pytest.raises(Exception):  # the run's actors are gone after algo.stop()
         import ray
         ray.get(run.monitor.full_status.remote(), timeout=5)
