@@ -62,3 +62,19 @@ def test_memory_leak_needs_slope_fit_and_span():
 def test_node_load_reads_this_machine():
     load = node_load()
     assert load["cpu_count"] >= 1 and 0 <= load["mem_usage_percent"] <= 100
+
+
+def test_stall_event_names_the_innermost_frame_in_both_stack_formats():
+    from flow1_ray.actors.monitor import MonitorCore
+
+    core = MonitorCore("r", 3.0, "kill")
+    watchdog = '  File "env.py", line 3, in step\n  File "demo.py", line 9, in _env_step_hangs_here\n'
+    dump = ('Timeout (0:00:04)!\nThread 0x01 (most recent call first):\n  File "threading.py", line 1 in wait\n'
+            'Thread 0x02 (most recent call first):\n  File "demo.py", line 9 in _env_step_hangs_here\n'
+            '  File "single_agent_env_runner.py", line 5 in sample\n')
+    for stack, source in ((watchdog, "watchdog"), (dump, "faulthandler")):
+        ch = {"kind": "stalled", "key": "k", "pid": 7, "ts": 1.0, "worker_index": 1, "stalled_s": 3.4,
+              "stack": stack, "stack_source": source, "where": "inside env.step", "killed": True}
+        (ev,) = core.events_for("n", [ch])
+        assert ev.code == C.WORKER_STALLED and "_env_step_hangs_here" in ev.message.split("stuck at")[1]
+        assert "flow1 killed it" in ev.message

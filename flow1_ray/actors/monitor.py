@@ -46,6 +46,15 @@ def _who(ch: dict) -> str:
 
 
 def _last_line(stack: str) -> str:
+    """The innermost frame: the last 'File' line of a Python traceback, or the first of
+    faulthandler's dump (most recent call first), in the thread that was sampling."""
+    if "most recent call first" in stack:
+        blocks = [b for b in stack.split("hread 0x") if "File " in b]
+        block = next((b for b in blocks if "env_runner" in b or "sample" in b), blocks[0] if blocks else "")
+        for ln in block.splitlines():
+            if ln.strip().startswith("File "):
+                return ln.strip()
+        return ""
     lines = [ln.strip() for ln in stack.strip().splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ln.startswith("File "):
@@ -124,9 +133,9 @@ class MonitorCore:
         top = _last_line(stack)
         action = ("; flow1 killed it (stall_action='kill') so that Ray restarts it" if ch.get("killed")
                   else f"; stall_action='{self.stall_action}'")
-        msg = (f"{_who(ch)} stalled: no step for {ch.get('stalled_s', 0):.1f} s "
-               f"{ch.get('where') or ''} (stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}"
-               f"{action}")
+        place = f" {ch['where']}" if ch.get("where") else ""
+        msg = (f"{_who(ch)} stalled: no step for {ch.get('stalled_s', 0):.1f} s{place} "
+               f"(stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}{action}")
         return Event(C.WORKER_STALLED, msg,
                      {"stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
                       "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
@@ -233,7 +242,11 @@ def make_monitor_actor():
                 if ch["kind"] == "died":
                     self._deaths.put((node_id, ch, self.update(node_id, ch)))
             changes = [ch for ch in changes if ch["kind"] != "died"]
-            events = self.events_for(node_id, changes) if changes else []
+            try:
+                events = self.events_for(node_id, changes) if changes else []
+            except Exception as e:  # a fire-and-forget call would lose this silently: keep it
+                self.probe_errors.append(f"events: {type(e).__name__}: {e}")
+                events = []
             try:
                 events += self.contention.observe(node_id, summary)
             except Exception as e:  # a judgement must not stop the monitor

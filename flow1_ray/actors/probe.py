@@ -130,8 +130,11 @@ class LockScanner:
                 continue
             stalled_for = self._stalled_for(t.header, now)
             if stalled_for is not None and not t.stalled:
-                stack = self._stack(t)
-                if stack or stalled_for > self.stall_timeout + self.stack_grace:
+                # the watchdog's stack comes within a tick of the stall; wait for it a little
+                # (a step holding the GIL stops the watchdog: then faulthandler's dump)
+                late = stalled_for > self.stall_timeout + self.stack_grace
+                stack = self._stack(t, since=now - stalled_for, use_faulthandler=late)
+                if stack or late:
                     t.stalled = True
                     ev = self._event("stalled", t, now, stalled_s=round(stalled_for, 3), **stack)
                     if self.stall_action == "kill":
@@ -175,15 +178,24 @@ class LockScanner:
         t.tb_size = size
         return read_head(self.dir / f"{t.name}.tb").startswith("Fatal Python error")
 
-    def _stack(self, t: Tracked) -> dict:
+    def _stack(self, t: Tracked, since: float, use_faulthandler: bool) -> dict:
+        """The stuck thread's stack: the watchdog's, or (late) a faulthandler dump written
+        after the stall began."""
         try:
             d = json.loads((self.dir / f"{t.name}.stack").read_text())
-            return {"stack": d.get("stack", ""), "stack_source": "watchdog", "where": d.get("where", "")}
+            if d.get("ts", since) >= since - 1.0:  # not a stack left from an earlier stall
+                return {"stack": d.get("stack", ""), "stack_source": "watchdog", "where": d.get("where", "")}
         except (OSError, ValueError):
             pass
-        tb = read_tail(self.dir / f"{t.name}.tb")
-        if "Thread" in tb or "File " in tb:
-            return {"stack": tb, "stack_source": "faulthandler"}
+        if use_faulthandler:
+            tb_path = self.dir / f"{t.name}.tb"
+            try:
+                fresh = os.stat(tb_path).st_mtime >= since
+            except OSError:
+                fresh = False
+            tb = read_tail(tb_path) if fresh else ""
+            if "File " in tb:
+                return {"stack": tb, "stack_source": "faulthandler"}
         return {}
 
     def _kill(self, t: Tracked, holder: int) -> bool:

@@ -30,6 +30,7 @@ from .sender import Sender
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
+WATCHDOG_TICK_S = 0.25        # the watchdog writes the heartbeat and checks for a stall this often
 
 
 #: The run id of local EnvRunners (they live in the Algorithm's process).
@@ -51,7 +52,8 @@ class RunnerAgent:
                 "node_id": ctx.get_node_id(), "local": self.local, "kind": self.kind}
         self.liveness = WorkerLiveness(
             job_lock_dir(ctx.get_job_id(), ctx.get_node_id()), f"{self.key}.{os.getpid()}", meta,
-            heartbeat_interval_s=min(opts.heartbeat_interval_s, opts.stall_timeout_s / 4),
+            # the watchdog's tick bounds how late a stall's stack is written: keep it short
+            heartbeat_interval_s=min(opts.heartbeat_interval_s, WATCHDOG_TICK_S, opts.stall_timeout_s / 8),
             stall_timeout_s=opts.stall_timeout_s, arm_faulthandler=not self.local)
         self.thresholds = DEFAULT.with_overrides(opts.thresholds)
         self.log = FindingLog()
