@@ -141,9 +141,13 @@ def holder_pid(path: Path) -> int | None:
     """
     fd = _open_nofollow(path, os.O_RDONLY)
     try:
-        got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+        return _holder(fd)
     finally:
         os.close(fd)
+
+
+def _holder(fd: int) -> int | None:
+    got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
     l_type, _, _, _, pid = _FLOCK.unpack(got)
     return None if l_type == fcntl.F_UNLCK else pid
 
@@ -160,19 +164,14 @@ def probe_lock(path: Path | str, dir_fd: int | None = None) -> tuple[int | None,
     With ``dir_fd``, ``path`` is a bare name in that directory (no path walk per file)."""
     fd = _open_nofollow(path, os.O_RDONLY, dir_fd)
     try:
-        got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
-        raw = os.pread(fd, HEADER.size, 0)
+        return probe_fd(fd)
     finally:
         os.close(fd)
-    l_type, _, _, _, pid = _FLOCK.unpack(got)
-    return (None if l_type == fcntl.F_UNLCK else pid), _header(raw)
 
 
 def probe_fd(fd: int) -> tuple[int | None, Header | None]:
     """:func:`probe_lock` on a descriptor the probe keeps open between scans."""
-    got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
-    l_type, _, _, _, pid = _FLOCK.unpack(got)
-    return (None if l_type == fcntl.F_UNLCK else pid), _header(os.pread(fd, HEADER.size, 0))
+    return _holder(fd), _header(os.pread(fd, HEADER.size, 0))
 
 
 def read_lock(path: Path) -> tuple[Header | None, dict]:
