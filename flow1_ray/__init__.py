@@ -20,6 +20,7 @@ _LAZY = {
     "Thresholds": "checks.thresholds",
     "load_events": "store",
     "load_metrics": "store",
+    "load_clusters": "store",
     "analyze_state_actions": "clustering.state_action_map",
     "StateActionMap": "clustering.state_action_map",
 }

@@ -68,7 +68,7 @@ class Flow1Callbacks(RLlibCallback):
     def on_sample_end(self, *, env_runner: Any, samples: Any = None, **kwargs: Any) -> None:
         agent = self._agents.get(id(env_runner))
         if agent is not None:
-            agent.on_sample_end()
+            agent.on_sample_end(samples)
 
     # -- Algorithm side ------------------------------------------------------------------
     @_guarded
@@ -106,32 +106,41 @@ class Flow1Callbacks(RLlibCallback):
         keys = runner_keys(algorithm)
         if set(keys) - set(run.keys):
             run.register(keys)
-        status, rec = {}, {}
-        try:
-            status = ray.get(run.monitor.full_status.remote(), timeout=t)
-            rec = ray.get(run.recorder.status.remote(), timeout=t)
-            lines, run.cursor = ray.get(run.recorder.lines_since.remote(run.cursor), timeout=t)
+        status, rec, states = {}, {}, {}
+        try:  # asked together, waited for once
+            refs = [run.monitor.full_status.remote(), run.recorder.status.remote(),
+                    run.recorder.lines_since.remote(run.cursor)]
+            if run.clusterer is not None:
+                refs.append(run.clusterer.full_status.remote())
+            status, rec, (lines, run.cursor), *more = ray.get(refs, timeout=t)
+            states = more[0] if more else {}
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as e:
             lines = [f"flow1: actors did not answer within {t:g} s ({type(e).__name__})"]
         if self.OPTIONS.print_events:
             for line in lines:
                 print(line, flush=True)
         events = rec.get("events", {})
+        iteration = int(result.get("training_iteration", 0))
+        return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
         out = {
             "worker": {"alive": status.get("alive", 0), "dead": status.get("dead", 0),
                        "stalled": status.get("stalled", 0), "restarts": status.get("restarts", 0)},
             "events": {s: int(events.get(s, 0)) for s in (C.FAIL, C.WARN)},
             "samples_dropped": int(rec.get("samples_dropped", 0)),
             "internal_errors": self.internal_errors,
+            "states": {"received": int(states.get("received", 0)), "snapshots": int(states.get("snapshots", 0)),
+                       "heatmaps": int(rec.get("heatmaps", {}).get("written", 0))},
             "run_dir": str(run.run_dir),
         }
         result[RESULT_KEY] = out
-        row = {"iteration": int(result.get("training_iteration", 0)),
+        row = {"iteration": iteration,
                "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
-               "episode_return_mean": _float(result.get("env_runners", {}).get("episode_return_mean")),
+               "episode_return_mean": return_mean,
                **{f"flow1/worker/{k}": v for k, v in out["worker"].items()},
                **{f"flow1/events/{k}": v for k, v in out["events"].items()},
+               **{f"flow1/states/{k}": v for k, v in out["states"].items()},
                "flow1/samples_dropped": out["samples_dropped"]}
+        run.after_iteration(iteration, return_mean)
         run.recorder.add_metrics.remote(row)
 
     # -- internals -----------------------------------------------------------------------

@@ -143,6 +143,14 @@ BLIND_SPOT = _code("BLIND_SPOT", STATE_ACTION, WARN, "every action probability <
 ERROR_FIXATION = _code("ERROR_FIXATION", STATE_ACTION, WARN,
                        "one action > 0.95 in a cluster that leads to failure more often than average")
 RARE_STATE = _code("RARE_STATE", STATE_ACTION, WARN, "cluster holds < 0.01% of visited states")
+STATE_SNAPSHOT = _code("STATE_SNAPSHOT", STATE_ACTION, PASS,
+                       "a state-cluster x action snapshot was taken (verdict counts, heatmap path)")
+LOST_STATES_GROWING = _code("LOST_STATES_GROWING", STATE_ACTION, WARN,
+                            "share of visited states in CHAOS/BLIND_SPOT clusters rose at each of the last "
+                            "3 snapshots, by >= 0.1 in all")
+NEW_FIXATION = _code("NEW_FIXATION", STATE_ACTION, WARN,
+                     "clusters holding >= 5% of states became fixated (one action > 0.95) since the last "
+                     "snapshot while the episode return rose < 5%")
 
 # --- IMPORT_RESOLVE / FLOW1 -------------------------------------------------------------
 GYM_ALIASED = _code("GYM_ALIASED", IMPORT_RESOLVE, FAIL,

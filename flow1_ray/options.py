@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from .clustering.backends import BACKENDS
+
 NAMESPACE = "flow1"
 STALL_ACTIONS = ("report", "kill")
 
@@ -24,6 +26,14 @@ class Flow1Options:
     print_events: bool = True            # the driver prints new log lines after each iteration
     get_timeout_s: float = 2.0           # every ray.get of the driver waits at most this long
     thresholds: dict = field(default_factory=dict)
+    # state-cluster x action maps (the StateClusterer)
+    state_actions: bool = True           # sample (state, action) pairs and cluster them
+    state_sample_rate: float = 0.25      # share of sampled env steps sent to the clusterer
+    state_send_interval_s: float = 2.0   # a runner sends its sampled states at most this often
+    n_clusters: int = 30
+    clusterer_backend: str = "auto"      # "auto" | "cuml" | "torch" | "sklearn"
+    clusterer_num_gpus: float | None = None  # None: a 0.1 share of a GPU if one is free, else CPU
+    heatmap_every: int = 10              # a snapshot (cluster rows, events, heatmap PNG) every N iterations
 
     def __post_init__(self) -> None:
         if self.stall_action not in STALL_ACTIONS:
@@ -33,6 +43,17 @@ class Flow1Options:
         for name in ("heartbeat_interval_s", "probe_interval_s", "stall_timeout_s", "flush_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if not 0.0 <= self.state_sample_rate <= 1.0:
+            raise ValueError(f"state_sample_rate must be in [0, 1], got {self.state_sample_rate}")
+        if self.clusterer_backend not in BACKENDS:
+            raise ValueError(f"clusterer_backend must be one of {BACKENDS}, got {self.clusterer_backend!r}")
+        if self.n_clusters < 1 or self.heatmap_every < 1:
+            raise ValueError(f"n_clusters and heatmap_every must be >= 1, got {self.n_clusters}, "
+                             f"{self.heatmap_every}")
+        if self.state_send_interval_s < 0:
+            raise ValueError(f"state_send_interval_s must be >= 0, got {self.state_send_interval_s}")
+        if self.clusterer_num_gpus is not None and self.clusterer_num_gpus < 0:
+            raise ValueError(f"clusterer_num_gpus must be >= 0 or None, got {self.clusterer_num_gpus}")
 
     def resolved_output_dir(self) -> str:
         return self.output_dir or os.environ.get("FLOW1_OUTPUT_DIR") or os.path.join(os.getcwd(), "flow1_runs")

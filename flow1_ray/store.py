@@ -1,6 +1,6 @@
 """Run-directory files: Parquet parts written once, never rewritten, and read back.
 
-A run directory holds ``events/part-*.parquet`` (and later ``metrics/``, ``clusters/``).
+A run directory holds ``events/part-*.parquet`` ``metrics/`` and ``clusters/``.
 Each flush writes a new part through a temporary name and an atomic rename, so a reader
 never sees a half-written file and a crash loses at most the batch being written.
 """
@@ -20,6 +20,8 @@ from .events import EVENT_SCHEMA, Event, events_to_table
 
 EVENTS_DIR = "events"
 METRICS_DIR = "metrics"
+CLUSTERS_DIR = "clusters"
+HEATMAPS_DIR = "heatmaps"
 LOG_FILE = "flow1.log"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -84,3 +86,8 @@ def load_events(path: str | os.PathLike) -> pa.Table:
 def load_metrics(path: str | os.PathLike) -> pa.Table:
     """The per-iteration metrics table of a run directory."""
     return _read(path, METRICS_DIR, None)
+
+
+def load_clusters(path: str | os.PathLike) -> pa.Table:
+    """The state-cluster rows of a run directory: one row per cluster and snapshot."""
+    return _read(path, CLUSTERS_DIR, None)

@@ -30,3 +30,31 @@ def test_bad_threshold_files(tmp_path):
         Thresholds.from_file(p)
     with pytest.raises(Flow1InputError, match="cannot read"):
         Thresholds.from_file(tmp_path / "missing.json")
+
+
+def test_state_action_thresholds_come_from_the_same_place():
+    th = Thresholds().with_overrides({"chaos_entropy": 0.9, "rare_share": 0.001}).state_action()
+    assert th.chaos_entropy == 0.9 and th.rare_share == 0.001 and th.blind_spot_max == 0.3
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"clusterer_backend": "faiss"}, "clusterer_backend must be one of"),
+    ({"heatmap_every": 0}, "n_clusters and heatmap_every must be >= 1"),
+    ({"n_clusters": 0}, "n_clusters and heatmap_every"),
+    ({"state_sample_rate": 1.5}, "state_sample_rate must be in"),
+    ({"state_send_interval_s": -1}, "state_send_interval_s must be >= 0"),
+    ({"clusterer_num_gpus": -0.5}, "clusterer_num_gpus must be >= 0"),
+])
+def test_bad_state_action_options(opts, match):
+    from flow1_ray import Flow1Callbacks
+
+    with pytest.raises(ValueError, match=match):
+        Flow1Callbacks.with_options(**opts)
+
+
+def test_clusterer_gpu_share_follows_the_option():
+    from flow1_ray.actors.run import clusterer_gpus
+    from flow1_ray.options import Flow1Options
+
+    assert clusterer_gpus(Flow1Options(clusterer_num_gpus=0.5)) == 0.5
+    assert clusterer_gpus(Flow1Options(clusterer_num_gpus=0)) == 0.0

@@ -267,3 +267,43 @@ def test_live_contract_checks_see_the_sub_envs_raw_values(ray_session, tmp_path)
         assert codes.count(C.OBS_DTYPE_MISMATCH) <= 2, "each runner sends a finding once"
     finally:
         algo.stop()
+
+
+def test_state_clusterer_writes_heatmaps_and_cluster_rows(ray_session, tmp_path):
+    """A real PPO run: the runners' sampled (state, action) pairs reach the StateClusterer,
+    every iteration (heatmap_every=1) gives cluster rows, STATE_SNAPSHOT events and a PNG
+    written by the Recorder's heatmap thread; algo.stop() waits for the last of them."""
+    from flow1_ray import load_clusters
+
+    algo = build(tmp_path, heatmap_every=1, n_clusters=8, state_sample_rate=0.5, state_send_interval_s=0.0)
+    try:
+        results = [algo.train() for _ in range(3)]
+    finally:
+        algo.stop()
+    run_dir = Path(results[-1]["flow1"]["run_dir"])
+    states = results[-1]["flow1"]["states"]
+    assert states["received"] > 0, states
+    rows = load_clusters(run_dir).to_pylist()
+    snapshots = sorted({r["snapshot"] for r in rows})
+    assert len(snapshots) >= 3, snapshots
+    iterations = sorted({r["iteration"] for r in rows})
+    assert set(iterations) <= {1, 2, 3} and len(iterations) == len(snapshots)
+    for r in rows:
+        assert len(r["action_counts"]) == 2 and sum(r["action_counts"]) == r["size"]
+        assert r["verdict"] in {"OK", "FIXATED", C.CHAOS, C.BLIND_SPOT, C.ERROR_FIXATION, C.RARE_STATE}
+    per_snapshot = {s: sum(r["size"] for r in rows if r["snapshot"] == s) for s in snapshots}
+    assert all(n > 0 for n in per_snapshot.values()), per_snapshot
+    pngs = sorted(p.name for p in (run_dir / "heatmaps").glob("*.png"))
+    assert pngs == [f"iter_{i:06d}.png" for i in iterations], pngs
+    for p in (run_dir / "heatmaps").glob("*.png"):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    snaps = [e for e in load_events(run_dir).to_pylist() if e["code"] == C.STATE_SNAPSHOT]
+    assert len(snaps) == len(snapshots)
+    assert all(e["module"] == C.STATE_ACTION and "heatmaps/iter_" in e["message"] for e in snaps)
+    from flow1_ray.report.run import load_run_report
+
+    report = load_run_report(run_dir)
+    sa = report.summary["state_actions"]
+    assert sa["snapshots"] == len(snapshots) and sa["heatmaps"] == [f"heatmaps/{p}" for p in pngs]
+    assert sum(sa["verdicts"].values()) == sa["clusters"] == 8
+    assert f"![P(action | cluster)]({sa['heatmaps'][-1]})" in report.to_markdown()

@@ -1,7 +1,8 @@
-"""Recorder: the run's single writer of events, metric rows and the log.
+"""Recorder: the run's single writer of events, metric rows, cluster rows, heatmaps and the log.
 
 Everything arrives here as plain dicts (fire-and-forget calls); a background thread
-writes Parquet parts and log lines every ``flush_interval_s``. A part, once written, is
+writes Parquet parts and log lines every ``flush_interval_s``, and the heatmap writer's
+thread renders PNGs: no request waits for a disk. A part, once written, is
 never rewritten, so killing the Recorder loses at most the rows of one interval; Ray
 restarts it (``max_restarts=-1``) with the same arguments and it goes on writing new parts.
 """
@@ -18,11 +19,13 @@ import pyarrow as pa
 
 from .. import codes as C
 from ..events import Event, events_to_table
-from ..store import EVENTS_DIR, LOG_FILE, METRICS_DIR, write_part
+from ..store import CLUSTERS_DIR, EVENTS_DIR, LOG_FILE, METRICS_DIR, write_part
+from .heatmaps import HeatmapWriter
 
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
 LINES_KEPT = 10_000
 DROP_EVENT_EVERY_S = 30.0
+HEATMAP_DRAIN_S = 20.0       # close() waits at most this long for queued heatmaps
 
 
 class RecorderCore:
@@ -35,6 +38,9 @@ class RecorderCore:
         self.flush_interval = flush_interval_s
         self._events: list[Event] = []
         self._metrics: list[dict] = []
+        self._clusters: list[pa.Table] = []
+        self.heatmaps = HeatmapWriter(self.run_dir)
+        self.snapshots = 0
         self._lines: deque[tuple[int, str]] = deque(maxlen=LINES_KEPT)
         self._seq = 0
         self._lock = threading.Lock()
@@ -70,6 +76,20 @@ class RecorderCore:
             else:
                 self.dropped_rows += 1
 
+    def add_snapshot(self, snap: dict) -> None:
+        """A StateClusterer snapshot: its cluster rows wait for the next flush, its events
+        go to the log, its heatmap to the writer's queue (dropped and counted if full)."""
+        with self._lock:
+            if sum(t.num_rows for t in self._clusters) < MAX_PENDING_ROWS:
+                self._clusters.append(snap["rows"])
+            else:
+                self.dropped_rows += snap["rows"].num_rows
+            self.snapshots += 1
+        if snap.get("events"):
+            self.add_events(snap["events"])
+        if snap.get("heatmap"):
+            self.heatmaps.submit(snap["heatmap"])
+
     def note_dropped(self, source: str, total: int, worker_index: int | None = None) -> None:
         """A sender's running count of batches it dropped under back-pressure; a rise
         becomes a SAMPLES_DROPPED event (at most one per source per DROP_EVENT_EVERY_S)."""
@@ -93,14 +113,17 @@ class RecorderCore:
             with self._lock:
                 events, self._events = self._events, []
                 metrics, self._metrics = self._metrics, []
+                clusters, self._clusters = self._clusters, []
             if events:
                 write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
                 with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as f:
                     f.writelines(e.log_line() + "\n" for e in events)
             if metrics:
                 write_part(pa.Table.from_pylist(metrics), self.run_dir / METRICS_DIR)
+            if clusters:
+                write_part(pa.concat_tables(clusters, promote_options="default"), self.run_dir / CLUSTERS_DIR)
             self.flushes += 1
-            return len(events) + len(metrics)
+            return len(events) + len(metrics) + sum(t.num_rows for t in clusters)
 
     def lines_since(self, cursor: int) -> tuple[list[str], int]:
         """Log lines after ``cursor`` (a sequence number) and the new cursor."""
@@ -113,7 +136,7 @@ class RecorderCore:
         with self._lock:
             return {"events": dict(self.counts), "codes": dict(self.codes), "dropped_rows": self.dropped_rows,
                     "samples_dropped": sum(self.samples_dropped.values()), "flushes": self.flushes,
-                    "run_dir": str(self.run_dir)}
+                    "snapshots": self.snapshots, "heatmaps": self.heatmaps.status(), "run_dir": str(self.run_dir)}
 
 
 def make_recorder_actor():
@@ -148,6 +171,7 @@ def make_recorder_actor():
         def close(self) -> dict:
             self._stop.set()
             self.flush()
+            self.heatmaps.drain(HEATMAP_DRAIN_S)
             return self.status()
 
         def ping(self) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..options import NAMESPACE, Flow1Options
+from .recorder import HEATMAP_DRAIN_S
 
 KV_PREFIX = "flow1:runner:"
 PROBE_START_TIMEOUT_S = 60.0
@@ -28,6 +29,26 @@ def recorder_name(run_id: str) -> str:
 
 def monitor_name(run_id: str) -> str:
     return f"flow1-monitor-{run_id}"
+
+
+def clusterer_name(run_id: str) -> str:
+    return f"flow1-clusterer-{run_id}"
+
+
+#: The share of a GPU the StateClusterer asks for when one is free (None = this, or CPU).
+CLUSTERER_GPU_SHARE = 0.1
+
+
+def clusterer_gpus(opts: Flow1Options) -> float:
+    """GPUs for the StateClusterer: the option if set, else a small share when one is free
+    now. The Algorithm's learners are placed before on_algorithm_init, so asking only for
+    what is free never keeps them from a GPU, and never leaves the clusterer pending."""
+    if opts.clusterer_num_gpus is not None:
+        return float(opts.clusterer_num_gpus)
+    import ray
+
+    free = ray.available_resources().get("GPU", 0.0)
+    return CLUSTERER_GPU_SHARE if free >= CLUSTERER_GPU_SHARE else 0.0
 
 
 def new_run_id() -> str:
@@ -81,9 +102,33 @@ class Flow1Run:
             name=monitor_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
         ).remote(self.run_id, recorder_name(self.run_id), NAMESPACE, self.job_id, opts.stall_timeout_s,
                  opts.stall_action, opts.probe_interval_s, opts.heartbeat_interval_s)
+        self.clusterer = None
+        if opts.state_actions:
+            from .clusterer import make_clusterer_actor
+
+            self.clusterer = make_clusterer_actor().options(
+                name=clusterer_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
+                num_gpus=clusterer_gpus(opts), max_pending_calls=opts.max_pending_calls,
+            ).remote(recorder_name(self.run_id), NAMESPACE, opts.n_clusters, opts.clusterer_backend,
+                     dict(opts.thresholds), 0)
         self.keys: list[str] = []
         self.cursor = 0
         self.closed = False
+        self.iteration = 0               # the last training iteration seen
+        self.snapshot_iteration = 0      # the iteration of the last snapshot asked for
+        self.return_mean: float | None = None
+
+    def after_iteration(self, iteration: int, return_mean: float | None) -> None:
+        """Ask for a snapshot every ``heatmap_every`` iterations (fire-and-forget)."""
+        self.iteration, self.return_mean = iteration, return_mean
+        if self.clusterer is not None and iteration - self.snapshot_iteration >= self.opts.heatmap_every:
+            import ray
+
+            self.snapshot_iteration = iteration
+            try:
+                self.clusterer.snapshot.remote(iteration, return_mean)
+            except ray.exceptions.PendingCallsLimitExceeded:
+                pass
 
     def register(self, keys: list[str]) -> None:
         """Tell the probes which lock files are ours and the runners which run they are in."""
@@ -107,12 +152,18 @@ class Flow1Run:
 
         status: dict = {}
         t = self.opts.get_timeout_s * 5
+        if self.clusterer is not None:
+            last = self.iteration if self.iteration > self.snapshot_iteration else None
+            try:  # a last snapshot of the iterations since the previous one; all delivered
+                ray.get(self.clusterer.finish.remote(last, self.return_mean, t), timeout=t + 5)
+            except Exception:
+                pass
         try:
             ray.get(self.monitor.stop_probes.remote(), timeout=t)
         except Exception:
             pass
         try:
-            status = ray.get(self.recorder.close.remote(), timeout=t)
+            status = ray.get(self.recorder.close.remote(), timeout=t + HEATMAP_DRAIN_S)
         except Exception:
             pass
         for k in self.keys:
@@ -120,7 +171,9 @@ class Flow1Run:
                 _kv()._internal_kv_del(KV_PREFIX + k, namespace=NAMESPACE)
             except Exception:
                 pass
-        for actor in (self.monitor, self.recorder):
+        for actor in (self.monitor, self.clusterer, self.recorder):
+            if actor is None:
+                continue
             try:
                 ray.kill(actor, no_restart=True)
             except Exception:

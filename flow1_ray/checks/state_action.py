@@ -6,6 +6,11 @@ and ERROR_FIXATION only when that cluster's states also lead to termination (fai
 clearly more often than the run's average -- a trained policy is confident almost
 everywhere, so confidence alone raises nothing. A cluster holding < 0.01 % of the visited
 states is a RARE_STATE: too few visits to judge the rest.
+
+Between snapshots of a live run, trends: LOST_STATES_GROWING (the share of states in
+CHAOS/BLIND_SPOT clusters keeps rising) and NEW_FIXATION (clusters became fixated while
+the return did not improve: confidence that did not pay). Clusters are matched across
+snapshots by their centroids, since a refit renumbers them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from .. import codes as C
+from .findings import Finding
 
 OK, FIXATED = "OK", "FIXATED"
 VERDICTS = (OK, FIXATED, C.BLIND_SPOT, C.CHAOS, C.ERROR_FIXATION, C.RARE_STATE)
@@ -30,6 +36,10 @@ class StateActionThresholds:
     failure_p_value: float = 0.01     # ... and a binomial test says so
     rare_share: float = 1e-4          # < 0.01 % of visited states = RARE_STATE
     min_visits: int = 20              # fewer visits: not judged (verdict OK)
+    lost_rise: float = 0.1            # LOST_STATES_GROWING: share of states in CHAOS/BLIND_SPOT up by this ...
+    lost_rise_snapshots: int = 3      # ... and rising at each of this many consecutive snapshots
+    new_fixation_share: float = 0.05  # NEW_FIXATION: clusters newly fixated hold this share of states ...
+    new_fixation_return_gain: float = 0.05  # ... while the episode return rose less than this (relative)
 
 
 def normalized_entropy(p: np.ndarray) -> np.ndarray:
@@ -43,25 +53,50 @@ def normalized_entropy(p: np.ndarray) -> np.ndarray:
     return h / np.log(n)
 
 
+def cluster_means(labels: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """Per-cluster mean of each column of ``values`` over its rows that are not NaN (NaN
+    for a cluster with none)."""
+    values = np.asarray(values, np.float64).reshape(len(labels), -1)
+    out = np.full((k, values.shape[1]), np.nan)
+    for j in range(values.shape[1]):
+        ok = ~np.isnan(values[:, j])
+        n = np.bincount(labels[ok], minlength=k)
+        s = np.bincount(labels[ok], weights=values[ok, j], minlength=k)
+        out[n > 0, j] = s[n > 0] / n[n > 0]
+    return out
+
+
 def verdicts(counts: np.ndarray, failures: np.ndarray | None = None,
-             th: StateActionThresholds = StateActionThresholds()) -> list[str]:
+             th: StateActionThresholds = StateActionThresholds(), *, share: np.ndarray | None = None,
+             policy: np.ndarray | None = None) -> list[str]:
     """One verdict per cluster from action counts (clusters x actions) and, optionally,
-    the number of visits per cluster whose step ended the episode by termination."""
+    the number of visits per cluster whose step ended the episode by termination.
+
+    ``share`` (per cluster) is its share of all the states visited so far, for RARE_STATE
+    (default: its share of ``counts``). ``policy`` (clusters x 2: mean normalised entropy and
+    mean top probability of the policy at the cluster's states, NaN where unknown) keeps a
+    cluster whose states straddle a decision boundary -- a confident policy choosing
+    differently on either side, near-uniform counts -- from reading as CHAOS or BLIND_SPOT:
+    those need the policy itself to be undecided where it is known."""
     counts = np.asarray(counts, dtype=np.float64)
     visits = counts.sum(1)
     total = visits.sum()
     probs = counts / np.maximum(visits, 1.0)[:, None]
     ent = normalized_entropy(probs)
+    if share is None:
+        share = visits / total if total > 0 else np.ones_like(visits)
+    pol = np.full((counts.shape[0], 2), np.nan) if policy is None else np.asarray(policy, np.float64)
     base_rate = float(np.sum(failures) / total) if failures is not None and total > 0 else None
     out = []
     for i in range(counts.shape[0]):
-        if total > 0 and visits[i] / total < th.rare_share:
+        p_ent, p_top = pol[i]
+        if share[i] < th.rare_share:
             out.append(C.RARE_STATE)
         elif visits[i] < th.min_visits:
             out.append(OK)
-        elif counts.shape[1] >= 2 and ent[i] >= th.chaos_entropy:
+        elif counts.shape[1] >= 2 and ent[i] >= th.chaos_entropy and not p_ent < th.chaos_entropy:
             out.append(C.CHAOS)
-        elif probs[i].max() < th.blind_spot_max:
+        elif probs[i].max() < th.blind_spot_max and not p_top >= th.blind_spot_max:
             out.append(C.BLIND_SPOT)
         elif probs[i].max() > th.fixation_min:
             fails = int(failures[i]) if failures is not None else 0
@@ -73,4 +108,84 @@ def verdicts(counts: np.ndarray, failures: np.ndarray | None = None,
                 out.append(FIXATED)
         else:
             out.append(OK)
+    return out
+
+
+# --- trends between snapshots ------------------------------------------------------------
+
+LOST_VERDICTS = (C.CHAOS, C.BLIND_SPOT)
+FIXED_VERDICTS = (FIXATED, C.ERROR_FIXATION)
+
+
+@dataclass
+class Snapshot:
+    """What a trend needs of one snapshot. ``centroids`` are in raw feature units, so that
+    clusters can be matched across refits (which re-standardise)."""
+
+    index: int
+    iteration: int
+    centroids: np.ndarray
+    visits: np.ndarray
+    verdicts: list[str]
+    return_mean: float | None = None
+
+    @property
+    def lost_share(self) -> float:
+        """Share of the visited states that fall in CHAOS or BLIND_SPOT clusters."""
+        total = float(self.visits.sum())
+        lost = sum(float(v) for v, d in zip(self.visits, self.verdicts) if d in LOST_VERDICTS)
+        return lost / total if total else 0.0
+
+
+def match_clusters(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
+    """For each current centroid, the index of its previous counterpart (-1 if none): a
+    one-to-one assignment minimising the total squared distance (cluster ids are not stable
+    across a refit; between refits this is the identity)."""
+    from scipy.optimize import linear_sum_assignment
+
+    d = ((cur[:, None, :] - prev[None, :, :]) ** 2).sum(-1)
+    rows, cols = linear_sum_assignment(d)
+    out = np.full(len(cur), -1, dtype=np.int64)
+    out[rows] = cols
+    return out
+
+
+def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateActionThresholds()) -> list[Finding]:
+    """LOST_STATES_GROWING and NEW_FIXATION from the latest snapshots (oldest first)."""
+    out: list[Finding] = []
+    if len(history) < 2:
+        return out
+    cur, prev = history[-1], history[-2]
+    n = th.lost_rise_snapshots
+    if len(history) >= n + 1:
+        shares = [s.lost_share for s in history[-(n + 1):]]
+        rising = all(b > a for a, b in zip(shares, shares[1:]))
+        if rising and shares[-1] - shares[0] >= th.lost_rise:
+            out.append(Finding(C.LOST_STATES_GROWING, (
+                f"share of visited states in CHAOS/BLIND_SPOT clusters rose at each of the last {n} snapshots: "
+                + " -> ".join(f"{s:.0%}" for s in shares) + f" (iterations {history[-(n + 1)].iteration}.."
+                f"{cur.iteration}); expected it to fall as the policy learns: the agent is getting lost in more "
+                f"of its states (forgetting, or a collapsing value estimate)"),
+                {"lost_shares": [round(s, 4) for s in shares], "iterations": [s.iteration for s in history[-(n + 1):]],
+                 "threshold_rise": th.lost_rise}))
+    if prev.centroids.shape[1:] != cur.centroids.shape[1:]:
+        return out
+    match = match_clusters(prev.centroids, cur.centroids)
+    total = float(cur.visits.sum()) or 1.0
+    new = [i for i, j in enumerate(match) if cur.verdicts[i] in FIXED_VERDICTS
+           and (j < 0 or prev.verdicts[j] not in FIXED_VERDICTS)]
+    share = float(sum(cur.visits[i] for i in new)) / total
+    r0, r1 = prev.return_mean, cur.return_mean
+    if new and share >= th.new_fixation_share and r0 is not None and r1 is not None:
+        gain = (r1 - r0) / max(abs(r0), 1e-8)
+        if gain < th.new_fixation_return_gain:
+            out.append(Finding(C.NEW_FIXATION, (
+                f"{len(new)} cluster(s) holding {share:.0%} of the visited states became fixated (one action > "
+                f"{th.fixation_min:g}) between iterations {prev.iteration} and {cur.iteration}, while the episode "
+                f"return went {r0:.4g} -> {r1:.4g} ({gain:+.1%}, expected >= {th.new_fixation_return_gain:+.0%}): "
+                f"the policy grew confident without paying off -- premature convergence; try a larger "
+                f"entropy_coeff (e.g. 0.01)"),
+                {"clusters": new, "share": round(share, 4), "return_before": r0, "return_after": r1,
+                 "return_gain": round(gain, 4), "iterations": [prev.iteration, cur.iteration],
+                 "threshold_share": th.new_fixation_share, "threshold_gain": th.new_fixation_return_gain}))
     return out

@@ -45,6 +45,18 @@ class Thresholds:
     reward_drop_p_value: float = 0.001       # Mann-Whitney, best block vs recent, Bonferroni
     # ACTION_PIPE
     squash_grad_min: float = 1e-3
+    # STATE_ACTION (seed 001, 3.2): verdicts per state cluster, then trends between snapshots
+    chaos_entropy: float = 0.95              # normalised entropy of P(a|c) at or above = CHAOS
+    blind_spot_max: float = 0.3              # every action below = BLIND_SPOT
+    fixation_min: float = 0.95               # one action above = FIXATED (ERROR_FIXATION with failures)
+    failure_ratio: float = 2.0               # ERROR_FIXATION: cluster failure rate >= 2x the run's ...
+    failure_p_value: float = 0.01            # ... and a one-sided binomial test says so
+    rare_share: float = 1e-4                 # < 0.01 % of visited states = RARE_STATE
+    min_visits: int = 20                     # fewer visits: not judged
+    lost_rise: float = 0.1                   # LOST_STATES_GROWING: share in CHAOS/BLIND_SPOT clusters up by this ...
+    lost_rise_snapshots: int = 3             # ... rising at each of this many consecutive snapshots
+    new_fixation_share: float = 0.05         # NEW_FIXATION: newly fixated clusters hold this share of states ...
+    new_fixation_return_gain: float = 0.05   # ... and episode return rose less than this (relative)
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> "Thresholds":
         """A copy with some fields replaced; unknown names are an error, not ignored."""
@@ -58,6 +70,13 @@ class Thresholds:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def state_action(self) -> Any:
+        """The STATE_ACTION subset, as the verdict code takes it."""
+        from .state_action import StateActionThresholds
+
+        names = {f.name for f in fields(StateActionThresholds)}
+        return StateActionThresholds(**{k: v for k, v in asdict(self).items() if k in names})
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Thresholds":

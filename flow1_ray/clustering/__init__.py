@@ -1,6 +1,3 @@
-"""State clustering without Ray: KMeans backends and the state-cluster x action map."""
-
-from .backends import BACKENDS, make_backend, resolve_backend
-from .state_action_map import StateActionMap, analyze_state_actions
-
-__all__ = ["BACKENDS", "StateActionMap", "analyze_state_actions", "make_backend", "resolve_backend"]
+"""State clustering without Ray: KMeans backends (backends.py), the streaming layer
+(streaming.py) and the state-cluster x action map (state_action_map.py). Import from the
+submodules; this package imports nothing eagerly, so that ``backends`` stays light."""

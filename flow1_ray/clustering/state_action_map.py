@@ -1,6 +1,6 @@
 """``analyze_state_actions``: cluster visited states, count actions per cluster, judge.
 
-Offline on arrays (and the engine a StateClusterer actor will run beside a live run):
+Offline on arrays (and the engine the StateClusterer actor runs beside a live run):
 observations from any supported space are flattened (images average-pooled first) and
 standardised, so that one large-valued dimension does not decide the clusters; actions
 become one index each (Discrete as is, MultiDiscrete raveled, Box binned per dimension).
@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from .. import codes as C
 from ..checks.spaces import is_image_space
-from ..checks.state_action import OK, StateActionThresholds, verdicts
+from ..checks.state_action import OK, StateActionThresholds, cluster_means, verdicts
 from ..events import Event
 from .backends import make_backend, resolve_backend
 
@@ -94,6 +94,18 @@ def action_index(actions: Any, space: spaces.Space) -> tuple[np.ndarray, list[st
     raise ValueError(f"unsupported action space {space}")
 
 
+def policy_stats(logits: np.ndarray) -> np.ndarray:
+    """(N, 2) float32 from Categorical logits (N, n): the normalised entropy of the policy
+    at each state (1 = uniform) and its top probability."""
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0).sum(1) / np.log(p.shape[1])
+    return np.stack([h, p.max(1)], axis=1).astype(np.float32)
+
+
 # --- the map ----------------------------------------------------------------------------
 
 
@@ -107,6 +119,7 @@ class StateActionMap:
     backend: str = ""
     inertia: float = 0.0
     thresholds: StateActionThresholds = field(default_factory=StateActionThresholds)
+    policy: np.ndarray | None = None     # (k, 2) mean policy entropy (normalised) and top prob, NaN unknown
 
     @property
     def visits(self) -> np.ndarray:
@@ -117,15 +130,21 @@ class StateActionMap:
         """P(action | cluster), rows summing to 1 (0 for an empty cluster)."""
         return self.counts / np.maximum(self.visits, 1)[:, None]
 
-    def to_arrow(self, snapshot: int = 0) -> pa.Table:
+    def to_arrow(self, snapshot: int = 0, iteration: int | None = None) -> pa.Table:
+        """One row per cluster (the schema of RUN_DIR/clusters/); policy columns are null
+        where the policy's probabilities were not known."""
         k = self.counts.shape[0]
+        pol = self.policy if self.policy is not None else np.full((k, 2), np.nan)
         return pa.table({
             "snapshot": pa.array([snapshot] * k, pa.int64()),
+            "iteration": pa.array([iteration] * k, pa.int64()),
             "cluster": pa.array(range(k), pa.int32()),
             "size": pa.array(self.visits.astype(np.int64)),
             "action_counts": pa.array([row.astype(np.int64).tolist() for row in self.counts], pa.list_(pa.int64())),
             "p_action": pa.array([row.tolist() for row in self.probs], pa.list_(pa.float64())),
             "failures": pa.array((self.failures if self.failures is not None else np.zeros(k)).astype(np.int64)),
+            "policy_entropy": pa.array(pol[:, 0], pa.float64(), from_pandas=True),
+            "policy_top_p": pa.array(pol[:, 1], pa.float64(), from_pandas=True),
             "verdict": pa.array(self.verdicts, pa.string()),
         })
 
@@ -143,10 +162,15 @@ class StateActionMap:
                   "p_action": [round(float(q), 4) for q in p[i]], "top_action": self.action_labels[top],
                   "p_top": float(p[i, top])}
             th = self.thresholds
+            known = self.policy is not None and not np.isnan(self.policy[i, 0])
+            if known:
+                ev.update({"policy_entropy": float(self.policy[i, 0]), "policy_top_p": float(self.policy[i, 1])})
             if v == C.CHAOS:
                 msg = (f"cluster {i}: P(action) near uniform (normalised entropy >= {th.chaos_entropy:g}; top "
-                       f"{self.action_labels[top]} at {p[i, top]:.2f}) over {int(self.visits[i])} visits: nothing "
-                       f"learnt there -- more exploration or a denser reward")
+                       f"{self.action_labels[top]} at {p[i, top]:.2f}"
+                       + (f"; the policy's own entropy there {self.policy[i, 0]:.2f}" if known else "")
+                       + f") over {int(self.visits[i])} visits: nothing learnt there -- more exploration or a "
+                         f"denser reward")
             elif v == C.BLIND_SPOT:
                 msg = (f"cluster {i}: no action above {th.blind_spot_max:g} (top {self.action_labels[top]} at "
                        f"{p[i, top]:.3f}) over {int(self.visits[i])} visits: check what the state encoding loses")
@@ -163,30 +187,67 @@ class StateActionMap:
             out.append(Event(v, msg, ev, **where))
         return out
 
+    def snapshot_events(self, *, snapshot: int, iteration: int | None = None, heatmap: str | None = None,
+                        states: int | None = None, **where: Any) -> list[Event]:
+        """What a live snapshot reports: one STATE_SNAPSHOT summary, then one event per
+        verdict code present (its clusters listed, the largest first) instead of one per
+        cluster, so that a snapshot adds a handful of log lines, not k."""
+        k = self.counts.shape[0]
+        total = float(self.visits.sum()) or 1.0
+        tally = {v: self.verdicts.count(v) for v in dict.fromkeys(self.verdicts)}
+        at = f"snapshot {snapshot}" + (f" (iteration {iteration})" if iteration is not None else "")
+        out = [Event(C.STATE_SNAPSHOT, (
+            f"{at}: {k} state clusters over {int(total)} sampled states ({self.backend}): "
+            + ", ".join(f"{n} {v}" for v, n in tally.items()) + (f"; heatmap {heatmap}" if heatmap else "")),
+            {"snapshot": snapshot, "clusters": k, "states": int(total), "verdicts": tally, "backend": self.backend,
+             "heatmap": heatmap, "states_seen": states}, iteration=iteration, **where)]
+        by_code: dict[str, list[Event]] = {}
+        for e in self.to_events():
+            by_code.setdefault(e.code, []).append(e)
+        for code, evs in by_code.items():
+            evs.sort(key=lambda e: -e.evidence["visits"])
+            share = sum(e.evidence["visits"] for e in evs) / total
+            ids = [e.evidence["cluster"] for e in evs]
+            msg = f"{at}: {len(evs)} of {k} clusters {code} ({share:.1%} of states); largest: {evs[0].message}"
+            out.append(Event(code, msg, {"snapshot": snapshot, "clusters": ids, "share": round(share, 6),
+                                         "largest": evs[0].evidence, "heatmap": heatmap},
+                             iteration=iteration, **where))
+        return out
+
     def heatmap(self, path: str, title: str = "") -> str:
-        """PNG of P(action | cluster): rows clusters, columns actions, verdicts marked."""
+        """PNG of P(action | cluster): rows clusters (with their visits), columns actions,
+        each non-OK verdict named on the right of its row."""
+        import textwrap
+
         import matplotlib
 
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
         k, n = self.counts.shape
-        fig, ax = plt.subplots(figsize=(min(2 + 0.45 * n, 14), min(1.5 + 0.28 * k, 20)), dpi=100)
-        im = ax.imshow(self.probs, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
+        # fixed margins in inches and one draw (no bbox_inches="tight", which draws twice):
+        # the render runs off the request path, but its CPU is still taken from the node
+        w_in, h_in = min(max(6.0, 3.6 + 0.4 * n), 16), min(max(3.5, 2.4 + 0.22 * k), 22)
+        fig = plt.figure(figsize=(w_in, h_in), dpi=90)
+        left, right_m, top, bottom = 1.0 / w_in, 1.4 / w_in, 0.75 / h_in, (1.35 + (0.35 if n > 8 else 0)) / h_in
+        ax = fig.add_axes((left, bottom, 1 - left - right_m, 1 - top - bottom))
+        im = ax.imshow(self.probs, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
         ax.set_xticks(range(n), self.action_labels, rotation=90 if n > 8 else 0, fontsize=7)
         ax.set_yticks(range(k), [f"{i} ({int(v)})" for i, v in enumerate(self.visits)], fontsize=7)
-        ax.set_xlabel("action")
-        ax.set_ylabel("state cluster (visits)")
-        colours = {C.CHAOS: "orange", C.BLIND_SPOT: "red", C.ERROR_FIXATION: "magenta", C.RARE_STATE: "grey",
+        ax.set_xlabel("action", fontsize=8)
+        ax.set_ylabel("state cluster (visits)", fontsize=8)
+        colours = {C.CHAOS: "darkorange", C.BLIND_SPOT: "red", C.ERROR_FIXATION: "magenta", C.RARE_STATE: "grey",
                    "FIXATED": "dimgray"}
         for i, v in enumerate(self.verdicts):
             if v != OK:
-                ax.text(n - 0.4, i, f" {v}", va="center", ha="left", fontsize=7, color=colours.get(v, "black"),
-                        clip_on=False)
-        fig.colorbar(im, ax=ax, label="P(action | cluster)", pad=0.25)
-        ax.set_title(title or f"state cluster x action ({self.backend}, {int(self.visits.sum())} states)",
-                     fontsize=9)
-        fig.tight_layout()
+                ax.annotate(v, (1.0, i), xycoords=("axes fraction", "data"), xytext=(4, 0),
+                            textcoords="offset points", va="center", fontsize=7, color=colours.get(v, "black"))
+        cax = fig.add_axes((left, 0.35 / h_in, min(0.5, 1 - left - right_m), 0.12 / h_in))
+        fig.colorbar(im, cax=cax, orientation="horizontal")
+        cax.tick_params(labelsize=7)
+        cax.set_xlabel("P(action | cluster)", fontsize=7)
+        head = title or f"state cluster x action ({self.backend}, {int(self.visits.sum())} states)"
+        ax.set_title("\n".join(textwrap.wrap(head, int(11 * w_in))), fontsize=8)
         fig.savefig(path)
         plt.close(fig)
         return path
@@ -195,12 +256,15 @@ class StateActionMap:
 def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *, n_clusters: int = 30,
                           backend: str = "auto", seed: int = 0, observation_space: spaces.Space | None = None,
                           failures: np.ndarray | None = None, max_iter: int = 20,
-                          thresholds: StateActionThresholds | None = None) -> StateActionMap:
+                          thresholds: StateActionThresholds | None = None,
+                          policy_logits: np.ndarray | None = None) -> StateActionMap:
     """Cluster the visited states and judge P(action | cluster).
 
     ``obs`` is an (N, ...) array (or a dict/tuple of them with ``observation_space``);
     ``actions`` has N rows; ``failures`` (optional, N booleans) marks the steps that ended
-    their episode by termination, which ERROR_FIXATION needs.
+    their episode by termination, which ERROR_FIXATION needs; ``policy_logits`` (optional,
+    N x n Categorical logits of a Discrete policy) lets CHAOS and BLIND_SPOT require the
+    policy itself to be undecided (see ``checks.state_action.verdicts``).
     """
     th = thresholds or StateActionThresholds()
     x = flatten_observations(obs, observation_space) if observation_space is not None \
@@ -217,5 +281,6 @@ def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *,
     fails = None
     if failures is not None:
         fails = np.bincount(res.labels, weights=np.asarray(failures, dtype=np.float64), minlength=k).astype(np.int64)
-    return StateActionMap(res.centroids, counts, labels, verdicts(counts, fails, th), fails,
-                          resolve_backend(backend), res.inertia, th)
+    policy = None if policy_logits is None else cluster_means(res.labels, policy_stats(policy_logits), k)
+    return StateActionMap(res.centroids, counts, labels, verdicts(counts, fails, th, policy=policy), fails,
+                          resolve_backend(backend), res.inertia, th, policy)

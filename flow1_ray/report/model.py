@@ -73,4 +73,14 @@ class Report:
             if e.status != C.PASS:
                 msg = e.message.replace("|", "\\|").replace("\n", " ")
                 lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {e.module} | {e.status} | {e.code} | {msg} |")
+        sa = self.summary.get("state_actions")
+        if sa:
+            lines += ["", "## State clusters x actions", ""]
+            if sa.get("verdicts"):
+                lines.append(f"Last snapshot (iteration {sa.get('last_iteration')}, {sa.get('clusters')} clusters, "
+                             f"{sa.get('states')} states): "
+                             + ", ".join(f"{n} {v}" for v, n in sorted(sa["verdicts"].items())) + ".")
+            if sa.get("heatmaps"):
+                lines += ["", f"![P(action | cluster)]({sa['heatmaps'][-1]})", "",
+                          f"{len(sa['heatmaps'])} heatmap(s) in `heatmaps/`."]
         return "\n".join(lines) + "\n"

@@ -87,4 +87,9 @@ def print_run_report(con: Console, report: Report) -> None:
                  f"{s.get('episode_return_mean') or float('nan'):.1f}; workers alive {w.get('alive', '?')}, "
                  f"dead {w.get('dead', '?')}, stalled {w.get('stalled', '?')}, restarts {w.get('restarts', '?')}")
     con.print(t)
+    sa = s.get("state_actions") or {}
+    if sa.get("verdicts"):
+        con.print(f"state clusters (snapshot at iteration {sa.get('last_iteration')}): "
+                  + ", ".join(f"{n} {v}" for v, n in sorted(sa["verdicts"].items()))
+                  + (f"; {len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}" if sa.get("heatmaps") else ""))
     con.print(f"run directory: {s.get('run_dir')}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import Flow1InputError
 from ..events import table_to_events
-from ..store import LOG_FILE, load_events, load_metrics
+from ..store import CLUSTERS_DIR, HEATMAPS_DIR, LOG_FILE, load_clusters, load_events, load_metrics
 from .model import Report
 
 
@@ -31,4 +31,30 @@ def load_run_report(run_dir: str | os.PathLike) -> Report:
                             "episode_return_mean": last.get("episode_return_mean"),
                             "workers": {k.split("/")[-1]: v for k, v in last.items() if k.startswith("flow1/worker/")},
                             "samples_dropped": last.get("flow1/samples_dropped")})
+    states = _state_actions(d)
+    if states:
+        summary["state_actions"] = states
     return Report(target=d.name, events=events, summary=summary)
+
+
+def _state_actions(d: Path) -> dict:
+    """The last state-cluster snapshot (verdict counts) and the heatmaps, if the run has them."""
+    out: dict = {}
+    if (d / CLUSTERS_DIR).is_dir():
+        try:
+            rows = load_clusters(d).to_pylist()
+        except Flow1InputError:
+            rows = []
+        if rows:
+            last = max(r["snapshot"] for r in rows)
+            mine = [r for r in rows if r["snapshot"] == last]
+            verdicts: dict[str, int] = {}
+            for r in mine:
+                verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+            out.update({"snapshots": len({r["snapshot"] for r in rows}), "last_iteration": mine[0].get("iteration"),
+                        "clusters": len(mine), "states": sum(r["size"] for r in mine), "verdicts": verdicts})
+    if (d / HEATMAPS_DIR).is_dir():
+        pngs = sorted(p.name for p in (d / HEATMAPS_DIR).glob("iter_*.png"))
+        if pngs:
+            out["heatmaps"] = [f"{HEATMAPS_DIR}/{p}" for p in pngs]
+    return out

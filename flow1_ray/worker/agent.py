@@ -9,6 +9,9 @@
 - Sends: once per ``on_sample_end``, and only when there is something new, one
   fire-and-forget call to the Recorder; more than ``max_pending_calls`` in flight and the
   batch is dropped and counted (SAMPLES_DROPPED).
+- States: a training runner also thins each sample()'s episodes into (state, action,
+  failed) rows for the StateClusterer (:mod:`~flow1_ray.worker.states`), sent at most every
+  ``state_send_interval_s`` through a second bounded sender.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
 from .liveness import STEP_EMA, WorkerLiveness, job_lock_dir
 from .sender import Sender
+from .states import StateSampler
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
@@ -63,6 +67,7 @@ class RunnerAgent:
         self._internal_sent: set[str] = set()
         self.node_id = ctx.get_node_id()
         self.sender = Sender(self.key, self._lookup_recorder, self.index)
+        self.states: StateSampler | None = None
         self._lock = threading.Lock()
         self._wrap_runner(env_runner)
 
@@ -89,6 +94,11 @@ class RunnerAgent:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created."""
         self.spaces = (getattr(env, "single_observation_space", None) or env.observation_space,
                        getattr(env, "single_action_space", None) or env.action_space)
+        if self.states is None and self.opts.state_actions and self.kind == "train":
+            sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index)
+            self.states = StateSampler(*self.spaces, self.opts.state_sample_rate, sender,
+                                       seed=hash((self.key, os.getpid())) & 0xFFFFFFFF,
+                                       send_every_s=self.opts.state_send_interval_s)
         subs = getattr(env, "envs", None)
         if subs:
             for sub in subs:  # one checker per sub-env: episodes of sub-envs interleave
@@ -197,7 +207,13 @@ class RunnerAgent:
                                               f"training goes on",
                             {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]})])
 
-    def on_sample_end(self) -> None:
+    def on_sample_end(self, samples: list | None = None) -> None:
+        if self.states is not None and samples:
+            try:
+                self.states.add(samples)
+                self.states.maybe_send()
+            except Exception as e:
+                self.report_internal("state sampling", e)
         now = time.monotonic()
         with self._lock:
             if now - self._last_judge >= JUDGE_EVERY_S:
@@ -209,13 +225,26 @@ class RunnerAgent:
             self._send(new)
 
     # -- sending -------------------------------------------------------------------------
+    def _run_id(self) -> str | None:
+        from ..actors.run import runner_run_id
+
+        return LOCAL_RUN.get(str(os.getpid())) if self.local else runner_run_id(self.actor_id)
+
     def _lookup_recorder(self) -> Any:
         import ray
 
-        from ..actors.run import recorder_name, runner_run_id
+        from ..actors.run import recorder_name
 
-        run_id = LOCAL_RUN.get(str(os.getpid())) if self.local else runner_run_id(self.actor_id)
+        run_id = self._run_id()
         return ray.get_actor(recorder_name(run_id), namespace=NAMESPACE) if run_id else None
+
+    def _lookup_clusterer(self) -> Any:
+        import ray
+
+        from ..actors.run import clusterer_name
+
+        run_id = self._run_id()
+        return ray.get_actor(clusterer_name(run_id), namespace=NAMESPACE) if run_id else None
 
     def _send(self, findings: list[Finding]) -> None:
         where = dict(worker_index=self.index, pid=os.getpid(), node_id=self.node_id)
@@ -228,4 +257,4 @@ class RunnerAgent:
 
     @property
     def dropped(self) -> int:
-        return self.sender.dropped
+        return self.sender.dropped + (self.states.sender.dropped if self.states is not None else 0)

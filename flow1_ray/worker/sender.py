@@ -42,30 +42,39 @@ class Sender:
         return self._handle
 
     def send(self, events: list[dict]) -> bool:
-        """Queue ``events`` and try one call; True when a call went out."""
-        import ray
-
+        """Queue ``events`` and try one ``ingest`` call; True when a call went out."""
         self.waiting.extend(events)
         if len(self.waiting) > MAX_WAITING_EVENTS:
             self.dropped += len(self.waiting) - MAX_WAITING_EVENTS
             del self.waiting[MAX_WAITING_EVENTS:]
+        ok = self.call({"events": self.waiting})
+        if ok is not None:  # sent or dropped: either way these events are done with
+            self.waiting = []
+        return bool(ok)
+
+    @property
+    def reachable(self) -> bool:
+        return self._target() is not None
+
+    def call(self, payload: dict) -> bool | None:
+        """One fire-and-forget ``ingest`` call with ``payload`` plus the source and the drop
+        count. None when the target is not reachable yet (the payload is kept by the
+        caller); False when the call was dropped (counted); True when it went out."""
+        import ray
+
         handle = self._target()
         if handle is None:
-            return False
-        batch = {"source": self.source, "worker_index": self.worker_index, "events": self.waiting,
-                 "dropped": self.dropped}
+            return None
+        batch = {"source": self.source, "worker_index": self.worker_index, "dropped": self.dropped, **payload}
         try:
             handle.ingest.remote(batch)
-        except ray.exceptions.PendingCallsLimitExceeded:  # the Recorder is behind: drop, count
+        except ray.exceptions.PendingCallsLimitExceeded:  # the actor is behind: drop, count
             self.dropped += 1
-            self.waiting = []
             return False
         except Exception:
             self.dropped += 1
-            self.waiting = []
             self._handle = None  # look it up again
             return False
-        self.waiting = []
         self._reported_dropped = self.dropped
         self.sent += 1
         return True

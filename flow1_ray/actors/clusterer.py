@@ -1,0 +1,261 @@
+"""StateClusterer: KMeans over the states the EnvRunners visit; P(action | cluster) per snapshot.
+
+Runners send thin batches (flattened state features, action indices, termination flags)
+fire-and-forget; ``ingest`` only adds them to a bounded uniform reservoir, the snapshot
+window. A snapshot (every ``heatmap_every`` iterations) is queued to a worker thread: the
+streaming KMeans assigns the window's states and takes one mini-batch step (a refit only
+when the states moved), the clusters are judged, trends are read against the previous
+snapshots, and the cluster rows, events and a heatmap job go to the Recorder, which writes
+them off its own request path. Nothing here is ever on the path of a runner's sample().
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..checks.state_action import Snapshot, cluster_means, trend_findings, verdicts
+from ..checks.thresholds import DEFAULT
+from ..clustering.backends import TorchKMeans, resolve_backend
+from ..clustering.reservoir import Reservoir
+from ..clustering.state_action_map import StateActionMap
+from ..clustering.streaming import StreamingKMeans
+from .priority import lower_this_thread
+
+WINDOW_ROWS = 20_000       # states judged per snapshot: a uniform sample of those that arrived
+RESERVOIR_ROWS = 50_000    # history a refit sees
+HISTORY = 8                # snapshots kept for the trend rules
+PENDING_SNAPSHOTS = 4      # snapshot requests queued while one is computed; more are skipped
+
+
+def heatmap_name(iteration: int) -> str:
+    return f"heatmaps/iter_{iteration:06d}.png"
+
+
+@dataclass
+class SnapshotOut:
+    """One snapshot as the Recorder takes it: rows for clusters/, events, a heatmap job."""
+
+    index: int
+    iteration: int
+    rows: Any                       # pyarrow.Table
+    events: list[dict]
+    heatmap: dict
+    compute_s: float
+    extra: dict = field(default_factory=dict)
+
+    def payload(self) -> dict:
+        return {"index": self.index, "iteration": self.iteration, "rows": self.rows, "events": self.events,
+                "heatmap": self.heatmap}
+
+
+class ClustererCore:
+    """The clusterer without Ray (the actor wraps it; tests drive it directly)."""
+
+    def __init__(self, n_clusters: int = 30, backend: str = "auto", thresholds: dict | None = None,
+                 seed: int = 0, window_rows: int = WINDOW_ROWS, device: str | None = None) -> None:
+        """``device`` places the torch backend ("cuda", "cpu"; default: cuda when present)."""
+        if n_clusters < 1:
+            raise ValueError(f"n_clusters must be >= 1, got {n_clusters}")
+        self.n_clusters = n_clusters
+        self.backend = resolve_backend(backend)
+        self.device = device
+        self.th = DEFAULT.with_overrides(thresholds).state_action()
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.window = Reservoir(window_rows, self.rng)
+        self.km: StreamingKMeans | None = None
+        self.dim: int | None = None
+        self.labels: list[str] | None = None
+        self.history: deque[Snapshot] = deque(maxlen=HISTORY)
+        self.received = 0          # rows accepted
+        self.rejected = 0          # batches whose shape did not match the run's
+        self.snapshots = 0
+        self.last_compute_s = 0.0
+        self._lock = threading.Lock()      # the window
+        self._km_lock = threading.Lock()   # the model: one snapshot at a time
+
+    # -- intake (the request path: append only) -------------------------------------------
+    def ingest_rows(self, x: np.ndarray, actions: np.ndarray, failed: np.ndarray, labels: list[str],
+                    policy: np.ndarray | None = None) -> bool:
+        """Add one batch to the window; False (and counted) when its shape is not the run's.
+        ``policy`` (N x 2: normalised entropy and top probability of the policy, NaN where
+        unknown) is optional."""
+        x = np.asarray(x, np.float32)
+        policy = np.full((len(x), 2), np.nan, np.float32) if policy is None else np.asarray(policy, np.float32)
+        if x.ndim != 2 or len(actions) != len(x) or len(failed) != len(x) or policy.shape != (len(x), 2):
+            self.rejected += 1
+            return False
+        with self._lock:
+            if self.dim is None:
+                self.dim, self.labels = x.shape[1], list(labels)
+            if x.shape[1] != self.dim or len(labels) != len(self.labels):
+                self.rejected += 1
+                return False
+            # one float32 matrix: features, policy stats, action index, failure flag (exact < 2**24)
+            rows = np.concatenate([x, policy, np.asarray(actions, np.float32)[:, None],
+                                   np.asarray(failed, np.float32)[:, None]], axis=1)
+            self.window.add(rows)
+            self.received += len(rows)
+        return True
+
+    # -- snapshots (the worker thread) --------------------------------------------------
+    def take_window(self) -> tuple[np.ndarray | None, int]:
+        """The states that arrived since the last snapshot (a uniform sample of at most
+        ``window_rows``) and how many arrived; the next window starts empty."""
+        with self._lock:
+            return self.window.take()
+
+    def compute_snapshot(self, iteration: int, return_mean: float | None = None,
+                         window: tuple[np.ndarray | None, int] | None = None, **where: Any) -> SnapshotOut | None:
+        """Cluster a window (by default, take it now), judge, read trends; None when no
+        state arrived in it."""
+        rows, seen = window if window is not None else self.take_window()
+        if rows is None or len(rows) == 0:
+            return None
+        t0 = time.perf_counter()
+        with self._km_lock:
+            x, policy, a, failed = rows[:, :-4], rows[:, -4:-2], rows[:, -2].astype(np.int64), rows[:, -1]
+            if self.km is None:
+                engine = TorchKMeans(self.device) if self.backend == "torch" else self.backend
+                self.km = StreamingKMeans(min(self.n_clusters, len(x)), backend=engine, seed=self.seed,
+                                          reservoir=RESERVOIR_ROWS, standardize=True)
+            km = self.km
+            labels, per_point = km.partial_fit(x)
+            counts = np.zeros((km.k, len(self.labels)), dtype=np.int64)
+            np.add.at(counts, (labels, a), 1)
+            fails = np.bincount(labels, weights=failed, minlength=km.k).astype(np.int64)
+            pol = cluster_means(labels, policy, km.k)
+            # RARE_STATE is rare over the whole run (every state the streaming layer has
+            # assigned), not over this window: a state the policy has learnt to avoid is not rare
+            share = km.counts / max(km.counts.sum(), 1.0)
+            m = StateActionMap(km.centroids.copy(), counts, list(self.labels),
+                               verdicts(counts, fails, self.th, share=share, policy=pol),
+                               fails, self.backend, per_point * len(x), self.th, pol)
+            index = self.snapshots
+            self.snapshots += 1
+            path = heatmap_name(iteration)
+            events = [e.to_dict() for e in m.snapshot_events(snapshot=index, iteration=iteration, heatmap=path,
+                                                             states=seen, **where)]
+            self.history.append(Snapshot(index, iteration, km.raw_centroids, m.visits, m.verdicts, return_mean))
+            events += [f.to_event(iteration=iteration, **where).to_dict()
+                       for f in trend_findings(list(self.history), self.th)]
+            refits = km.refits
+        self.last_compute_s = time.perf_counter() - t0
+        job = {"path": path, "counts": counts, "labels": list(self.labels), "verdicts": m.verdicts,
+               "failures": fails, "backend": self.backend,
+               "title": f"iteration {iteration}: state cluster x action ({self.backend}, {len(x)} of {seen} "
+                        f"states sampled since the last snapshot)"}
+        return SnapshotOut(index, iteration, m.to_arrow(index, iteration), events, job, self.last_compute_s,
+                           {"refits": refits})
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"received": self.received, "window": len(self.window), "snapshots": self.snapshots,
+                    "rejected": self.rejected, "backend": self.backend, "last_compute_s": self.last_compute_s,
+                    "refits": self.km.refits if self.km is not None else 0}
+
+
+def make_clusterer_actor():
+    """The StateClusterer Ray actor class (built lazily so this module imports without Ray)."""
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=-1)
+    class StateClusterer(ClustererCore):
+        def __init__(self, recorder_name: str, namespace: str, n_clusters: int = 30, backend: str = "auto",
+                     thresholds: dict | None = None, seed: int = 0) -> None:
+            from threadpoolctl import threadpool_limits
+
+            # a diagnostic actor with num_cpus=0 must not take every core for BLAS/OpenMP
+            self._limits = threadpool_limits(limits=1)
+            gpus = ray.get_gpu_ids()
+            if backend == "auto" and not gpus:  # no GPU given to this actor: do not use one
+                backend = "sklearn"
+            super().__init__(n_clusters, backend, thresholds, seed)
+            if self.backend == "torch":
+                import torch
+                torch.set_num_threads(1)
+            self.placement = f"gpu {gpus}" if gpus else "cpu"
+            self._recorder_name, self._namespace = recorder_name, namespace
+            self._recorder = None
+            self._drops: dict[str, int] = {}
+            self.dropped_snapshots = 0      # requests skipped (queue full) or not delivered
+            self.errors = 0
+            self.last_error = ""
+            self.priority = ""
+            self._queue: queue.Queue = queue.Queue(maxsize=PENDING_SNAPSHOTS)
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-clusterer")
+            self._thread.start()
+
+        def _recorder_handle(self) -> Any:
+            if self._recorder is None:
+                self._recorder = ray.get_actor(self._recorder_name, namespace=self._namespace)
+            return self._recorder
+
+        def ingest(self, batch: dict) -> None:
+            """One batch from an EnvRunner: rows plus its sender's running drop count."""
+            self.ingest_rows(batch["x"], batch["a"], batch["fail"], batch["labels"], batch.get("policy"))
+            src, dropped = str(batch.get("source")), int(batch.get("dropped", 0))
+            if dropped > self._drops.get(src, 0):
+                self._drops[src] = dropped
+                try:
+                    self._recorder_handle().note_dropped.remote(src, dropped, batch.get("worker_index"))
+                except Exception:
+                    pass
+
+        def snapshot(self, iteration: int, return_mean: float | None = None) -> bool:
+            """Close the window now (so that a snapshot holds the states up to its iteration,
+            however late the worker thread computes it) and queue it; False when no state
+            arrived, or when earlier snapshots still wait (then skipped and counted)."""
+            window = self.take_window()
+            if window[0] is None:
+                return False
+            try:
+                self._queue.put_nowait((iteration, return_mean, window))
+            except queue.Full:
+                self.dropped_snapshots += 1
+                return False
+            return True
+
+        def finish(self, iteration: int | None, return_mean: float | None, wait_s: float) -> bool:
+            """The run's close: queue a last snapshot (unless ``iteration`` is None) and wait,
+            at most ``wait_s``, until every queued one is computed and held by the Recorder."""
+            deadline = time.monotonic() + wait_s
+            window = self.take_window()
+            if iteration is not None and window[0] is not None:
+                try:
+                    self._queue.put((iteration, return_mean, window), timeout=wait_s)
+                except queue.Full:
+                    self.dropped_snapshots += 1
+            q = self._queue
+            with q.all_tasks_done:
+                return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0,
+                                                 timeout=max(0.0, deadline - time.monotonic()))
+
+        def _loop(self) -> None:
+            self.priority = lower_this_thread()
+            while True:
+                iteration, return_mean, window = self._queue.get()
+                try:
+                    out = self.compute_snapshot(iteration, return_mean, window)
+                    if out is not None:  # waited for: back-pressure, and finish() means delivered
+                        ray.get(self._recorder_handle().add_snapshot.remote(out.payload()), timeout=30)
+                except Exception as e:  # a failed snapshot must not stop the next ones
+                    self.errors += 1
+                    self.dropped_snapshots += 1
+                    self.last_error = f"{type(e).__name__}: {e}"[:300]
+                    self._recorder = None
+                finally:
+                    self._queue.task_done()
+
+        def full_status(self) -> dict[str, Any]:
+            return {**self.status(), "placement": self.placement, "priority": self.priority, "dropped_snapshots": self.dropped_snapshots,
+                    "errors": self.errors, "last_error": self.last_error}
+
+    return StateClusterer

@@ -1,0 +1,92 @@
+"""The asynchronous heatmap writer: PNGs rendered and written on their own thread.
+
+The Recorder's request path only puts a job (counts, labels, verdicts: a few kB) on a
+bounded queue; rendering with matplotlib and the file I/O happen here. A slow disk or a
+slow render fills the queue, and then new jobs are dropped and counted, never waited
+for. The thread runs in the background class of the scheduler (``priority.py``). Each PNG is written under a temporary name and renamed, so a reader never sees half
+an image.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .priority import lower_this_thread
+
+MAX_QUEUED = 8
+
+
+def render(job: dict, run_dir: Path) -> Path:
+    """Render one heatmap job to ``run_dir / job["path"]``."""
+    from ..checks.state_action import StateActionThresholds
+    from ..clustering.state_action_map import StateActionMap
+
+    counts = np.asarray(job["counts"])
+    m = StateActionMap(np.zeros((counts.shape[0], 0), np.float32), counts, list(job["labels"]),
+                       list(job["verdicts"]), np.asarray(job["failures"]), job.get("backend", ""),
+                       thresholds=StateActionThresholds())
+    out = run_dir / job["path"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp.png")
+    m.heatmap(str(tmp), title=job.get("title", ""))
+    os.replace(tmp, out)
+    return out
+
+
+class HeatmapWriter:
+    def __init__(self, run_dir: str | os.PathLike, max_queued: int = MAX_QUEUED) -> None:
+        self.run_dir = Path(run_dir)
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.written = 0
+        self.dropped = 0
+        self.failed = 0
+        self.last_error = ""
+        self.priority = ""
+
+    def submit(self, job: dict) -> bool:
+        """Queue a job without waiting; False (and counted) when the queue is full."""
+        self._ensure_thread()
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            self.dropped += 1
+            return False
+        return True
+
+    def _ensure_thread(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-heatmaps")
+                self._thread.start()
+
+    def _loop(self) -> None:
+        self.priority = lower_this_thread()
+        while True:
+            job = self._queue.get()
+            try:
+                render(job, self.run_dir)
+                self.written += 1
+            except Exception as e:  # a bad job or a full disk: count it, go on
+                self.failed += 1
+                self.last_error = f"{type(e).__name__}: {e}"[:300]
+            finally:
+                self._queue.task_done()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until every queued job is written (the run's close); False on timeout."""
+        q = self._queue
+        with q.all_tasks_done:
+            return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0, timeout=timeout_s)
+
+    def status(self) -> dict[str, Any]:
+        return {"written": self.written, "dropped": self.dropped, "failed": self.failed,
+                "queued": self._queue.qsize(), "last_error": self.last_error,
+                "priority": self.priority}

@@ -1,0 +1,124 @@
+"""Sampled (state, action) pairs from an EnvRunner for the StateClusterer.
+
+Nothing runs per env step: once per ``sample()`` (``on_sample_end``), a share
+``state_sample_rate`` of the steps of the returned episodes (already NumPy arrays) is
+taken with one vectorised draw per episode, flattened to features (images pooled, so a
+row is small) with its action index, whether that step terminated the episode (a
+failure, which ERROR_FIXATION needs) and, for a Discrete action drawn from a
+Categorical (PPO, APPO, IMPALA, SAC), the entropy and top probability of the policy at
+that state (from ``action_dist_inputs``), which tell a cluster where the policy itself is
+undecided from one whose states simply straddle a decision boundary. Rows are buffered (bounded) and sent at most every
+``send_every_s`` (option ``state_send_interval_s``) in one fire-and-forget call, so that
+algorithms that call sample() many times a second (APPO, DQN) still make few calls; a
+dropped call is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ..clustering.state_action_map import action_index, flatten_observations, policy_stats
+from .sender import Sender
+
+MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped
+
+
+def _take(obs: Any, idx: np.ndarray) -> Any:
+    if isinstance(obs, dict):
+        return {k: _take(v, idx) for k, v in obs.items()}
+    if isinstance(obs, (tuple, list)):
+        return type(obs)(_take(v, idx) for v in obs)
+    return np.asarray(obs)[idx]
+
+
+def _concat(parts: list[Any]) -> Any:
+    first = parts[0]
+    if isinstance(first, dict):
+        return {k: _concat([p[k] for p in parts]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
+    return np.concatenate(parts)
+
+
+class StateSampler:
+    def __init__(self, observation_space: Any, action_space: Any, rate: float, sender: Sender,
+                 seed: int = 0, send_every_s: float = 2.0) -> None:
+        self.obs_space, self.act_space = observation_space, action_space
+        self.rate = rate
+        self.send_every_s = send_every_s
+        self.sender = sender
+        self.rng = np.random.default_rng(seed)
+        self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]
+        self.n_discrete = int(action_space.n) if type(action_space).__name__ == "Discrete" else 0
+        self._x: list[np.ndarray] = []
+        self._a: list[np.ndarray] = []
+        self._f: list[np.ndarray] = []
+        self._p: list[np.ndarray] = []
+        self.buffered = 0
+        self.rows_dropped = 0
+        self._last_send = time.monotonic()
+
+    def add(self, episodes: list[Any]) -> int:
+        """Take this sample()'s share of rows; returns how many were taken."""
+        if self.rate <= 0:
+            return 0
+        obs, acts, fails, pol = [], [], [], []
+        for ep in episodes:
+            n = len(ep)
+            if n == 0:
+                continue
+            idx = np.flatnonzero(self.rng.random(n) < self.rate)
+            if idx.size == 0:
+                continue
+            obs.append(_take(ep.get_observations(slice(0, n)), idx))
+            acts.append(_take(ep.get_actions(), idx))
+            fails.append((idx == n - 1) & bool(ep.is_terminated))
+            pol.append(self._policy(ep, idx))
+        if not obs:
+            return 0
+        x = flatten_observations(_concat(obs), self.obs_space)
+        a, _ = action_index(_concat(acts), self.act_space)
+        self._x.append(x)
+        self._a.append(a)
+        self._f.append(np.concatenate(fails))
+        self._p.append(np.concatenate(pol))
+        self.buffered += len(x)
+        while self.buffered > MAX_BUFFERED_ROWS and len(self._x) > 1:
+            self.rows_dropped += len(self._x[0])
+            self.buffered -= len(self._x.pop(0))
+            self._a.pop(0)
+            self._f.pop(0)
+            self._p.pop(0)
+        return len(x)
+
+    def _policy(self, ep: Any, idx: np.ndarray) -> np.ndarray:
+        """(len(idx), 2): normalised entropy and top probability of the policy at each
+        state; NaN where the episode has no Categorical logits."""
+        if self.n_discrete >= 2:
+            try:
+                logits = np.asarray(ep.get_extra_model_outputs("action_dist_inputs"))[idx]
+                if logits.ndim == 2 and logits.shape[1] == self.n_discrete:
+                    return policy_stats(logits)
+            except Exception:  # no such output (DQN): the count-based rules alone
+                pass
+        return np.full((len(idx), 2), np.nan, np.float32)
+
+    def batch(self) -> dict:
+        """The buffered rows as one payload of the StateClusterer's ``ingest``."""
+        return {"x": np.concatenate(self._x), "a": np.concatenate(self._a), "fail": np.concatenate(self._f),
+                "policy": np.concatenate(self._p), "labels": self.labels}
+
+    def maybe_send(self, force: bool = False) -> bool | None:
+        """Send the buffer if ``send_every_s`` passed (or ``force``); see ``Sender.call``."""
+        now = time.monotonic()
+        if not self.buffered or (not force and now - self._last_send < self.send_every_s):
+            return None
+        ok = self.sender.call(self.batch())
+        if ok is None:  # not reachable yet: keep the (bounded) buffer
+            return None
+        self._last_send = now
+        self._x, self._a, self._f, self._p, self.buffered = [], [], [], [], 0
+        return ok

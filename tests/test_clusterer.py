@@ -1,0 +1,213 @@
+"""The StateClusterer's engine, its trends, the runner-side sampler and the heatmap writer,
+without a Ray cluster: synthetic states of known structure, real RLlib episodes, real
+files. (The same parts on a real run: tests/test_rllib_callbacks.py.)"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from flow1_ray import codes as C
+from flow1_ray import load_clusters, load_events
+from flow1_ray.actors.clusterer import ClustererCore, heatmap_name
+from flow1_ray.actors.heatmaps import HeatmapWriter
+from flow1_ray.actors.recorder import RecorderCore
+from flow1_ray.checks.state_action import FIXATED, OK, Snapshot, StateActionThresholds, trend_findings, verdicts
+from flow1_ray.clustering.state_action_map import policy_stats
+from test_state_action import EXPECTED, blobs
+
+LABELS = [str(i) for i in range(6)]
+
+
+def feed(core: ClustererCore, x, a, f, batches: int = 10, policy=None) -> None:
+    for idx in np.array_split(np.random.default_rng(1).permutation(len(x)), batches):
+        assert core.ingest_rows(x[idx], a[idx], f[idx], LABELS, None if policy is None else policy[idx])
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@pytest.mark.parametrize("backend", [
+    "sklearn",
+    "torch",  # on CPU tensors here: the torch backend's logic runs in CI
+    pytest.param("torch-cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="no CUDA device")]),
+])
+def test_streamed_blobs_get_their_verdicts_and_one_event_per_code(backend):
+    x, a, f, truth = blobs()
+    core = ClustererCore(n_clusters=6, backend=backend.split("-")[0],
+                         device={"torch": "cpu", "torch-cuda": "cuda"}.get(backend))
+    feed(core, x, a, f)
+    out = core.compute_snapshot(iteration=10, return_mean=20.0)
+    rows = out.rows.to_pylist()
+    assert len(rows) == 6 and {r["iteration"] for r in rows} == {10} and {r["snapshot"] for r in rows} == {0}
+    assert sum(r["size"] for r in rows) == len(x)
+    # each blob lands in one cluster, whose verdict is the blob's
+    z = core.km.transform(x.astype(np.float32))
+    owner = ((z[:, None, :] - core.km.centroids[None]) ** 2).sum(-1).argmin(1)
+    for name, verdict in EXPECTED.items():
+        (cluster,) = np.unique(owner[truth == name])
+        assert rows[cluster]["verdict"] == verdict, (name, [r["verdict"] for r in rows])
+    codes = [e["code"] for e in out.events]
+    assert codes[0] == C.STATE_SNAPSHOT and sorted(codes[1:]) == sorted([C.CHAOS, C.BLIND_SPOT, C.ERROR_FIXATION])
+    assert out.heatmap["path"] == heatmap_name(10) == "heatmaps/iter_000010.png"
+    assert core.compute_snapshot(iteration=11) is None  # nothing arrived since
+
+
+def test_policy_entropy_tells_chaos_from_a_cluster_straddling_a_decision_boundary():
+    """Near-uniform counts from a confident policy (it picks 0 on one side of the cluster,
+    1 on the other) are not CHAOS; the same counts from an undecided policy are."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (4000, 3)).astype(np.float32)
+    a = (x[:, 0] > 0).astype(np.int64)
+    confident = np.where(a[:, None] == 1, [[-4.0, 4.0]], [[4.0, -4.0]])
+    undecided = rng.normal(0, 0.05, (4000, 2))
+    counts = np.array([[np.sum(a == 0), np.sum(a == 1)]])
+    assert verdicts(counts) == [C.CHAOS]
+    assert verdicts(counts, policy=policy_stats(confident).mean(0, keepdims=True)) == [OK]
+    assert verdicts(counts, policy=policy_stats(undecided).mean(0, keepdims=True)) == [C.CHAOS]
+    core = ClustererCore(n_clusters=1, backend="sklearn")
+    assert core.ingest_rows(x, a, np.zeros(4000), ["0", "1"], policy_stats(confident))
+    out = core.compute_snapshot(iteration=1)
+    assert out.rows.column("verdict").to_pylist() == [OK]
+    assert out.rows.column("policy_entropy")[0].as_py() < 0.01
+
+
+def test_rare_state_is_rare_over_the_run_not_over_the_window():
+    """A region visited early and then avoided (the policy learnt to) is not RARE_STATE."""
+    rng = np.random.default_rng(0)
+    early = np.concatenate([rng.normal(0, 1, (3000, 2)), rng.normal(30, 1, (3000, 2))]).astype(np.float32)
+    core = ClustererCore(n_clusters=2, backend="sklearn")
+    core.ingest_rows(early, rng.integers(0, 2, 6000), np.zeros(6000), ["0", "1"])
+    core.compute_snapshot(iteration=1)
+    late = rng.normal(0, 1, (3000, 2)).astype(np.float32)
+    core.ingest_rows(late, rng.integers(0, 2, 3000), np.zeros(3000), ["0", "1"])
+    rows = core.compute_snapshot(iteration=2).rows.to_pylist()
+    empty = [r for r in rows if r["size"] == 0]
+    assert len(empty) == 1 and empty[0]["verdict"] == OK
+
+
+def test_window_is_bounded_and_bad_batches_are_rejected():
+    core = ClustererCore(n_clusters=4, backend="sklearn", window_rows=5000)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        assert core.ingest_rows(rng.normal(size=(1000, 3)), rng.integers(0, 6, 1000), np.zeros(1000), LABELS)
+    assert not core.ingest_rows(rng.normal(size=(10, 4)), np.zeros(10), np.zeros(10), LABELS)  # dim 4, run's 3
+    assert not core.ingest_rows(rng.normal(size=(10, 3)), np.zeros(9), np.zeros(10), LABELS)
+    st = core.status()
+    assert st["received"] == 20_000 and st["window"] == 5000 and st["rejected"] == 2
+    assert sum(core.compute_snapshot(iteration=1).rows.column("size").to_pylist()) == 5000
+
+
+def _snap(i, visits, verdicts_, ret, centroids=None):
+    k = len(visits)
+    c = np.arange(k, dtype=np.float32)[:, None] * 10 if centroids is None else centroids
+    return Snapshot(i, 10 * (i + 1), c, np.asarray(visits, float), list(verdicts_), ret)
+
+
+def test_lost_states_growing_needs_a_rise_at_each_snapshot():
+    th = StateActionThresholds()
+    lost = lambda share: [C.CHAOS if j < round(share * 10) else OK for j in range(10)]  # noqa: E731
+    rising = [_snap(i, [100] * 10, lost(s), 10.0 * i) for i, s in enumerate([0.1, 0.2, 0.3, 0.4])]
+    codes = [f.code for f in trend_findings(rising, th)]
+    assert codes == [C.LOST_STATES_GROWING]
+    assert "10% -> 20% -> 30% -> 40%" in trend_findings(rising, th)[0].message
+    wobbly = [_snap(i, [100] * 10, lost(s), 10.0 * i) for i, s in enumerate([0.1, 0.3, 0.2, 0.4])]
+    assert trend_findings(wobbly, th) == []
+    small = [_snap(i, [100] * 10, lost(s), 10.0 * i) for i, s in enumerate([0.1, 0.1, 0.1, 0.2])]
+    assert trend_findings(small, th) == []
+
+
+def test_new_fixation_without_return_gain_and_clusters_matched_across_a_refit():
+    th = StateActionThresholds()
+    prev = _snap(0, [100, 100, 100], [OK, OK, FIXATED], 50.0)
+    # the refit listed the same three clusters in another order: the fixated one now first
+    cur_c = np.array([[20.0], [0.0], [10.0]], np.float32)
+    flat = _snap(1, [100, 100, 100], [FIXATED, FIXATED, OK], 50.5, cur_c)
+    found = trend_findings([prev, flat], th)
+    assert [f.code for f in found] == [C.NEW_FIXATION]
+    assert found[0].evidence["clusters"] == [1] and "entropy_coeff" in found[0].message
+    paid_off = _snap(1, [100, 100, 100], [FIXATED, FIXATED, OK], 80.0, cur_c)
+    assert trend_findings([prev, paid_off], th) == []
+    same = _snap(1, [100, 100, 100], [FIXATED, OK, OK], 50.0, cur_c)  # only the old fixation
+    assert trend_findings([prev, same], th) == []
+
+
+def test_sampler_takes_rows_from_real_rllib_episodes():
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from flow1_ray.worker.sender import Sender
+    from flow1_ray.worker.states import StateSampler
+
+    sender = Sender("runner/states", lambda: None, 1)  # the clusterer not reachable yet
+    obs_space, act_space = spaces.Box(-1, 1, (3,)), spaces.Discrete(2)
+    eps = []
+    for n, terminated in ((50, True), (30, False)):
+        logits = np.tile([[3.0, -3.0]], (n, 1))
+        ep = SingleAgentEpisode(observations=[np.full(3, i / 100, np.float32) for i in range(n + 1)],
+                                actions=[i % 2 for i in range(n)], rewards=[1.0] * n,
+                                extra_model_outputs={"action_dist_inputs": list(logits)},
+                                terminated=terminated, len_lookback_buffer=0, observation_space=obs_space,
+                                action_space=act_space)
+        eps.append(ep.to_numpy())
+    sampler = StateSampler(obs_space, act_space, 1.0, sender, send_every_s=0.0)
+    assert sampler.add(eps) == 80
+    assert sampler.maybe_send() is None and sampler.buffered == 80  # kept until it is
+    b = sampler.batch()
+    assert b["x"].shape == (80, 3) and list(b["a"][:4]) == [0, 1, 0, 1] and b["labels"] == ["0", "1"]
+    assert b["fail"].sum() == 1 and b["fail"][49]  # the last step of the terminated episode only
+    assert np.allclose(b["x"][:50, 0], np.arange(50) / 100)  # the state each action was taken in
+    assert b["policy"].shape == (80, 2) and b["policy"][0, 1] > 0.99
+    core = ClustererCore(n_clusters=4, backend="sklearn")
+    assert core.ingest_rows(b["x"], b["a"], b["fail"], b["labels"], b["policy"])
+
+
+def test_heatmap_writer_drops_when_behind_and_never_blocks(tmp_path):
+    x, a, f, _ = blobs(per=300)
+    core = ClustererCore(n_clusters=6, backend="sklearn")
+    feed(core, x, a, f, batches=2)
+    job = core.compute_snapshot(iteration=3).heatmap
+    w = HeatmapWriter(tmp_path, max_queued=1)
+    accepted = sum(w.submit({**job, "path": f"heatmaps/iter_{i:06d}.png"}) for i in range(30))
+    assert accepted < 30 and w.dropped == 30 - accepted
+    assert w.drain(60)
+    written = sorted(p.name for p in (tmp_path / "heatmaps").glob("*.png"))
+    assert len(written) == accepted == w.written and not list((tmp_path / "heatmaps").glob(".*"))
+    if sys.platform.startswith("linux"):  # rendered in the scheduler's background class
+        assert w.status()["priority"] == "SCHED_IDLE"
+    bad = HeatmapWriter(tmp_path / "file")
+    (tmp_path / "file").write_text("not a directory")
+    bad.submit(job)
+    assert bad.drain(30) and bad.failed == 1 and "Error" in bad.last_error
+
+
+def test_recorder_writes_snapshot_rows_events_and_heatmap(tmp_path):
+    x, a, f, _ = blobs(per=300)
+    core = ClustererCore(n_clusters=6, backend="sklearn")
+    feed(core, x, a, f, batches=3)
+    rec = RecorderCore(str(tmp_path), "run")
+    for it in (5, 10):
+        feed(core, x, a, f, batches=3)
+        out = core.compute_snapshot(iteration=it, return_mean=1.0)
+        rec.add_snapshot(out.payload())
+    rec.flush()
+    assert rec.heatmaps.drain(60)
+    t = load_clusters(tmp_path)
+    assert t.num_rows == 12 and sorted(set(t.column("iteration").to_pylist())) == [5, 10]
+    assert {p.name for p in (tmp_path / "heatmaps").glob("*.png")} == {"iter_000005.png", "iter_000010.png"}
+    codes = load_events(tmp_path).column("code").to_pylist()
+    assert codes.count(C.STATE_SNAPSHOT) == 2
+    assert rec.status()["snapshots"] == 2 and rec.status()["heatmaps"]["written"] == 2
+
+
+@pytest.mark.parametrize("bad", [{"n_clusters": 0}])
+def test_clusterer_rejects_bad_settings(bad):
+    with pytest.raises(ValueError, match="n_clusters"):
+        ClustererCore(**bad)
