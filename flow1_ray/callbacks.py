@@ -95,8 +95,6 @@ class Flow1Callbacks(RLlibCallback):
 
     @_guarded
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
-        import ray
-
         from .actors.run import runner_keys
 
         run = self._run
@@ -106,16 +104,19 @@ class Flow1Callbacks(RLlibCallback):
         keys = runner_keys(algorithm)
         if set(keys) - set(run.keys):
             run.register(keys)
-        status, rec, states = {}, {}, {}
-        try:  # asked together, waited for once
-            refs = [run.monitor.full_status.remote(), run.recorder.status.remote(),
-                    run.recorder.lines_since.remote(run.cursor)]
-            if run.clusterer is not None:
-                refs.append(run.clusterer.full_status.remote())
-            status, rec, (lines, run.cursor), *more = ray.get(refs, timeout=t)
-            states = more[0] if more else {}
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as e:
-            lines = [f"flow1: actors did not answer within {t:g} s ({type(e).__name__})"]
+        got = _ask_all({"status": lambda: run.monitor.full_status.remote(),
+                        "rec": lambda: run.recorder.status.remote(),
+                        "lines": lambda: run.recorder.lines_since.remote(run.cursor),
+                        "states": (lambda: run.clusterer.full_status.remote()) if run.clusterer else None}, t)
+        status, rec, states = got.get("status", {}), got.get("rec", {}), got.get("states", {})
+        lines: list[str] = []
+        if "lines" in got:
+            lines, run.cursor = got["lines"]
+        missing = [name for name, key in (("monitor", "status"), ("recorder", "rec")) if key not in got]
+        if run.clusterer is not None and "states" not in got:
+            missing.append("clusterer")
+        if missing:
+            lines.append(f"flow1: {', '.join(missing)} did not answer within {t:g} s")
         if self.OPTIONS.print_events:
             for line in lines:
                 print(line, flush=True)
@@ -167,6 +168,30 @@ class Flow1Callbacks(RLlibCallback):
                 self._run.recorder.add_events.remote([ev.to_dict()])
         except Exception:
             pass
+
+
+def _ask_all(asks: dict[str, Callable[[], Any] | None], timeout: float) -> dict[str, Any]:
+    """Send every question at once, wait at most ``timeout`` in all, and keep the answers
+    that came: a slow or restarting actor costs its own answer, not the others'."""
+    import ray
+
+    refs = {}
+    for key, ask in asks.items():
+        if ask is not None:
+            try:
+                refs[key] = ask()
+            except Exception:
+                pass
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+    done = set(ready)
+    out = {}
+    for key, ref in refs.items():
+        if ref in done:
+            try:
+                out[key] = ray.get(ref, timeout=0)
+            except Exception:  # that actor died or raised: its answer is missing
+                pass
+    return out
 
 
 def _float(x: Any) -> float | None:

@@ -76,6 +76,7 @@ class ClustererCore:
         self.history: deque[Snapshot] = deque(maxlen=HISTORY)
         self.received = 0          # rows accepted
         self.rejected = 0          # batches whose shape did not match the run's
+        self.nonfinite = 0         # rows left out for a NaN or infinite feature
         self.snapshots = 0
         self.last_compute_s = 0.0
         self._lock = threading.Lock()      # the window
@@ -101,6 +102,10 @@ class ClustererCore:
             # one float32 matrix: features, policy stats, action index, failure flag (exact < 2**24)
             rows = np.concatenate([x, policy, np.asarray(actions, np.float32)[:, None],
                                    np.asarray(failed, np.float32)[:, None]], axis=1)
+            finite = np.isfinite(x).all(1)  # a NaN state (OBS_NAN_INF says so) would poison every refit
+            if not finite.all():
+                self.nonfinite += int((~finite).sum())
+                rows = rows[finite]
             self.window.add(rows)
             self.received += len(rows)
         return True
@@ -122,7 +127,8 @@ class ClustererCore:
         t0 = time.perf_counter()
         with self._km_lock:
             x, policy, a, failed = rows[:, :-4], rows[:, -4:-2], rows[:, -2].astype(np.int64), rows[:, -1]
-            if self.km is None:
+            if self.km is None or (self.km.k < self.n_clusters and len(x) >= self.n_clusters):
+                # the first window had fewer states than clusters: start again at full size
                 engine = TorchKMeans(self.device) if self.backend == "torch" else self.backend
                 self.km = StreamingKMeans(min(self.n_clusters, len(x)), backend=engine, seed=self.seed,
                                           reservoir=RESERVOIR_ROWS, standardize=True)
@@ -145,7 +151,7 @@ class ClustererCore:
                                                              states=seen, **where)]
             self.history.append(Snapshot(index, iteration, km.raw_centroids, m.visits, m.verdicts, return_mean))
             events += [f.to_event(iteration=iteration, **where).to_dict()
-                       for f in trend_findings(list(self.history), self.th)]
+                       for f in trend_findings(list(self.history), self.th, scale=km.scale)]
             refits = km.refits
         self.last_compute_s = time.perf_counter() - t0
         job = {"path": path, "counts": counts, "labels": list(self.labels), "verdicts": m.verdicts,
@@ -158,7 +164,7 @@ class ClustererCore:
     def status(self) -> dict[str, Any]:
         with self._lock:
             return {"received": self.received, "window": len(self.window), "snapshots": self.snapshots,
-                    "rejected": self.rejected, "backend": self.backend, "last_compute_s": self.last_compute_s,
+                    "rejected": self.rejected, "nonfinite": self.nonfinite, "backend": self.backend, "last_compute_s": self.last_compute_s,
                     "refits": self.km.refits if self.km is not None else 0}
 
 

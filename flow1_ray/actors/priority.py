@@ -1,12 +1,16 @@
 """Background work of flow1 yields the CPU to the run it watches.
 
-Clustering and heatmap rendering run on their own threads under Linux's SCHED_IDLE policy
-(or, where that is refused, at nice +10): such a thread runs when a core would otherwise
-idle -- while the learner updates, between samples -- and under contention the kernel gives
-it a sliver (CFS weight 3 against 1024 for a normal thread; nice +10 is 110), so on a busy
-node the EnvRunners and Learners get the cores first. The policy applies to the calling
-thread only, so the request threads of the same actor keep their normal priority. A node
-saturated for good delays the heatmaps; their bounded queue then drops and counts them.
+Clustering and heatmap rendering run on their own threads at nice +10: under contention
+the kernel gives such a thread about a tenth of a normal thread's share (CFS weight 110
+against 1024), so on a busy node the EnvRunners and Learners get the cores first. On Linux
+``nice`` applies to the calling thread only, so the request threads of the same actor
+keep their normal priority.
+
+Not SCHED_IDLE, on purpose: these threads share their process's GIL with its request
+thread, and a thread that holds the GIL must be scheduled to hand it over. A SCHED_IDLE
+thread (weight 3) on a saturated node can wait long enough for that to stall the actor's
+requests behind it -- the rendering would be back on the request path, by priority
+inversion. At nice +10 the hand-over still comes within the scheduler's latency.
 """
 
 from __future__ import annotations
@@ -16,15 +20,10 @@ import os
 BACKGROUND_NICE = 10
 
 
-def lower_this_thread() -> str:
-    """Put the calling thread in the background; returns the policy it got ("" if none)."""
+def lower_this_thread(increment: int = BACKGROUND_NICE) -> str:
+    """Raise the calling thread's nice value; returns what it got ("" where refused)."""
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return "SCHED_IDLE"
-    except (AttributeError, OSError):
-        pass
-    try:
-        os.nice(BACKGROUND_NICE)
-        return f"nice +{BACKGROUND_NICE}"
+        os.nice(increment)
+        return f"nice +{increment}"
     except (AttributeError, OSError):
         return ""

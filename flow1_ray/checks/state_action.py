@@ -15,6 +15,7 @@ snapshots by their centroids, since a refit renumbers them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,8 +151,11 @@ def match_clusters(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
     return out
 
 
-def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateActionThresholds()) -> list[Finding]:
-    """LOST_STATES_GROWING and NEW_FIXATION from the latest snapshots (oldest first)."""
+def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateActionThresholds(),
+                   scale: np.ndarray | float = 1.0) -> list[Finding]:
+    """LOST_STATES_GROWING and NEW_FIXATION from the latest snapshots (oldest first).
+    ``scale`` (per feature) puts the raw centroids in comparable units for the matching,
+    so that one large-valued feature does not decide it."""
     out: list[Finding] = []
     if len(history) < 2:
         return out
@@ -170,13 +174,14 @@ def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateAct
                  "threshold_rise": th.lost_rise}))
     if prev.centroids.shape[1:] != cur.centroids.shape[1:]:
         return out
-    match = match_clusters(prev.centroids, cur.centroids)
+    match = match_clusters(prev.centroids / scale, cur.centroids / scale)
     total = float(cur.visits.sum()) or 1.0
     new = [i for i, j in enumerate(match) if cur.verdicts[i] in FIXED_VERDICTS
            and (j < 0 or prev.verdicts[j] not in FIXED_VERDICTS)]
     share = float(sum(cur.visits[i] for i in new)) / total
     r0, r1 = prev.return_mean, cur.return_mean
-    if new and share >= th.new_fixation_share and r0 is not None and r1 is not None:
+    if new and share >= th.new_fixation_share and r0 is not None and r1 is not None \
+            and math.isfinite(r0) and math.isfinite(r1):
         gain = (r1 - r0) / max(abs(r0), 1e-8)
         if gain < th.new_fixation_return_gain:
             out.append(Finding(C.NEW_FIXATION, (

@@ -67,26 +67,39 @@ def standardize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ((x - mean) / scale).astype(np.float32), mean, scale
 
 
+def _leading_dims(sizes: list[int]) -> int:
+    """How many leading dimensions fit in MAX_ACTION_CELLS combined cells (at least one)."""
+    dims, cells = 1, sizes[0]
+    while dims < len(sizes) and cells * sizes[dims] <= MAX_ACTION_CELLS:
+        cells *= sizes[dims]
+        dims += 1
+    return dims
+
+
 def action_index(actions: Any, space: spaces.Space) -> tuple[np.ndarray, list[str]]:
-    """One integer per action and the column labels of the heatmap."""
+    """One integer per action and the column labels of the heatmap. Multi-dimensional
+    actions whose combinations exceed MAX_ACTION_CELLS are judged on their leading
+    dimensions (a 20-dimensional MultiDiscrete has billions of combinations)."""
     a = np.asarray(actions)
     if isinstance(space, spaces.Discrete):
         n = int(space.n)
         return (a.astype(np.int64) - int(space.start)).reshape(-1), [str(int(space.start) + i) for i in range(n)]
     if isinstance(space, spaces.MultiDiscrete):
         nvec = np.asarray(space.nvec).reshape(-1)
-        idx = np.ravel_multi_index(tuple((a.reshape(a.shape[0], -1) - np.asarray(space.start).reshape(-1)).T), nvec)
+        dims = _leading_dims([int(v) for v in nvec])
+        nvec = nvec[:dims]
+        rel = a.reshape(a.shape[0], -1)[:, :dims] - np.asarray(space.start).reshape(-1)[:dims]
+        idx = np.ravel_multi_index(tuple(rel.T), nvec)
         return idx.astype(np.int64), [str(t) for t in np.ndindex(*nvec)]
     if isinstance(space, spaces.MultiBinary):
         bits = a.reshape(a.shape[0], -1).astype(np.int64)
-        n = bits.shape[1]
+        n = _leading_dims([2] * bits.shape[1])
+        bits = bits[:, :n]
         return (bits * (1 << np.arange(n))).sum(1), [format(i, f"0{n}b")[::-1] for i in range(1 << n)]
     if isinstance(space, spaces.Box):
         low, high = np.asarray(space.low, np.float64).reshape(-1), np.asarray(space.high, np.float64).reshape(-1)
         x = a.reshape(a.shape[0], -1).astype(np.float64)
-        dims = 1
-        while dims < x.shape[1] and BOX_BINS ** (dims + 1) <= MAX_ACTION_CELLS:
-            dims += 1
+        dims = _leading_dims([BOX_BINS] * x.shape[1])
         b = np.clip(((x[:, :dims] - low[:dims]) / np.maximum(high[:dims] - low[:dims], 1e-12) * BOX_BINS)
                     .astype(np.int64), 0, BOX_BINS - 1)
         idx = np.ravel_multi_index(tuple(b.T), (BOX_BINS,) * dims)

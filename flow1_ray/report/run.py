@@ -46,12 +46,14 @@ def _state_actions(d: Path) -> dict:
         except Flow1InputError:
             rows = []
         if rows:
-            last = max(r["snapshot"] for r in rows)
-            mine = [r for r in rows if r["snapshot"] == last]
+            # by iteration first: a restarted clusterer numbers its snapshots from 0 again
+            key = max((r.get("iteration") if r.get("iteration") is not None else -1, r["snapshot"]) for r in rows)
+            mine = [r for r in rows
+                    if (r.get("iteration") if r.get("iteration") is not None else -1, r["snapshot"]) == key]
             verdicts: dict[str, int] = {}
             for r in mine:
                 verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
-            out.update({"snapshots": len({r["snapshot"] for r in rows}), "last_iteration": mine[0].get("iteration"),
+            out.update({"snapshots": len({(r.get("iteration"), r["snapshot"]) for r in rows}), "last_iteration": mine[0].get("iteration"),
                         "clusters": len(mine), "states": sum(r["size"] for r in mine), "verdicts": verdicts})
     if (d / HEATMAPS_DIR).is_dir():
         pngs = sorted(p.name for p in (d / HEATMAPS_DIR).glob("iter_*.png"))

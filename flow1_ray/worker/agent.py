@@ -20,6 +20,7 @@ import os
 import random
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from .. import codes as C
@@ -94,17 +95,26 @@ class RunnerAgent:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created."""
         self.spaces = (getattr(env, "single_observation_space", None) or env.observation_space,
                        getattr(env, "single_action_space", None) or env.action_space)
-        if self.states is None and self.opts.state_actions and self.kind == "train":
-            sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index)
-            self.states = StateSampler(*self.spaces, self.opts.state_sample_rate, sender,
-                                       seed=hash((self.key, os.getpid())) & 0xFFFFFFFF,
-                                       send_every_s=self.opts.state_send_interval_s)
         subs = getattr(env, "envs", None)
         if subs:
             for sub in subs:  # one checker per sub-env: episodes of sub-envs interleave
                 self._wrap_sub_env(sub, self._new_checker())
         else:  # async vector env: sub-envs live in other processes; stamp the vector step
             self._wrap_step_only(env)
+        if self.states is None and self.opts.state_actions and self.kind == "train":
+            self._start_state_sampling()
+
+    def _start_state_sampling(self) -> None:
+        """After the wrappers are in place: a space the clusterer cannot take (a Tuple
+        action, say) costs the state maps of this runner, never its liveness or checks."""
+        try:
+            sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index)
+            self.states = StateSampler(*self.spaces, self.opts.state_sample_rate, sender,
+                                       seed=hash((self.key, os.getpid())) & 0xFFFFFFFF,
+                                       send_every_s=self.opts.state_send_interval_s)
+        except Exception as e:
+            self.opts = replace(self.opts, state_actions=False)  # do not try again
+            self.report_internal("state sampling (disabled for this runner)", e)
 
     def _wrap_step_only(self, env: Any) -> None:
         lv, step = self.liveness, env.step
