@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,8 +47,6 @@ class SnapshotOut:
     rows: Any                       # pyarrow.Table
     events: list[dict]
     heatmap: dict
-    compute_s: float
-    extra: dict = field(default_factory=dict)
 
     def payload(self) -> dict:
         return {"index": self.index, "iteration": self.iteration, "rows": self.rows, "events": self.events,
@@ -152,14 +150,12 @@ class ClustererCore:
             self.history.append(Snapshot(index, iteration, km.raw_centroids, m.visits, m.verdicts, return_mean))
             events += [f.to_event(iteration=iteration, **where).to_dict()
                        for f in trend_findings(list(self.history), self.th, scale=km.scale)]
-            refits = km.refits
         self.last_compute_s = time.perf_counter() - t0
         job = {"path": path, "counts": counts, "labels": list(self.labels), "verdicts": m.verdicts,
                "failures": fails, "backend": self.backend,
                "title": f"iteration {iteration}: state cluster x action ({self.backend}, {len(x)} of {seen} "
                         f"states sampled since the last snapshot)"}
-        return SnapshotOut(index, iteration, m.to_arrow(index, iteration), events, job, self.last_compute_s,
-                           {"refits": refits})
+        return SnapshotOut(index, iteration, m.to_arrow(index, iteration), events, job)
 
     def status(self) -> dict[str, Any]:
         with self._lock:
