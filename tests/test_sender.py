@@ -53,3 +53,39 @@ def test_events_wait_until_the_run_is_reachable():
     for _ in range(3):
         assert not sender.send([ev])
     assert len(sender.waiting) == 3 and sender.dropped == 0 and sender.has_news
+
+
+def test_state_batches_reach_the_clusterer_and_its_snapshot_the_recorder(ray_session, tmp_path):
+    """The real StateClusterer and Recorder actors: a runner's sender drop count reaches
+    the Recorder as SAMPLES_DROPPED, a snapshot is computed off the request path, and
+    finish() returns only once the Recorder holds the last one."""
+    import numpy as np
+    import ray
+
+    from flow1_ray import load_clusters, load_events
+    from flow1_ray.actors.clusterer import make_clusterer_actor
+    from flow1_ray.actors.recorder import make_recorder_actor
+
+    rec = make_recorder_actor().options(name="rec-states-test", namespace="flow1").remote(str(tmp_path), "r", 0.2)
+    cl = make_clusterer_actor().remote("rec-states-test", "flow1", 4, "auto", {}, 0)
+    sender = Sender("w1/states", lambda: cl, worker_index=1)
+    rng = np.random.default_rng(0)
+
+    def batch(n):
+        return {"x": rng.normal(size=(n, 3)).astype(np.float32), "a": rng.integers(0, 2, n),
+                "fail": np.zeros(n, bool), "policy": np.full((n, 2), np.nan, np.float32), "labels": ["0", "1"]}
+
+    assert sender.call(batch(300)) is True
+    assert ray.get(cl.snapshot.remote(1), timeout=10) is True
+    # the next batch of a runner whose sender met a full queue three times
+    cl.ingest.remote({**batch(300), "source": "w1/states", "worker_index": 1, "dropped": 3})
+    assert ray.get(cl.finish.remote(2, 10.0, 30.0), timeout=40) is True
+    st = ray.get(cl.full_status.remote(), timeout=10)
+    assert st["snapshots"] == 2 and st["received"] == 600 and st["placement"] == "cpu" and st["backend"] == "sklearn"
+    status = ray.get(rec.close.remote(), timeout=40)
+    assert status["snapshots"] == 2 and status["heatmaps"]["written"] == 2 and status["samples_dropped"] == 3
+    assert sorted(set(load_clusters(tmp_path).column("iteration").to_pylist())) == [1, 2]
+    codes = load_events(tmp_path).column("code").to_pylist()
+    assert codes.count(C.STATE_SNAPSHOT) == 2 and C.SAMPLES_DROPPED in codes
+    for actor in (cl, rec):
+        ray.kill(actor)
