@@ -58,7 +58,7 @@ def main() -> None:
 
     import ray
 
-    from flow1_ray.actors.run import monitor_name, recorder_name
+    from flow1_ray.names import monitor_name, recorder_name
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)

@@ -61,7 +61,7 @@ def main() -> None:
     import ray
 
     from flow1_ray import Flow1Callbacks
-    from flow1_ray.actors.run import clusterer_name, recorder_name
+    from flow1_ray.names import clusterer_name, recorder_name
 
     # one torch thread per process: 4 EnvRunners on 2 cores with 2 threads each is mostly noise
     ray.init(num_cpus=6, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,

@@ -45,7 +45,7 @@ class Run:
     def __init__(self, result: dict):
         import ray
 
-        from flow1_ray.actors.run import monitor_name, recorder_name
+        from flow1_ray.names import monitor_name, recorder_name
 
         self.dir = Path(result["flow1"]["run_dir"])
         rid = self.dir.name

@@ -16,23 +16,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..names import KV_PREFIX, clusterer_name, kv, monitor_name, recorder_name
 from ..options import NAMESPACE, Flow1Options
 from .recorder import HEATMAP_DRAIN_S
 
-KV_PREFIX = "flow1:runner:"
 PROBE_START_TIMEOUT_S = 60.0
-
-
-def recorder_name(run_id: str) -> str:
-    return f"flow1-recorder-{run_id}"
-
-
-def monitor_name(run_id: str) -> str:
-    return f"flow1-monitor-{run_id}"
-
-
-def clusterer_name(run_id: str) -> str:
-    return f"flow1-clusterer-{run_id}"
 
 
 #: The share of a GPU the StateClusterer asks for when one is free (None = this, or CPU).
@@ -53,17 +41,6 @@ def clusterer_gpus(opts: Flow1Options) -> float:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-
-
-def _kv():
-    from ray.experimental import internal_kv
-    return internal_kv
-
-
-def runner_run_id(actor_id: str) -> str | None:
-    """The run an EnvRunner actor belongs to (written by its Algorithm), or None yet."""
-    v = _kv()._internal_kv_get(KV_PREFIX + actor_id, namespace=NAMESPACE)
-    return v.decode() if v else None
 
 
 def runner_keys(algorithm: Any) -> list[str]:
@@ -137,7 +114,7 @@ class Flow1Run:
         new = [k for k in keys if k not in self.keys]
         self.keys = sorted(set(self.keys) | set(keys))
         for k in new:
-            _kv()._internal_kv_put(KV_PREFIX + k, self.run_id, overwrite=True, namespace=NAMESPACE)
+            kv()._internal_kv_put(KV_PREFIX + k, self.run_id, overwrite=True, namespace=NAMESPACE)
         ray.get(self.monitor.set_keys.remote(self.keys, [self.local_prefix]), timeout=self.opts.get_timeout_s * 5)
         ray.get(self.monitor.ensure_probes.remote(), timeout=self.opts.get_timeout_s * 5)
         # probes start in new processes: wait, so that a runner dying in iteration 1 is seen
@@ -168,7 +145,7 @@ class Flow1Run:
             pass
         for k in self.keys:
             try:
-                _kv()._internal_kv_del(KV_PREFIX + k, namespace=NAMESPACE)
+                kv()._internal_kv_del(KV_PREFIX + k, namespace=NAMESPACE)
             except Exception:
                 pass
         for actor in (self.monitor, self.clusterer, self.recorder):

@@ -235,26 +235,22 @@ class RunnerAgent:
             self._send(new)
 
     # -- sending -------------------------------------------------------------------------
-    def _run_id(self) -> str | None:
-        from ..actors.run import runner_run_id
+    def _lookup(self, name_of: Any) -> Any:
+        """The run's actor named by ``name_of(run_id)``, or None while the run is unknown."""
+        import ray
 
-        return LOCAL_RUN.get(str(os.getpid())) if self.local else runner_run_id(self.actor_id)
+        from ..names import runner_run_id
+
+        run_id = LOCAL_RUN.get(str(os.getpid())) if self.local else runner_run_id(self.actor_id)
+        return ray.get_actor(name_of(run_id), namespace=NAMESPACE) if run_id else None
 
     def _lookup_recorder(self) -> Any:
-        import ray
-
-        from ..actors.run import recorder_name
-
-        run_id = self._run_id()
-        return ray.get_actor(recorder_name(run_id), namespace=NAMESPACE) if run_id else None
+        from ..names import recorder_name
+        return self._lookup(recorder_name)
 
     def _lookup_clusterer(self) -> Any:
-        import ray
-
-        from ..actors.run import clusterer_name
-
-        run_id = self._run_id()
-        return ray.get_actor(clusterer_name(run_id), namespace=NAMESPACE) if run_id else None
+        from ..names import clusterer_name
+        return self._lookup(clusterer_name)
 
     def _send(self, findings: list[Finding]) -> None:
         where = dict(worker_index=self.index, pid=os.getpid(), node_id=self.node_id)

@@ -1,0 +1,32 @@
+"""Where a run's actors are found: their names, and the key in Ray's internal KV that
+tells an EnvRunner which run it belongs to. Shared by the run (which creates the actors
+and writes the keys) and the EnvRunners (which only look them up)."""
+
+from __future__ import annotations
+
+from .options import NAMESPACE
+
+KV_PREFIX = "flow1:runner:"
+
+
+def recorder_name(run_id: str) -> str:
+    return f"flow1-recorder-{run_id}"
+
+
+def monitor_name(run_id: str) -> str:
+    return f"flow1-monitor-{run_id}"
+
+
+def clusterer_name(run_id: str) -> str:
+    return f"flow1-clusterer-{run_id}"
+
+
+def kv():
+    from ray.experimental import internal_kv
+    return internal_kv
+
+
+def runner_run_id(actor_id: str) -> str | None:
+    """The run an EnvRunner actor belongs to (written by its Algorithm), or None yet."""
+    v = kv()._internal_kv_get(KV_PREFIX + actor_id, namespace=NAMESPACE)
+    return v.decode() if v else None
