@@ -191,6 +191,9 @@ def test_sampler_takes_rows_from_real_rllib_episodes():
     assert np.allclose(b["x"][:50, 0], np.arange(50) / 100)  # the state each action was taken in
     assert np.allclose(b["x"][80:, 0], np.arange(3, 23) / 100) and list(b["a"][80:83]) == [1, 0, 1]
     assert b["policy"].shape == (100, 2) and b["policy"][0, 1] > 0.99
+    for _ in range(100):  # the clusterer stays unreachable: the buffer keeps its bound, drops counted
+        sampler.add(eps)
+    assert sampler.buffered <= 8192 and sender.dropped == (10_100 - sampler.buffered) // 100 > 0
     with pytest.raises(ValueError, match="unsupported action space"):
         StateSampler(obs_space, spaces.Tuple([act_space, act_space]), 1.0, sender)
     core = ClustererCore(n_clusters=4, backend="sklearn")

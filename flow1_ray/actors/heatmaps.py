@@ -24,13 +24,11 @@ MAX_QUEUED = 8
 
 def render(job: dict, run_dir: Path) -> Path:
     """Render one heatmap job to ``run_dir / job["path"]``."""
-    from ..checks.state_action import StateActionThresholds
     from ..clustering.state_action_map import StateActionMap
 
     counts = np.asarray(job["counts"])
     m = StateActionMap(np.zeros((counts.shape[0], 0), np.float32), counts, list(job["labels"]),
-                       list(job["verdicts"]), np.asarray(job["failures"]), job.get("backend", ""),
-                       thresholds=StateActionThresholds())
+                       list(job["verdicts"]), np.asarray(job["failures"]), job.get("backend", ""))
     out = run_dir / job["path"]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.png")

@@ -19,11 +19,12 @@ import time
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from ..clustering.state_action_map import action_index, flatten_observations, policy_stats
 from .sender import Sender
 
-MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped
+MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped, counted
 
 
 def _take(obs: Any, idx: np.ndarray) -> Any:
@@ -52,13 +53,9 @@ class StateSampler:
         self.sender = sender
         self.rng = np.random.default_rng(seed)
         self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]
-        self.n_discrete = int(action_space.n) if type(action_space).__name__ == "Discrete" else 0
-        self._x: list[np.ndarray] = []
-        self._a: list[np.ndarray] = []
-        self._f: list[np.ndarray] = []
-        self._p: list[np.ndarray] = []
+        self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
         self.buffered = 0
-        self.rows_dropped = 0
         self._last_send = time.monotonic()
 
     def add(self, episodes: list[Any]) -> int:
@@ -81,17 +78,13 @@ class StateSampler:
             return 0
         x = flatten_observations(_concat(obs), self.obs_space)
         a, _ = action_index(_concat(acts), self.act_space)
-        self._x.append(x)
-        self._a.append(a)
-        self._f.append(np.concatenate(fails))
-        self._p.append(np.concatenate(pol))
+        self._chunks.append((x, a, np.concatenate(fails), np.concatenate(pol)))
         self.buffered += len(x)
-        while self.buffered > MAX_BUFFERED_ROWS and len(self._x) > 1:
-            self.rows_dropped += len(self._x[0])
-            self.buffered -= len(self._x.pop(0))
-            self._a.pop(0)
-            self._f.pop(0)
-            self._p.pop(0)
+        while self.buffered > MAX_BUFFERED_ROWS and len(self._chunks) > 1:
+            # the clusterer has been unreachable: the oldest chunk goes, counted like a
+            # dropped call (it reaches the Recorder as SAMPLES_DROPPED with the next send)
+            self.buffered -= len(self._chunks.pop(0)[0])
+            self.sender.dropped += 1
         return len(x)
 
     def _policy(self, ep: Any, idx: np.ndarray) -> np.ndarray:
@@ -108,17 +101,17 @@ class StateSampler:
 
     def batch(self) -> dict:
         """The buffered rows as one payload of the StateClusterer's ``ingest``."""
-        return {"x": np.concatenate(self._x), "a": np.concatenate(self._a), "fail": np.concatenate(self._f),
-                "policy": np.concatenate(self._p), "labels": self.labels}
+        x, a, failed, policy = (np.concatenate(col) for col in zip(*self._chunks))
+        return {"x": x, "a": a, "fail": failed, "policy": policy, "labels": self.labels}
 
-    def maybe_send(self, force: bool = False) -> bool | None:
-        """Send the buffer if ``send_every_s`` passed (or ``force``); see ``Sender.call``."""
+    def maybe_send(self) -> bool | None:
+        """Send the buffer if ``send_every_s`` passed since the last send; see ``Sender.call``."""
         now = time.monotonic()
-        if not self.buffered or (not force and now - self._last_send < self.send_every_s):
+        if not self.buffered or now - self._last_send < self.send_every_s:
             return None
         ok = self.sender.call(self.batch())
         if ok is None:  # not reachable yet: keep the (bounded) buffer
             return None
         self._last_send = now
-        self._x, self._a, self._f, self._p, self.buffered = [], [], [], [], 0
+        self._chunks, self.buffered = [], 0
         return ok
