@@ -87,8 +87,14 @@ class TorchKMeans:
         return self.torch.as_tensor(np.ascontiguousarray(x), dtype=self.dtype, device=self.device)
 
     def _sqdist(self, x: Any, c: Any, x2: Any) -> Any:
-        d = x2[:, None] - 2.0 * (x @ c.T) + (c * c).sum(1)[None, :]
-        return d.clamp_min_(0.0)
+        """Squared distances (n, k): one GEMM with ||c||^2 fused in, then ||x||^2 in place."""
+        d = self.torch.addmm((c * c).sum(1)[None, :], x, c.T, beta=1.0, alpha=-2.0)
+        return d.add_(x2[:, None]).clamp_min_(0.0)
+
+    def _nearest(self, x: Any, c: Any) -> Any:
+        """The nearest centroid of each row: ||x||^2 is the same for every centroid of a row,
+        so the argmin needs only ||c||^2 - 2 x.c (one GEMM, one read of its output)."""
+        return self.torch.addmm((c * c).sum(1)[None, :], x, c.T, beta=1.0, alpha=-2.0).argmin(1)
 
     def _kmeanspp(self, x: Any, x2: Any, k: int, gen: Any) -> Any:
         """Greedy k-means++ (as scikit-learn does it): at each step draw 2 + log(k)
@@ -103,10 +109,11 @@ class TorchKMeans:
         for _ in range(1, k):
             total = closest.sum()
             if total <= 0:
-                cand = torch.randint(n, (trials,), generator=gen)
-            else:
-                cand = torch.multinomial((closest / total).double().cpu(), trials, replacement=True, generator=gen)
-            cand = cand.to(x.device)
+                cand = torch.randint(n, (trials,), generator=gen).to(x.device)
+            else:  # D^2 sampling on the device: inverse CDF of the running potential
+                cdf = closest.double().cumsum(0)
+                u = torch.rand(trials, generator=gen, dtype=torch.float64).to(x.device) * cdf[-1]
+                cand = torch.searchsorted(cdf, u).clamp_max_(n - 1)
             d = torch.minimum(closest[:, None], self._sqdist(x, x[cand], x2))  # (n, trials)
             best = int(d.sum(0).argmin())
             closest = d[:, best]
@@ -121,7 +128,7 @@ class TorchKMeans:
         c = self._kmeanspp(xt, x2, k, gen)
         it = 0
         for it in range(1, max_iter + 1):
-            labels = self._sqdist(xt, c, x2).argmin(1)
+            labels = self._nearest(xt, c)
             sums = torch.zeros_like(c).index_add_(0, labels, xt)
             counts = torch.bincount(labels, minlength=k).to(xt.dtype)
             empty = counts == 0
