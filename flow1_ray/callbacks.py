@@ -76,7 +76,8 @@ class Flow1Callbacks(RLlibCallback):
         from .actors.run import Flow1Run, runner_keys
         from .worker.agent import LOCAL_RUN
 
-        run = self._run = Flow1Run(self.OPTIONS)
+        window = getattr(getattr(algorithm, "config", None), "metrics_num_episodes_for_smoothing", 100)
+        run = self._run = Flow1Run(self.OPTIONS, return_window=int(window or 100))
         LOCAL_RUN[str(os.getpid())] = run.run_id
         run.register(runner_keys(algorithm))
         # Trainable.stop() calls self.cleanup(): wrapping cleanup on the instance covers
@@ -141,7 +142,8 @@ class Flow1Callbacks(RLlibCallback):
                **{f"flow1/events/{k}": v for k, v in out["events"].items()},
                **{f"flow1/states/{k}": v for k, v in out["states"].items()},
                "flow1/samples_dropped": out["samples_dropped"]}
-        run.after_iteration(iteration, return_mean)
+        run.after_iteration(iteration, return_mean,
+                            _float(result.get("env_runners", {}).get("num_episodes_lifetime")))
         run.recorder.add_metrics.remote(row)
 
     # -- internals -----------------------------------------------------------------------

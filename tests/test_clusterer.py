@@ -15,7 +15,8 @@ from flow1_ray import load_clusters, load_events
 from flow1_ray.actors.clusterer import ClustererCore, heatmap_name
 from flow1_ray.actors.heatmaps import HeatmapWriter
 from flow1_ray.actors.recorder import RecorderCore
-from flow1_ray.checks.state_action import FIXATED, OK, Snapshot, StateActionThresholds, trend_findings, verdicts
+from flow1_ray.checks.state_action import (FIXATED, OK, Snapshot, StateActionThresholds, decided_share, trend_findings,
+                                          verdicts, warn_codes)
 from flow1_ray.clustering.state_action_map import policy_stats
 from test_state_action import EXPECTED, blobs
 
@@ -156,7 +157,11 @@ def test_new_fixation_without_return_gain_and_clusters_matched_across_a_refit():
     flat = _snap(1, [100, 100, 100], [FIXATED, FIXATED, OK], 50.5, cur_c)
     found = trend_findings([prev, flat], th)
     assert [f.code for f in found] == [C.NEW_FIXATION]
-    assert found[0].evidence["clusters"] == [1] and "entropy_coeff" in found[0].message
+    # confident without a gain is also a converged policy at its best: informational only
+    assert found[0].evidence["clusters"] == [1] and found[0].status == C.PASS and "informational" in found[0].message
+    fell = _snap(1, [100, 100, 100], [FIXATED, FIXATED, OK], 30.0, cur_c)  # confident and 40 % worse
+    (warned,) = trend_findings([prev, fell], th)
+    assert warned.status == C.WARN and "entropy_coeff" in warned.message
     paid_off = _snap(1, [100, 100, 100], [FIXATED, FIXATED, OK], 80.0, cur_c)
     assert trend_findings([prev, paid_off], th) == []
     same = _snap(1, [100, 100, 100], [FIXATED, OK, OK], 50.0, cur_c)  # only the old fixation
@@ -253,3 +258,44 @@ def test_huge_multi_dimensional_actions_are_judged_on_their_leading_dimensions()
 def test_clusterer_rejects_bad_settings(bad):
     with pytest.raises(ValueError, match="n_clusters"):
         ClustererCore(**bad)
+
+
+def _lost(share, decided, i=0):
+    """A snapshot of 10 equal clusters: ``share`` of them CHAOS, ``decided`` of the states decided."""
+    return Snapshot(i, 10 * (i + 1), np.zeros((10, 1), np.float32), np.full(10, 100.0),
+                    [C.CHAOS if j < round(share * 10) else OK for j in range(10)], None, decided)
+
+
+@pytest.mark.parametrize("snaps,warn", [
+    ([(0.4, 0.0), (0.4, 0.0)], False),      # undecided everywhere (early training, epsilon = 1): expected
+    ([(0.1, 0.8), (0.0, 0.9)], False),      # material once, gone at the next snapshot
+    ([(0.0, 0.9), (0.4, 0.5)], False),      # one snapshot is not persistence
+    ([(0.3, 0.5), (0.4, 0.5)], True),       # material, persistent, and the policy learnt elsewhere
+    ([(0.3, 0.5), (0.4, 0.1)], False),      # ... but no longer decided anywhere: not a regional claim
+], ids=["undecided-everywhere", "gone", "once", "persistent", "lost-everywhere"])
+def test_chaos_is_a_warn_only_when_material_persistent_and_regional(snaps, warn):
+    history = [_lost(s, d, i) for i, (s, d) in enumerate(snaps)]
+    assert (C.CHAOS in warn_codes(history)) is warn
+
+
+def test_a_converged_run_with_a_few_boundary_clusters_is_silent():
+    """Measured: a default PPO CartPole run at return 500 had 2 of 30 clusters (2.7 %) CHAOS."""
+    th = StateActionThresholds()
+    counts = np.array([[50, 50]] * 2 + [[140, 0]] * 14 + [[0, 140]] * 14)
+    policy = np.array([[0.99, 0.55]] * 2 + [[0.05, 0.99]] * 28)
+    assert decided_share(counts, policy, th) > 0.9
+    v = verdicts(counts, policy=policy)
+    assert v.count(C.CHAOS) == 2
+    history = [Snapshot(i, 10 * i, np.zeros((30, 1)), counts.sum(1), v, 500.0, decided_share(counts, policy, th))
+               for i in range(3)]
+    assert warn_codes(history, th) == set()
+
+
+def test_epsilon_greedy_policy_stats():
+    from flow1_ray.worker.states import epsilon_greedy_stats
+
+    h, top = epsilon_greedy_stats(1.0, 2)
+    assert abs(h - 1.0) < 1e-6 and abs(top - 0.5) < 1e-6          # random by design
+    h, top = epsilon_greedy_stats(0.05, 2)
+    assert h < 0.2 and abs(top - 0.975) < 1e-6                      # decided once epsilon decayed
+    assert abs(epsilon_greedy_stats(0.0, 4)[0]) < 1e-6

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checks.state_action import Snapshot, cluster_means, trend_findings, verdicts
+from ..checks.state_action import (Snapshot, cluster_means, decided_share, trend_findings, verdicts,
+                                   warn_codes)
 from ..checks.thresholds import DEFAULT
 from ..clustering.backends import TorchKMeans, resolve_backend
 from ..clustering.reservoir import Reservoir
@@ -145,9 +146,11 @@ class ClustererCore:
             index = self.snapshots
             self.snapshots += 1
             path = heatmap_name(iteration)
+            self.history.append(Snapshot(index, iteration, km.raw_centroids, m.visits, m.verdicts, return_mean,
+                                         decided_share(counts, pol, self.th)))
             events = [e.to_dict() for e in m.snapshot_events(snapshot=index, iteration=iteration, heatmap=path,
-                                                             states=seen, **where)]
-            self.history.append(Snapshot(index, iteration, km.raw_centroids, m.visits, m.verdicts, return_mean))
+                                                             states=seen, warn=warn_codes(list(self.history), self.th),
+                                                             **where)]
             events += [f.to_event(iteration=iteration, **where).to_dict()
                        for f in trend_findings(list(self.history), self.th, scale=km.scale)]
         self.last_compute_s = time.perf_counter() - t0

@@ -10,6 +10,7 @@ Python process fewer on the node than a separate actor would cost).
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict, deque
 from datetime import datetime, timezone
 from typing import Any
@@ -17,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from .. import codes as C
+from ..checks.thresholds import DEFAULT, Thresholds
 from ..events import Event
 
 BASELINE_POINTS = 5        # first observations of a worker that make its baseline
-SLOW_RATIO = 3.0           # step time > 3x the worker's own baseline = slow
-MIN_SLOW = 3               # ... on at least this many workers (or all, if fewer)
 LEAK_MB_PER_1000_STEPS = 1.0
 LEAK_MIN_R2 = 0.8
 LEAK_MIN_POINTS = 10
@@ -68,8 +68,18 @@ def _nvml():
 
 
 class ContentionCore:
-    def __init__(self, run_id: str) -> None:
+    """Seed 000 (3.3): >= 3 workers each stepping > 3x slower than their own baseline is
+    contention. Three refinements make it a claim a user can act on: fewer than
+    ``contention_min_workers`` judged workers is never contention (one slow runner out of
+    one or two is that runner, not the node); the slowdown must also cost at least
+    ``contention_floor_ms`` per step (0.05 -> 0.2 ms on a CartPole step is invisible beside
+    RLlib's own ~1 ms per step); and it must last ``contention_sustain_s`` (a runner restarting
+    beside the others slows them for a few seconds, which is no node-level problem)."""
+
+    def __init__(self, run_id: str, thresholds: Thresholds = DEFAULT) -> None:
         self.run_id = run_id
+        self.th = thresholds
+        self.slow_since: float | None = None
         self.baseline_points: dict[str, list[float]] = defaultdict(list)
         self.baseline: dict[str, float] = {}
         self.current: dict[str, float] = {}
@@ -80,8 +90,9 @@ class ContentionCore:
         self.leak_reported: set[str] = set()
         self.contention_events = 0
 
-    def observe(self, node_id: str, summary: dict) -> list[Event]:
-        """One node summary (``workers`` with steps, step_time_ema, rss; ``load``)."""
+    def observe(self, node_id: str, summary: dict, now: float | None = None) -> list[Event]:
+        """One node summary (``workers`` with steps, step_time_ema, rss; ``load``);
+        ``now`` (monotonic seconds) is for tests that replay summaries."""
         for w in summary.get("workers", []):
             key, steps = w.get("key"), w.get("steps") or 0
             if key is None or steps <= self.last_steps.get(key, 0):
@@ -99,34 +110,44 @@ class ContentionCore:
                     self.current[key] = st
             if w.get("rss"):
                 self.rss[key].append((steps, w["rss"]))
-        out = self._contention(node_id, summary.get("load", {}))
+        out = self._contention(node_id, summary.get("load", {}), now)
         out += self._leaks()
         return out
 
-    def _contention(self, node_id: str, load: dict) -> list[Event]:
+    def _slow(self, key: str) -> bool:
+        cur, base = self.current[key], self.baseline[key]
+        return cur > self.th.contention_ratio * base and (cur - base) * 1e3 >= self.th.contention_floor_ms
+
+    def _contention(self, node_id: str, load: dict, now: float | None = None) -> list[Event]:
         judged = [k for k in self.baseline if k in self.current]
-        if not judged:
-            return []
-        slow = [k for k in judged if self.current[k] > SLOW_RATIO * self.baseline[k]]
-        need = min(MIN_SLOW, len(judged))
+        need = self.th.contention_min_workers
+        slow = [k for k in judged if self._slow(k)]
         if len(slow) < need:
-            self.in_contention = False
+            self.in_contention, self.slow_since = False, None
             return []
-        if self.in_contention:
+        now = time.monotonic() if now is None else now
+        if self.slow_since is None:
+            self.slow_since = now
+        if self.in_contention or now - self.slow_since < self.th.contention_sustain_s:
             return []
         self.in_contention = True
+        ratio = self.th.contention_ratio
         self.contention_events += 1
         detail = [{"worker_index": self.where[k]["worker_index"], "baseline_ms": round(self.baseline[k] * 1e3, 3),
                    "current_ms": round(self.current[k] * 1e3, 3),
                    "ratio": round(self.current[k] / self.baseline[k], 2)} for k in slow]
         worst = max(detail, key=lambda d: d["ratio"])
-        msg = (f"{len(slow)} of {len(judged)} workers step > {SLOW_RATIO:g}x slower than their own baseline "
-               f"(worst: worker {worst['worker_index']} {worst['current_ms']} ms vs {worst['baseline_ms']} ms); "
+        msg = (f"{len(slow)} of {len(judged)} workers step > {ratio:g}x slower than their own baseline for "
+               f"{now - self.slow_since:.0f} s (worst: worker {worst['worker_index']} {worst['current_ms']} ms vs "
+               f"{worst['baseline_ms']} ms; expected < {ratio:g}x, or < {self.th.contention_floor_ms:g} ms "
+               f"more per step); "
                f"cpu load avg {load.get('cpu_load_avg_1m', '?')} on {load.get('cpu_count', '?')} cpus, "
                f"memory {load.get('mem_usage_percent', '?')}%"
                + (f", GPU util {load['gpu_util_percent']}%" if "gpu_util_percent" in load else ""))
         return [Event(C.RESOURCE_CONTENTION, msg,
-                      {"slow_workers": detail, "threshold_ratio": SLOW_RATIO, "min_slow": need, **load},
+                      {"slow_workers": detail, "threshold_ratio": ratio, "min_slow": need,
+                       "floor_ms": self.th.contention_floor_ms, "sustained_s": round(now - self.slow_since, 1),
+                       "threshold_sustain_s": self.th.contention_sustain_s, **load},
                       run_id=self.run_id, node_id=node_id, ts=datetime.now(timezone.utc))]
 
     def _leaks(self) -> list[Event]:

@@ -76,9 +76,13 @@ class MonitorCore:
         self.probe_errors: list[str] = []
 
     def update(self, node_id: str, ch: dict) -> dict:
-        """Apply one transition to the worker table; returns where it happened (event fields)."""
+        """Apply one transition to the worker table; returns where it happened (event fields).
+        A restart notes whether the previous process's end was already reported (its own
+        finding), which makes the restart the recovery of a known incident."""
         key, kind = ch["key"], ch["kind"]
         w = self.workers.setdefault(key, {"key": key})
+        if kind == "restarted":
+            ch.setdefault("previous_reported", w.get("status") in ("dead", "stalled"))
         w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
                   "node_id": ch.get("node_id") or node_id})
         status = {"new": "alive", "restarted": "alive", "recovered": "alive", "stopped": "stopped",
@@ -99,14 +103,24 @@ class MonitorCore:
             key, kind = ch["key"], ch["kind"]
             where = self.update(node_id, ch)
             if kind == "restarted":
-                out.append(Event(C.WORKER_RESTARTED,
-                                 f"{_who(ch)} took over from pid {ch.get('previous_pid')}: Ray restarted the runner",
-                                 {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": key}, **where))
+                out.append(self._restarted(ch, where))
             elif kind == "died":
                 out.append(self.died_event(ch, where, (details or {}).get(ch["pid"], {})))
             elif kind == "stalled":
                 out.append(self._stalled(ch, where))
         return out
+
+    @staticmethod
+    def _restarted(ch: dict, where: dict) -> Event:
+        """One incident, one finding: a restart after a death or stall flow1 reported is
+        that incident's recovery (PASS); a restart whose cause flow1 never saw stays a WARN."""
+        known = bool(ch.get("previous_reported"))
+        msg = (f"{_who(ch)} took over from pid {ch.get('previous_pid')}: Ray restarted the runner"
+               + ("; recovery from the incident reported above" if known
+                  else "; flow1 saw no death or stall of the previous process"))
+        return Event(C.WORKER_RESTARTED, msg,
+                     {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": ch["key"],
+                      "previous_reported": known}, status=C.PASS if known else "", **where)
 
     def died_event(self, ch: dict, where: dict, detail: dict) -> Event:
         sig = ch.get("exit_signal")
@@ -115,7 +129,8 @@ class MonitorCore:
         exc = ch.get("exception") or {}
         cause = f"; env.step raised {exc['exception']}: {exc['error']} in {exc['frame']}" if exc else ""
         if ch.get("killed_by_flow1"):
-            cause += "; flow1 killed it (stall_action='kill') so that Ray restarts it"
+            cause += ("; flow1 killed it (stall_action='kill') so that Ray restarts it: the end of the stall "
+                      "reported as WORKER_STALLED, not a second incident")
         ray_part = f"; Ray: {detail['ray_exit_type']}" if "ray_exit_type" in detail else ""
         age = ch.get("last_heartbeat_age_s")
         msg = (f"{_who(ch)} died: {how}{cause}{ray_part}; last heartbeat {age:.2f} s before"
@@ -126,7 +141,8 @@ class MonitorCore:
         ev.update(detail)
         if exc:
             ev["exception"] = exc
-        return Event(C.WORKER_DIED, msg, ev, **where)
+        # one incident, one finding: the death flow1 caused belongs to the stall finding
+        return Event(C.WORKER_DIED, msg, ev, status=C.PASS if ch.get("killed_by_flow1") else "", **where)
 
     def _stalled(self, ch: dict, where: dict) -> Event:
         stack = ch.get("stack", "")
@@ -154,6 +170,7 @@ def make_monitor_actor():
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from ..checks.thresholds import DEFAULT
     from .contention import ContentionCore
     from .probe import make_probe_actor
 
@@ -163,7 +180,7 @@ def make_monitor_actor():
     class HeartbeatMonitor(MonitorCore):
         def __init__(self, run_id: str, recorder_name: str, namespace: str, job_id: str,
                      stall_timeout_s: float, stall_action: str, probe_interval_s: float,
-                     heartbeat_interval_s: float) -> None:
+                     heartbeat_interval_s: float, thresholds: dict | None = None) -> None:
             super().__init__(run_id, stall_timeout_s, stall_action)
             self.recorder_name, self.namespace = recorder_name, namespace
             self._recorder_handle = None
@@ -174,7 +191,7 @@ def make_monitor_actor():
             self.keys: list[str] = []
             self.local_prefixes: list[str] = []
             self.summaries: dict[str, dict] = {}
-            self.contention = ContentionCore(run_id)
+            self.contention = ContentionCore(run_id, DEFAULT.with_overrides(thresholds))
             self._deaths: queue.Queue = queue.Queue()
             threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
 

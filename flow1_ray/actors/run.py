@@ -59,8 +59,13 @@ def runner_keys(algorithm: Any) -> list[str]:
 class Flow1Run:
     """Driver-side handle on one run's actors."""
 
-    def __init__(self, opts: Flow1Options) -> None:
+    def __init__(self, opts: Flow1Options, return_window: int = 100) -> None:
+        """``return_window``: RLlib's metrics_num_episodes_for_smoothing, the number of
+        episodes behind each iteration's episode_return_mean."""
         import ray
+
+        from ..checks.curves import RunReturnDrop
+        from ..checks.thresholds import DEFAULT
 
         from .monitor import make_monitor_actor
         from .recorder import make_recorder_actor
@@ -78,7 +83,7 @@ class Flow1Run:
         self.monitor = make_monitor_actor().options(
             name=monitor_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
         ).remote(self.run_id, recorder_name(self.run_id), NAMESPACE, self.job_id, opts.stall_timeout_s,
-                 opts.stall_action, opts.probe_interval_s, opts.heartbeat_interval_s)
+                 opts.stall_action, opts.probe_interval_s, opts.heartbeat_interval_s, dict(opts.thresholds))
         self.clusterer = None
         if opts.state_actions:
             from .clusterer import make_clusterer_actor
@@ -94,10 +99,15 @@ class Flow1Run:
         self.iteration = 0               # the last training iteration seen
         self.snapshot_iteration = 0      # the iteration of the last snapshot asked for
         self.return_mean: float | None = None
+        self.return_drop = RunReturnDrop(DEFAULT.with_overrides(opts.thresholds), window=max(1, return_window))
 
-    def after_iteration(self, iteration: int, return_mean: float | None) -> None:
-        """Ask for a snapshot every ``heatmap_every`` iterations (fire-and-forget)."""
+    def after_iteration(self, iteration: int, return_mean: float | None, episodes_lifetime: float | None = None) -> None:
+        """Judge the run's return (REWARD_DROP) and ask for a snapshot every
+        ``heatmap_every`` iterations (both fire-and-forget)."""
         self.iteration, self.return_mean = iteration, return_mean
+        drop = self.return_drop.add(iteration, return_mean, episodes_lifetime)
+        if drop is not None:
+            self.recorder.add_events.remote([drop.to_event(run_id=self.run_id, iteration=iteration).to_dict()])
         if self.clusterer is not None and iteration - self.snapshot_iteration >= self.opts.heatmap_every:
             import ray
 

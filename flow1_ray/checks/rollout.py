@@ -44,11 +44,14 @@ class RolloutChecker:
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  thresholds: Thresholds = DEFAULT, *, flush_every: int = 256, window: int | None = None,
-                 log: FindingLog | None = None) -> None:
+                 log: FindingLog | None = None, judge_returns: bool = True) -> None:
         """``window`` bounds the per-step series (rewards, durations, reset observations)
         for live runs; None keeps all of them (a ``flow1 check`` budget is bounded).
-        ``log`` lets several checkers (one per sub-env of a vector env) share findings."""
+        ``log`` lets several checkers (one per sub-env of a vector env) share findings.
+        ``judge_returns=False`` leaves REWARD_DROP to the caller: a live run judges the
+        return of the whole run (all runners) on the driver, not one sub-env's dip."""
         self.th = thresholds
+        self.judge_returns = judge_returns
         self.obs_space = observation_space
         self.flush_every = flush_every
         self.log = log if log is not None else FindingLog()
@@ -248,7 +251,7 @@ class RolloutChecker:
             f = reset_drift(np.stack(feats), self.th)
             if f is not None:
                 self.log.add(f)
-        drop = self.returns.check()
+        drop = self.returns.check() if self.judge_returns else None
         if drop is not None:
             self.log.add(drop)
 

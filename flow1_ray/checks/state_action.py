@@ -11,6 +11,18 @@ Between snapshots of a live run, trends: LOST_STATES_GROWING (the share of state
 CHAOS/BLIND_SPOT clusters keeps rising) and NEW_FIXATION (clusters became fixated while
 the return did not improve: confidence that did not pay). Clusters are matched across
 snapshots by their centroids, since a refit renumbers them.
+
+A verdict is a fact about the sampled actions; a WARN is a claim about the run, so a live
+snapshot's verdicts become WARNs only under :func:`warn_codes`: early in training a
+stochastic policy is undecided everywhere (expected, not a finding), an epsilon-greedy one
+acts at random by design, and a few boundary clusters holding 3 % of the states of a run
+that reached its maximum return are no reason to act. CHAOS / BLIND_SPOT / ERROR_FIXATION
+are WARNs only when their clusters hold a material share of the visited states
+(``state_warn_share``) at each of the last ``state_warn_snapshots`` snapshots -- and, for
+CHAOS / BLIND_SPOT, only while the policy is decided (top probability >=
+``decided_top_p``) on at least ``decided_min_share`` of the states elsewhere: being lost is
+a claim about *some* states, which needs a policy that learnt others. Otherwise the
+verdict stays in ``clusters/`` and the heatmap and its event is PASS.
 """
 
 from __future__ import annotations
@@ -41,6 +53,11 @@ class StateActionThresholds:
     lost_rise_snapshots: int = 3      # ... and rising at each of this many consecutive snapshots
     new_fixation_share: float = 0.05  # NEW_FIXATION: clusters newly fixated hold this share of states ...
     new_fixation_return_gain: float = 0.05  # ... while the episode return rose less than this (relative)
+    new_fixation_warn_drop: float = 0.3     # NEW_FIXATION is a WARN only when the return also fell by this share
+    state_warn_share: float = 0.1     # a verdict's clusters must hold this share of the states ...
+    state_warn_snapshots: int = 2     # ... at each of this many consecutive snapshots to be a WARN
+    decided_top_p: float = 0.8        # a cluster where the policy's top probability is at least this is decided
+    decided_min_share: float = 0.2    # CHAOS/BLIND_SPOT WARN only while decided clusters hold this share
 
 
 def normalized_entropy(p: np.ndarray) -> np.ndarray:
@@ -118,10 +135,27 @@ LOST_VERDICTS = (C.CHAOS, C.BLIND_SPOT)
 FIXED_VERDICTS = (FIXATED, C.ERROR_FIXATION)
 
 
+def decided_share(counts: np.ndarray, policy: np.ndarray | None, th: StateActionThresholds) -> float:
+    """Share of the visited states in clusters where the policy is decided: its mean top
+    probability there (or, where the policy's own probabilities are unknown, the top share
+    of the sampled actions) is at least ``decided_top_p``."""
+    counts = np.asarray(counts, np.float64)
+    visits = counts.sum(1)
+    total = visits.sum()
+    if total <= 0:
+        return 0.0
+    top = counts.max(1) / np.maximum(visits, 1.0)
+    if policy is not None:
+        known = ~np.isnan(np.asarray(policy, np.float64)[:, 1])
+        top = np.where(known, np.asarray(policy, np.float64)[:, 1], top)
+    return float(visits[top >= th.decided_top_p].sum() / total)
+
+
 @dataclass
 class Snapshot:
     """What a trend needs of one snapshot. ``centroids`` are in raw feature units, so that
-    clusters can be matched across refits (which re-standardise)."""
+    clusters can be matched across refits (which re-standardise). ``decided`` is the share
+    of the states where the policy is decided (:func:`decided_share`)."""
 
     index: int
     iteration: int
@@ -129,13 +163,32 @@ class Snapshot:
     visits: np.ndarray
     verdicts: list[str]
     return_mean: float | None = None
+    decided: float = 1.0
+
+    def share_of(self, codes: tuple[str, ...]) -> float:
+        """Share of the visited states that fall in clusters with one of these verdicts."""
+        total = float(self.visits.sum())
+        hit = sum(float(v) for v, d in zip(self.visits, self.verdicts) if d in codes)
+        return hit / total if total else 0.0
 
     @property
     def lost_share(self) -> float:
         """Share of the visited states that fall in CHAOS or BLIND_SPOT clusters."""
-        total = float(self.visits.sum())
-        lost = sum(float(v) for v, d in zip(self.visits, self.verdicts) if d in LOST_VERDICTS)
-        return lost / total if total else 0.0
+        return self.share_of(LOST_VERDICTS)
+
+
+def warn_codes(history: list[Snapshot], th: StateActionThresholds = StateActionThresholds()) -> set[str]:
+    """The per-snapshot codes of the latest snapshot that are WARNs (see the module's
+    docstring); every other verdict's event is PASS."""
+    n = max(1, th.state_warn_snapshots)
+    if len(history) < n:
+        return set()
+    recent, out = history[-n:], set()
+    if all(s.lost_share >= th.state_warn_share and s.decided >= th.decided_min_share for s in recent):
+        out |= set(LOST_VERDICTS) & set(history[-1].verdicts)
+    if all(s.share_of((C.ERROR_FIXATION,)) >= th.state_warn_share for s in recent):
+        out.add(C.ERROR_FIXATION)
+    return out
 
 
 def match_clusters(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
@@ -164,7 +217,7 @@ def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateAct
     if len(history) >= n + 1:
         shares = [s.lost_share for s in history[-(n + 1):]]
         rising = all(b > a for a, b in zip(shares, shares[1:]))
-        if rising and shares[-1] - shares[0] >= th.lost_rise:
+        if rising and shares[-1] - shares[0] >= th.lost_rise and cur.decided >= th.decided_min_share:
             out.append(Finding(C.LOST_STATES_GROWING, (
                 f"share of visited states in CHAOS/BLIND_SPOT clusters rose at each of the last {n} snapshots: "
                 + " -> ".join(f"{s:.0%}" for s in shares) + f" (iterations {history[-(n + 1)].iteration}.."
@@ -184,13 +237,20 @@ def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateAct
             and math.isfinite(r0) and math.isfinite(r1):
         gain = (r1 - r0) / max(abs(r0), 1e-8)
         if gain < th.new_fixation_return_gain:
+            # confidence without a gain is also what a converged policy at its best looks
+            # like: a claim (WARN) needs the second signal of a return that fell as well
+            fell = gain <= -th.new_fixation_warn_drop
             out.append(Finding(C.NEW_FIXATION, (
                 f"{len(new)} cluster(s) holding {share:.0%} of the visited states became fixated (one action > "
                 f"{th.fixation_min:g}) between iterations {prev.iteration} and {cur.iteration}, while the episode "
                 f"return went {r0:.4g} -> {r1:.4g} ({gain:+.1%}, expected >= {th.new_fixation_return_gain:+.0%}): "
-                f"the policy grew confident without paying off -- premature convergence; try a larger "
-                f"entropy_coeff (e.g. 0.01)"),
+                + ("the policy grew confident and the return fell -- premature convergence; try a larger "
+                   "entropy_coeff (e.g. 0.01)" if fell else
+                   f"informational: a converged policy looks the same; a WARN needs the return to fall by "
+                   f">= {th.new_fixation_warn_drop:.0%} too")),
                 {"clusters": new, "share": round(share, 4), "return_before": r0, "return_after": r1,
                  "return_gain": round(gain, 4), "iterations": [prev.iteration, cur.iteration],
-                 "threshold_share": th.new_fixation_share, "threshold_gain": th.new_fixation_return_gain}))
+                 "threshold_share": th.new_fixation_share, "threshold_gain": th.new_fixation_return_gain,
+                 "threshold_warn_drop": th.new_fixation_warn_drop},
+                status="" if fell else C.PASS))
     return out

@@ -43,8 +43,14 @@ class Thresholds:
     reward_drop_ratio: float = 0.7
     reward_drop_span: int = 10               # episodes per block and in the recent window
     reward_drop_p_value: float = 0.001       # Mann-Whitney, best block vs recent, Bonferroni
+    reward_drop_min_iters: int = 3           # a live run's drop must last this many iterations (and a window)
     # ACTION_PIPE
     squash_grad_min: float = 1e-3
+    # RESOURCE (seed 000, 3.3): contention across a node's workers
+    contention_ratio: float = 3.0            # a worker's step time > this x its own baseline is slow ...
+    contention_min_workers: int = 3          # ... on at least this many workers (fewer is never contention)
+    contention_floor_ms: float = 1.0         # ... each costing at least this much more per step ...
+    contention_sustain_s: float = 10.0       # ... for at least this long
     # STATE_ACTION (seed 001, 3.2): verdicts per state cluster, then trends between snapshots
     chaos_entropy: float = 0.95              # normalised entropy of P(a|c) at or above = CHAOS
     blind_spot_max: float = 0.3              # every action below = BLIND_SPOT
@@ -57,6 +63,11 @@ class Thresholds:
     lost_rise_snapshots: int = 3             # ... rising at each of this many consecutive snapshots
     new_fixation_share: float = 0.05         # NEW_FIXATION: newly fixated clusters hold this share of states ...
     new_fixation_return_gain: float = 0.05   # ... and episode return rose less than this (relative)
+    new_fixation_warn_drop: float = 0.3      # NEW_FIXATION is a WARN only if the return also fell this much
+    state_warn_share: float = 0.1            # CHAOS/BLIND_SPOT/ERROR_FIXATION are WARNs only when their clusters
+    state_warn_snapshots: int = 2            # hold this share of the states at this many snapshots in a row ...
+    decided_top_p: float = 0.8               # ... and (CHAOS/BLIND_SPOT) the policy is decided (top p >= this)
+    decided_min_share: float = 0.2           # ... on at least this share of the states elsewhere
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> "Thresholds":
         """A copy with some fields replaced; unknown names are an error, not ignored."""

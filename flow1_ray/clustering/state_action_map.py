@@ -201,10 +201,12 @@ class StateActionMap:
         return out
 
     def snapshot_events(self, *, snapshot: int, iteration: int | None = None, heatmap: str | None = None,
-                        states: int | None = None, **where: Any) -> list[Event]:
+                        states: int | None = None, warn: set[str] | frozenset = frozenset(),
+                        **where: Any) -> list[Event]:
         """What a live snapshot reports: one STATE_SNAPSHOT summary, then one event per
         verdict code present (its clusters listed, the largest first) instead of one per
-        cluster, so that a snapshot adds a handful of log lines, not k."""
+        cluster, so that a snapshot adds a handful of log lines, not k. Codes in ``warn``
+        (``checks.state_action.warn_codes``) are WARNs; the others are informational (PASS)."""
         k = self.counts.shape[0]
         total = float(self.visits.sum()) or 1.0
         tally = {v: self.verdicts.count(v) for v in dict.fromkeys(self.verdicts)}
@@ -222,10 +224,25 @@ class StateActionMap:
             share = sum(e.evidence["visits"] for e in evs) / total
             ids = [e.evidence["cluster"] for e in evs]
             msg = f"{at}: {len(evs)} of {k} clusters {code} ({share:.1%} of states); largest: {evs[0].message}"
+            if code not in warn:
+                msg += f"; informational: {self._why_not_warn(code)}"
             out.append(Event(code, msg, {"snapshot": snapshot, "clusters": ids, "share": round(share, 6),
-                                         "largest": evs[0].evidence, "heatmap": heatmap},
-                             iteration=iteration, **where))
+                                         "largest": evs[0].evidence, "heatmap": heatmap,
+                                         "warn": code in warn},
+                             status="" if code in warn else C.PASS, iteration=iteration, **where))
         return out
+
+    def _why_not_warn(self, code: str) -> str:
+        th = self.thresholds
+        if code == C.RARE_STATE:
+            return "a rare state is where the agent seldom goes, nothing to act on by itself"
+        need = (f"its clusters holding >= {th.state_warn_share:.0%} of the states at {th.state_warn_snapshots} "
+                f"snapshots in a row")
+        if code in (C.CHAOS, C.BLIND_SPOT):
+            need += (f" while the policy is decided (top p >= {th.decided_top_p:g}) on >= "
+                     f"{th.decided_min_share:.0%} of the states elsewhere (early in training a policy is undecided "
+                     f"everywhere, an epsilon-greedy one random by design)")
+        return f"a WARN needs {need}"
 
     def heatmap(self, path: str, title: str = "") -> str:
         """PNG of P(action | cluster): rows clusters (with their visits), columns actions,

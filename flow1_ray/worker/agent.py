@@ -70,6 +70,7 @@ class RunnerAgent:
         self.sender = Sender(self.key, self._lookup_recorder, self.index)
         self.states: StateSampler | None = None
         self._lock = threading.Lock()
+        self.env_runner = env_runner
         self._wrap_runner(env_runner)
 
     # -- wrapping ------------------------------------------------------------------------
@@ -111,7 +112,8 @@ class RunnerAgent:
             sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index)
             self.states = StateSampler(*self.spaces, self.opts.state_sample_rate, sender,
                                        seed=hash((self.key, os.getpid())) & 0xFFFFFFFF,
-                                       send_every_s=self.opts.state_send_interval_s)
+                                       send_every_s=self.opts.state_send_interval_s,
+                                       module=getattr(self.env_runner, "module", None))
         except Exception as e:
             self.opts = replace(self.opts, state_actions=False)  # do not try again
             self.report_internal("state sampling (disabled for this runner)", e)
@@ -132,7 +134,7 @@ class RunnerAgent:
         env.step = wrapped
 
     def _new_checker(self) -> RolloutChecker:
-        rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log)
+        rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, judge_returns=False)
         self.checkers.append(rc)
         return rc
 
@@ -144,13 +146,11 @@ class RunnerAgent:
         clock = time.time
         ema = STEP_EMA
         checked = False
-        ret = 0.0
 
         def wrapped_reset(*args, **kwargs):
-            nonlocal checked, ret
+            nonlocal checked
             out = reset(*args, **kwargs)
             checked = agent.rng.random() < agent.opts.sample_rate
-            ret = 0.0
             if checked:
                 try:
                     with agent._lock:
@@ -160,7 +160,6 @@ class RunnerAgent:
             return out
 
         def wrapped_step(action):
-            nonlocal ret
             t0 = lv.in_step_since = clock()
             try:
                 out = step(action)
@@ -178,13 +177,6 @@ class RunnerAgent:
                         rc.on_step(action, *out, duration_s=d)
                 except Exception as e:
                     agent._internal(e)
-            else:
-                try:
-                    ret += out[1]
-                    if out[2] or out[3]:
-                        rc.returns.add(float(ret))
-                except Exception:
-                    pass
             return out
 
         sub.reset, sub.step = wrapped_reset, wrapped_step

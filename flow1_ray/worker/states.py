@@ -7,7 +7,12 @@ row is small) with its action index, whether that step terminated the episode (a
 failure, which ERROR_FIXATION needs) and, for a Discrete action drawn from a
 Categorical (PPO, APPO, IMPALA, SAC), the entropy and top probability of the policy at
 that state (from ``action_dist_inputs``), which tell a cluster where the policy itself is
-undecided from one whose states simply straddle a decision boundary. Rows are buffered (bounded) and sent at most every
+undecided from one whose states simply straddle a decision boundary. An epsilon-greedy
+module (RLlib's DQN family: its episodes carry no Q-values) acts greedily with probability
+1 - epsilon and uniformly otherwise: that mixture is its policy at every state, so its
+entropy and top probability are those of the mixture at the module's current epsilon --
+random by design while epsilon is high, never "undecided" once it has decayed.
+Rows are buffered (bounded) and sent at most every
 ``send_every_s`` (option ``state_send_interval_s``) in one fire-and-forget call, so that
 algorithms that call sample() many times a second (APPO, DQN) still make few calls; a
 dropped call is counted.
@@ -44,10 +49,22 @@ def _concat(parts: list[Any]) -> Any:
     return np.concatenate(parts)
 
 
+def epsilon_greedy_stats(eps: float, n: int) -> np.ndarray:
+    """(normalised entropy, top probability) of the epsilon-greedy policy over n actions:
+    the greedy action with 1 - eps + eps/n, each other with eps/n."""
+    top, rest = 1.0 - eps + eps / n, eps / n
+    p = np.array([top] + [rest] * (n - 1), np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.sum(np.where(p > 0, p * np.log(p), 0.0)) / np.log(n)
+    return np.array([h, top], np.float32)
+
+
 class StateSampler:
     def __init__(self, observation_space: Any, action_space: Any, rate: float, sender: Sender,
-                 seed: int = 0, send_every_s: float = 2.0) -> None:
+                 seed: int = 0, send_every_s: float = 2.0, module: Any = None) -> None:
+        """``module``: the runner's RLModule, read for an epsilon-greedy policy's epsilon."""
         self.obs_space, self.act_space = observation_space, action_space
+        self.module = module
         self.rate = rate
         self.send_every_s = send_every_s
         self.sender = sender
@@ -95,9 +112,22 @@ class StateSampler:
                 logits = np.asarray(ep.get_extra_model_outputs("action_dist_inputs"))[idx]
                 if logits.ndim == 2 and logits.shape[1] == self.n_discrete:
                     return policy_stats(logits)
-            except Exception:  # no such output (DQN): the count-based rules alone
+            except Exception:  # no such output (DQN): epsilon-greedy or the count-based rules alone
                 pass
+            eps = self.epsilon()
+            if eps is not None:
+                return np.tile(epsilon_greedy_stats(eps, self.n_discrete), (len(idx), 1))
         return np.full((len(idx), 2), np.nan, np.float32)
+
+    def epsilon(self) -> float | None:
+        """The module's current exploration epsilon, if it is epsilon-greedy (None otherwise)."""
+        schedule = getattr(self.module, "epsilon_schedule", None)
+        if schedule is None:
+            return None
+        try:
+            return float(np.clip(float(schedule.get_current_value()), 0.0, 1.0))
+        except Exception:
+            return None
 
     def batch(self) -> dict:
         """The buffered rows as one payload of the StateClusterer's ``ingest``."""
