@@ -145,6 +145,8 @@ ERROR_FIXATION = _code("ERROR_FIXATION", STATE_ACTION, WARN,
 RARE_STATE = _code("RARE_STATE", STATE_ACTION, WARN, "cluster holds < 0.01% of visited states")
 STATE_SNAPSHOT = _code("STATE_SNAPSHOT", STATE_ACTION, PASS,
                        "a state-cluster x action snapshot was taken (verdict counts, heatmap path)")
+STATE_MAPS_OFF = _code("STATE_MAPS_OFF", STATE_ACTION, PASS,
+                       "state-action maps are off for an RLModule whose spaces they cannot take (said once)")
 LOST_STATES_GROWING = _code("LOST_STATES_GROWING", STATE_ACTION, WARN,
                             "share of visited states in CHAOS/BLIND_SPOT clusters rose at each of the last "
                             "3 snapshots, by >= 0.1 in all")

@@ -190,7 +190,7 @@ def test_sampler_takes_rows_from_real_rllib_episodes():
     sampler = StateSampler(obs_space, act_space, 1.0, sender, send_every_s=0.0)
     assert sampler.add(eps) == 100
     assert sampler.maybe_send() is None and sampler.buffered == 100  # kept until it is
-    b = sampler.batch()
+    b = sampler.batch()["modules"]["default_policy"]
     assert b["x"].shape == (100, 3) and list(b["a"][:4]) == [0, 1, 0, 1] and b["labels"] == ["0", "1"]
     assert b["fail"].sum() == 1 and b["fail"][49]  # the last step of the terminated episode only
     assert np.allclose(b["x"][:50, 0], np.arange(50) / 100)  # the state each action was taken in
@@ -299,3 +299,40 @@ def test_epsilon_greedy_policy_stats():
     h, top = epsilon_greedy_stats(0.05, 2)
     assert h < 0.2 and abs(top - 0.975) < 1e-6                      # decided once epsilon decayed
     assert abs(epsilon_greedy_stats(0.0, 4)[0]) < 1e-6
+
+
+def test_sampler_splits_multi_agent_episodes_per_module():
+    """A real MultiAgentEnvRunner (no Ray cluster needed): each agent's steps go to the
+    module it is mapped to, with that module's own spaces and policy."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    from flow1_ray.worker.sender import Sender
+    from flow1_ray.worker.states import StateSampler
+
+    cfg = (PPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2})
+           .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, *a, **k: f"p{aid}"))
+    runner = MultiAgentEnvRunner(config=cfg)
+    try:
+        episodes = runner.sample(num_timesteps=300)
+        steps = {mid: sum(len(e.agent_episodes[aid]) for e in episodes for aid in e.agent_episodes
+                          if e.module_for(aid) == mid) for mid in ("p0", "p1")}
+        resolve = lambda mid: (runner.module[mid].observation_space, runner.module[mid].action_space,  # noqa: E731
+                               runner.module[mid])
+        sampler = StateSampler(None, None, 1.0, Sender("r/states", lambda: None, 1), resolve=resolve)
+        assert sampler.add(episodes) == sum(steps.values())
+        rows = sampler.batch()["modules"]
+        assert set(rows) == {"p0", "p1"} and not sampler.unsupported
+        for mid in ("p0", "p1"):
+            assert rows[mid]["x"].shape == (steps[mid], 4) and rows[mid]["labels"] == ["0", "1"]
+            assert np.isfinite(rows[mid]["policy"]).all()  # each module's own Categorical logits
+        core = ClustererCore(n_clusters=4, backend="sklearn", module="p1")
+        assert core.ingest_rows(rows["p1"]["x"], rows["p1"]["a"], rows["p1"]["fail"], rows["p1"]["labels"],
+                                rows["p1"]["policy"])
+        out = core.compute_snapshot(iteration=3)
+        assert set(out.rows.column("module").to_pylist()) == {"p1"}
+        assert out.heatmap["path"] == heatmap_name(3, "p1") == "heatmaps/iter_000003-p1.png"
+        assert out.events[0]["message"].startswith("module p1 snapshot 0")
+    finally:
+        runner.stop()

@@ -12,6 +12,7 @@ them off its own request path. Nothing here is ever on the path of a runner's sa
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -35,8 +36,16 @@ HISTORY = 8                # snapshots kept for the trend rules
 PENDING_SNAPSHOTS = 4      # snapshot requests queued while one is computed; more are skipped
 
 
-def heatmap_name(iteration: int) -> str:
-    return f"heatmaps/iter_{iteration:06d}.png"
+DEFAULT_MODULE = "default_policy"   # RLlib's DEFAULT_MODULE_ID
+
+
+def heatmap_name(iteration: int, module: str = DEFAULT_MODULE) -> str:
+    """``heatmaps/iter_000010.png``; a module other than the default one gets its own
+    ``heatmaps/iter_000010-<module>.png`` (multi-agent: one heatmap per RLModule)."""
+    if module == DEFAULT_MODULE:
+        return f"heatmaps/iter_{iteration:06d}.png"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(module))[:60]
+    return f"heatmaps/iter_{iteration:06d}-{slug}.png"
 
 
 @dataclass
@@ -58,10 +67,13 @@ class ClustererCore:
     """The clusterer without Ray (the actor wraps it; tests drive it directly)."""
 
     def __init__(self, n_clusters: int = 30, backend: str = "auto", thresholds: dict | None = None,
-                 seed: int = 0, window_rows: int = WINDOW_ROWS, device: str | None = None) -> None:
-        """``device`` places the torch backend ("cuda", "cpu"; default: cuda when present)."""
+                 seed: int = 0, window_rows: int = WINDOW_ROWS, device: str | None = None,
+                 module: str = DEFAULT_MODULE) -> None:
+        """``device`` places the torch backend ("cuda", "cpu"; default: cuda when present);
+        ``module`` is the RLModule whose states this core clusters."""
         if n_clusters < 1:
             raise ValueError(f"n_clusters must be >= 1, got {n_clusters}")
+        self.module = module
         self.n_clusters = n_clusters
         self.backend = resolve_backend(backend)
         self.device = device
@@ -145,20 +157,21 @@ class ClustererCore:
                                fails, self.backend, per_point * len(x), self.th, pol)
             index = self.snapshots
             self.snapshots += 1
-            path = heatmap_name(iteration)
+            path = heatmap_name(iteration, self.module)
             self.history.append(Snapshot(index, iteration, km.raw_centroids, m.visits, m.verdicts, return_mean,
                                          decided_share(counts, pol, self.th)))
             events = [e.to_dict() for e in m.snapshot_events(snapshot=index, iteration=iteration, heatmap=path,
                                                              states=seen, warn=warn_codes(list(self.history), self.th),
-                                                             **where)]
+                                                             module=self.module, **where)]
             events += [f.to_event(iteration=iteration, **where).to_dict()
                        for f in trend_findings(list(self.history), self.th, scale=km.scale)]
         self.last_compute_s = time.perf_counter() - t0
+        of = "" if self.module == DEFAULT_MODULE else f"module {self.module}, "
         job = {"path": path, "counts": counts, "labels": list(self.labels), "verdicts": m.verdicts,
                "failures": fails, "backend": self.backend,
-               "title": f"iteration {iteration}: state cluster x action ({self.backend}, {len(x)} of {seen} "
+               "title": f"iteration {iteration}: state cluster x action ({of}{self.backend}, {len(x)} of {seen} "
                         f"states sampled since the last snapshot)"}
-        return SnapshotOut(index, iteration, m.to_arrow(index, iteration), events, job)
+        return SnapshotOut(index, iteration, m.to_arrow(index, iteration, self.module), events, job)
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -172,7 +185,10 @@ def make_clusterer_actor():
     import ray
 
     @ray.remote(num_cpus=0, max_restarts=-1)
-    class StateClusterer(ClustererCore):
+    class StateClusterer:
+        """One :class:`ClustererCore` per RLModule (a single-agent run has one,
+        ``default_policy``); a snapshot round closes every module's window at once."""
+
         def __init__(self, recorder_name: str, namespace: str, n_clusters: int = 30, backend: str = "auto",
                      thresholds: dict | None = None, seed: int = 0) -> None:
             from threadpoolctl import threadpool_limits
@@ -182,14 +198,18 @@ def make_clusterer_actor():
             gpus = ray.get_gpu_ids()
             if backend == "auto" and not gpus:  # no GPU given to this actor: do not use one
                 backend = "sklearn"
-            super().__init__(n_clusters, backend, thresholds, seed)
+            self.args = dict(n_clusters=n_clusters, backend=backend, thresholds=thresholds, seed=seed)
+            self.backend = resolve_backend(backend)
             if self.backend == "torch":
                 import torch
                 torch.set_num_threads(1)
+            self.cores: dict[str, ClustererCore] = {}
+            self._cores_lock = threading.Lock()
             self.placement = f"gpu {gpus}" if gpus else "cpu"
             self._recorder_name, self._namespace = recorder_name, namespace
             self._recorder = None
             self._drops: dict[str, int] = {}
+            self.rounds = 0                 # snapshot rounds computed
             self.dropped_snapshots = 0      # requests skipped (queue full) or not delivered
             self.errors = 0
             self.last_error = ""
@@ -203,9 +223,21 @@ def make_clusterer_actor():
                 self._recorder = ray.get_actor(self._recorder_name, namespace=self._namespace)
             return self._recorder
 
+        def _core(self, module: str) -> ClustererCore:
+            with self._cores_lock:
+                core = self.cores.get(module)
+                if core is None:
+                    core = self.cores[module] = ClustererCore(**self.args, module=module)
+                return core
+
         def ingest(self, batch: dict) -> None:
-            """One batch from an EnvRunner: rows plus its sender's running drop count."""
-            self.ingest_rows(batch["x"], batch["a"], batch["fail"], batch["labels"], batch.get("policy"))
+            """One batch from an EnvRunner: rows per module plus its sender's running drop count."""
+            modules = batch.get("modules")
+            if modules is None and "x" in batch:  # one module's rows at the top level
+                modules = {DEFAULT_MODULE: batch}
+            for mid, rows in (modules or {}).items():
+                self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"],
+                                                 rows.get("policy"))
             src, dropped = str(batch.get("source")), int(batch.get("dropped", 0))
             if dropped > self._drops.get(src, 0):
                 self._drops[src] = dropped
@@ -214,15 +246,25 @@ def make_clusterer_actor():
                 except Exception:
                     pass
 
+        def _windows(self) -> dict[str, tuple]:
+            with self._cores_lock:
+                cores = list(self.cores.items())
+            out = {}
+            for mid, core in cores:
+                window = core.take_window()
+                if window[0] is not None:
+                    out[mid] = window
+            return out
+
         def snapshot(self, iteration: int, return_mean: float | None = None) -> bool:
-            """Close the window now (so that a snapshot holds the states up to its iteration,
-            however late the worker thread computes it) and queue it; False when no state
-            arrived, or when earlier snapshots still wait (then skipped and counted)."""
-            window = self.take_window()
-            if window[0] is None:
+            """Close every module's window now (so that a snapshot holds the states up to its
+            iteration, however late the worker thread computes it) and queue them; False when
+            no state arrived, or when earlier snapshots still wait (then skipped and counted)."""
+            windows = self._windows()
+            if not windows:
                 return False
             try:
-                self._queue.put_nowait((iteration, return_mean, window))
+                self._queue.put_nowait((iteration, return_mean, windows))
             except queue.Full:
                 self.dropped_snapshots += 1
                 return False
@@ -232,10 +274,10 @@ def make_clusterer_actor():
             """The run's close: queue a last snapshot (unless ``iteration`` is None) and wait,
             at most ``wait_s``, until every queued one is computed and held by the Recorder."""
             deadline = time.monotonic() + wait_s
-            window = self.take_window()
-            if iteration is not None and window[0] is not None:
+            windows = self._windows()
+            if iteration is not None and windows:
                 try:
-                    self._queue.put((iteration, return_mean, window), timeout=wait_s)
+                    self._queue.put((iteration, return_mean, windows), timeout=wait_s)
                 except queue.Full:
                     self.dropped_snapshots += 1
             q = self._queue
@@ -246,21 +288,29 @@ def make_clusterer_actor():
         def _loop(self) -> None:
             self.priority = lower_this_thread()
             while True:
-                iteration, return_mean, window = self._queue.get()
+                iteration, return_mean, windows = self._queue.get()
                 try:
-                    out = self.compute_snapshot(iteration, return_mean, window)
-                    if out is not None:  # waited for: back-pressure, and finish() means delivered
-                        ray.get(self._recorder_handle().add_snapshot.remote(out.payload()), timeout=30)
-                except Exception as e:  # a failed snapshot must not stop the next ones
-                    self.errors += 1
-                    self.dropped_snapshots += 1
-                    self.last_error = f"{type(e).__name__}: {e}"[:300]
-                    self._recorder = None
+                    for mid, window in windows.items():
+                        try:
+                            out = self._core(mid).compute_snapshot(iteration, return_mean, window)
+                            if out is not None:  # waited for: back-pressure, and finish() means delivered
+                                ray.get(self._recorder_handle().add_snapshot.remote(out.payload()), timeout=30)
+                        except Exception as e:  # a failed snapshot must not stop the next ones
+                            self.errors += 1
+                            self.dropped_snapshots += 1
+                            self.last_error = f"{mid}: {type(e).__name__}: {e}"[:300]
+                            self._recorder = None
+                    self.rounds += 1
                 finally:
                     self._queue.task_done()
 
         def full_status(self) -> dict[str, Any]:
-            return {**self.status(), "placement": self.placement, "priority": self.priority, "dropped_snapshots": self.dropped_snapshots,
-                    "errors": self.errors, "last_error": self.last_error}
+            with self._cores_lock:
+                per = {mid: core.status() for mid, core in self.cores.items()}
+            total = {k: sum(st[k] for st in per.values()) for k in ("received", "window", "rejected", "nonfinite")}
+            return {**total, "snapshots": self.rounds, "modules": per, "backend": self.backend,
+                    "placement": self.placement, "priority": self.priority,
+                    "dropped_snapshots": self.dropped_snapshots, "errors": self.errors, "last_error": self.last_error,
+                    "last_compute_s": max((st["last_compute_s"] for st in per.values()), default=0.0)}
 
     return StateClusterer

@@ -43,12 +43,30 @@ def _pool_images(x: np.ndarray, space: spaces.Box) -> np.ndarray:
     return x.reshape(n, -1)
 
 
-def flatten_observations(obs: Any, space: spaces.Space) -> np.ndarray:
-    """A batch of observations (leading axis N) as an (N, d) float32 matrix."""
+NUMERIC_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
+
+
+def _numeric(space: spaces.Space) -> bool:
+    """Whether a space has numeric features to cluster on (a Text leaf, a mission string, a
+    Graph or Sequence has none: it is left out of the features, not an error)."""
     if isinstance(space, spaces.Dict):
-        return np.concatenate([flatten_observations(obs[k], s) for k, s in space.spaces.items()], axis=1)
+        return any(_numeric(s) for s in space.spaces.values())
     if isinstance(space, spaces.Tuple):
-        return np.concatenate([flatten_observations(obs[i], s) for i, s in enumerate(space.spaces)], axis=1)
+        return any(_numeric(s) for s in space.spaces)
+    return isinstance(space, NUMERIC_SPACES)
+
+
+def flatten_observations(obs: Any, space: spaces.Space) -> np.ndarray:
+    """A batch of observations (leading axis N) as an (N, d) float32 matrix; the leaves of
+    a Dict/Tuple that carry no numbers (Text, Graph, Sequence...) are left out."""
+    if isinstance(space, (spaces.Dict, spaces.Tuple)) and not _numeric(space):
+        raise ValueError(f"unsupported observation space {space}: no numeric leaf to cluster on")
+    if isinstance(space, spaces.Dict):
+        return np.concatenate([flatten_observations(obs[k], s) for k, s in space.spaces.items() if _numeric(s)],
+                              axis=1)
+    if isinstance(space, spaces.Tuple):
+        return np.concatenate([flatten_observations(obs[i], s) for i, s in enumerate(space.spaces) if _numeric(s)],
+                              axis=1)
     x = np.asarray(obs)
     if isinstance(space, spaces.Discrete):
         return np.eye(int(space.n), dtype=np.float32)[x.astype(np.int64) - int(space.start)]
@@ -143,12 +161,14 @@ class StateActionMap:
         """P(action | cluster), rows summing to 1 (0 for an empty cluster)."""
         return self.counts / np.maximum(self.visits, 1)[:, None]
 
-    def to_arrow(self, snapshot: int = 0, iteration: int | None = None) -> pa.Table:
+    def to_arrow(self, snapshot: int = 0, iteration: int | None = None, module: str | None = None) -> pa.Table:
         """One row per cluster (the schema of RUN_DIR/clusters/); policy columns are null
-        where the policy's probabilities were not known."""
+        where the policy's probabilities were not known; ``module`` is the RLModule whose
+        states these are (null offline)."""
         k = self.counts.shape[0]
         pol = self.policy if self.policy is not None else np.full((k, 2), np.nan)
         return pa.table({
+            "module": pa.array([module] * k, pa.string()),
             "snapshot": pa.array([snapshot] * k, pa.int64()),
             "iteration": pa.array([iteration] * k, pa.int64()),
             "cluster": pa.array(range(k), pa.int32()),
@@ -202,7 +222,7 @@ class StateActionMap:
 
     def snapshot_events(self, *, snapshot: int, iteration: int | None = None, heatmap: str | None = None,
                         states: int | None = None, warn: set[str] | frozenset = frozenset(),
-                        **where: Any) -> list[Event]:
+                        module: str | None = None, **where: Any) -> list[Event]:
         """What a live snapshot reports: one STATE_SNAPSHOT summary, then one event per
         verdict code present (its clusters listed, the largest first) instead of one per
         cluster, so that a snapshot adds a handful of log lines, not k. Codes in ``warn``
@@ -211,11 +231,13 @@ class StateActionMap:
         total = float(self.visits.sum()) or 1.0
         tally = {v: self.verdicts.count(v) for v in dict.fromkeys(self.verdicts)}
         at = f"snapshot {snapshot}" + (f" (iteration {iteration})" if iteration is not None else "")
+        if module is not None and module != "default_policy":
+            at = f"module {module} {at}"
         out = [Event(C.STATE_SNAPSHOT, (
             f"{at}: {k} state clusters over {int(total)} sampled states ({self.backend}): "
             + ", ".join(f"{n} {v}" for v, n in tally.items()) + (f"; heatmap {heatmap}" if heatmap else "")),
             {"snapshot": snapshot, "clusters": k, "states": int(total), "verdicts": tally, "backend": self.backend,
-             "heatmap": heatmap, "states_seen": states}, iteration=iteration, **where)]
+             "heatmap": heatmap, "states_seen": states, "module": module}, iteration=iteration, **where)]
         by_code: dict[str, list[Event]] = {}
         for e in self.to_events():
             by_code.setdefault(e.code, []).append(e)
@@ -227,7 +249,7 @@ class StateActionMap:
             if code not in warn:
                 msg += f"; informational: {self._why_not_warn(code)}"
             out.append(Event(code, msg, {"snapshot": snapshot, "clusters": ids, "share": round(share, 6),
-                                         "largest": evs[0].evidence, "heatmap": heatmap,
+                                         "largest": evs[0].evidence, "heatmap": heatmap, "module": module,
                                          "warn": code in warn},
                              status="" if code in warn else C.PASS, iteration=iteration, **where))
         return out

@@ -76,10 +76,11 @@ class Report:
         sa = self.summary.get("state_actions")
         if sa:
             lines += ["", "## State clusters x actions", ""]
-            if sa.get("verdicts"):
-                lines.append(f"Last snapshot (iteration {sa.get('last_iteration')}, {sa.get('clusters')} clusters, "
-                             f"{sa.get('states')} states): "
-                             + ", ".join(f"{n} {v}" for v, n in sorted(sa["verdicts"].items())) + ".")
+            for module, snap in (sa.get("modules") or {"": sa}).items():
+                if snap.get("verdicts"):
+                    lines.append(f"{'Module ' + module + ': l' if module else 'L'}ast snapshot (iteration "
+                                 f"{snap.get('last_iteration')}, {snap.get('clusters')} clusters, {snap.get('states')} "
+                                 f"states): " + ", ".join(f"{n} {v}" for v, n in sorted(snap["verdicts"].items())) + ".")
             if sa.get("heatmaps"):
                 lines += ["", f"![P(action | cluster)]({sa['heatmaps'][-1]})", "",
                           f"{len(sa['heatmaps'])} heatmap(s) in `heatmaps/`."]

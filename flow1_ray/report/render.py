@@ -88,8 +88,12 @@ def print_run_report(con: Console, report: Report) -> None:
                  f"dead {w.get('dead', '?')}, stalled {w.get('stalled', '?')}, restarts {w.get('restarts', '?')}")
     con.print(t)
     sa = s.get("state_actions") or {}
-    if sa.get("verdicts"):
-        con.print(f"state clusters (snapshot at iteration {sa.get('last_iteration')}): "
-                  + ", ".join(f"{n} {v}" for v, n in sorted(sa["verdicts"].items()))
-                  + (f"; {len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}" if sa.get("heatmaps") else ""))
+    for module, snap in (sa.get("modules") or {"": sa}).items():
+        if snap.get("verdicts"):
+            con.print(f"state clusters{' of ' + module if module else ''} (snapshot at iteration "
+                      f"{snap.get('last_iteration')}): " + ", ".join(f"{n} {v}" for v, n in sorted(snap["verdicts"].items()))
+                      + (f"; {len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}"
+                         if sa.get("heatmaps") and not module else ""))
+    if sa.get("modules") and sa.get("heatmaps"):
+        con.print(f"{len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}")
     con.print(f"run directory: {s.get('run_dir')}")

@@ -37,24 +37,35 @@ def load_run_report(run_dir: str | os.PathLike) -> Report:
     return Report(target=d.name, events=events, summary=summary)
 
 
+def _last_snapshot(rows: list[dict]) -> dict:
+    # by iteration first: a restarted clusterer numbers its snapshots from 0 again
+    key = max((r.get("iteration") if r.get("iteration") is not None else -1, r["snapshot"]) for r in rows)
+    mine = [r for r in rows if (r.get("iteration") if r.get("iteration") is not None else -1, r["snapshot"]) == key]
+    verdicts: dict[str, int] = {}
+    for r in mine:
+        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    return {"snapshots": len({(r.get("iteration"), r["snapshot"]) for r in rows}),
+            "last_iteration": mine[0].get("iteration"), "clusters": len(mine),
+            "states": sum(r["size"] for r in mine), "verdicts": verdicts}
+
+
 def _state_actions(d: Path) -> dict:
-    """The last state-cluster snapshot (verdict counts) and the heatmaps, if the run has them."""
+    """The last state-cluster snapshot (verdict counts) and the heatmaps, if the run has
+    them; a multi-agent run's RLModules each under ``modules`` (the first at the top too)."""
     out: dict = {}
     if (d / CLUSTERS_DIR).is_dir():
         try:
             rows = load_clusters(d).to_pylist()
         except Flow1InputError:
             rows = []
-        if rows:
-            # by iteration first: a restarted clusterer numbers its snapshots from 0 again
-            key = max((r.get("iteration") if r.get("iteration") is not None else -1, r["snapshot"]) for r in rows)
-            mine = [r for r in rows
-                    if (r.get("iteration") if r.get("iteration") is not None else -1, r["snapshot"]) == key]
-            verdicts: dict[str, int] = {}
-            for r in mine:
-                verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
-            out.update({"snapshots": len({(r.get("iteration"), r["snapshot"]) for r in rows}), "last_iteration": mine[0].get("iteration"),
-                        "clusters": len(mine), "states": sum(r["size"] for r in mine), "verdicts": verdicts})
+        by_module: dict[str, list[dict]] = {}
+        for r in rows:
+            by_module.setdefault(r.get("module") or "default_policy", []).append(r)
+        per = {m: _last_snapshot(rs) for m, rs in sorted(by_module.items())}
+        if per:
+            out.update(next(iter(per.values())))
+            if len(per) > 1:
+                out["modules"] = per
     if (d / HEATMAPS_DIR).is_dir():
         pngs = sorted(p.name for p in (d / HEATMAPS_DIR).glob("iter_*.png"))
         if pngs:

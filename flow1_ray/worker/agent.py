@@ -71,6 +71,8 @@ class RunnerAgent:
         self.states: StateSampler | None = None
         self._lock = threading.Lock()
         self.env_runner = env_runner
+        self.multi_agent = False
+        self._maps_off_said: set[str] = set()
         self._wrap_runner(env_runner)
 
     # -- wrapping ------------------------------------------------------------------------
@@ -93,13 +95,17 @@ class RunnerAgent:
         env_runner.stop = wrapped_stop
 
     def attach_env(self, env: Any) -> None:
-        """Wrap each sub-env of a (new) vector env; called from on_environment_created."""
-        self.spaces = (getattr(env, "single_observation_space", None) or env.observation_space,
-                       getattr(env, "single_action_space", None) or env.action_space)
+        """Wrap each sub-env of a (new) vector env; called from on_environment_created.
+        A MultiAgentEnvRunner's vector env (RLlib's VectorMultiAgentEnv, per-agent
+        ``single_observation_spaces``) gets a multi-agent checker per sub-env."""
+        self.multi_agent = getattr(env, "single_observation_spaces", None) is not None
+        self.spaces = (None, None) if self.multi_agent else (
+            getattr(env, "single_observation_space", None) or env.observation_space,
+            getattr(env, "single_action_space", None) or env.action_space)
         subs = getattr(env, "envs", None)
         if subs:
             for sub in subs:  # one checker per sub-env: episodes of sub-envs interleave
-                self._wrap_sub_env(sub, self._new_checker())
+                self._wrap_sub_env(sub, self._new_checker(sub))
         else:  # async vector env: sub-envs live in other processes; stamp the vector step
             self._wrap_step_only(env)
         if self.states is None and self.opts.state_actions and self.kind == "train":
@@ -107,16 +113,32 @@ class RunnerAgent:
 
     def _start_state_sampling(self) -> None:
         """After the wrappers are in place: a space the clusterer cannot take (a Tuple
-        action, say) costs the state maps of this runner, never its liveness or checks."""
+        action, say) costs the state maps of that module, never liveness or checks; it is
+        said once, as a note (STATE_MAPS_OFF), not as a fault of the run."""
+        sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index)
+        common = dict(seed=hash((self.key, os.getpid())) & 0xFFFFFFFF, send_every_s=self.opts.state_send_interval_s)
         try:
-            sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index)
-            self.states = StateSampler(*self.spaces, self.opts.state_sample_rate, sender,
-                                       seed=hash((self.key, os.getpid())) & 0xFFFFFFFF,
-                                       send_every_s=self.opts.state_send_interval_s,
-                                       module=getattr(self.env_runner, "module", None))
+            if self.multi_agent:
+                self.states = StateSampler(None, None, self.opts.state_sample_rate, sender,
+                                           resolve=self._module_spaces, **common)
+            else:
+                self.states = StateSampler(*self.spaces, self.opts.state_sample_rate, sender,
+                                           module=getattr(self.env_runner, "module", None), **common)
         except Exception as e:
             self.opts = replace(self.opts, state_actions=False)  # do not try again
-            self.report_internal("state sampling (disabled for this runner)", e)
+            self._maps_off("default_policy", f"{type(e).__name__}: {e}")
+
+    def _module_spaces(self, module_id: str) -> tuple[Any, Any, Any]:
+        module = self.env_runner.module[module_id]
+        return module.observation_space, module.action_space, module
+
+    def _maps_off(self, module_id: str, why: str) -> None:
+        if module_id in self._maps_off_said:
+            return
+        self._maps_off_said.add(module_id)
+        self._send([Finding(C.STATE_MAPS_OFF, f"state-action maps are off for module {module_id}: {why[:300]}; "
+                                              f"liveness and contract checks go on",
+                            {"module": module_id, "why": why[:300]})])
 
     def _wrap_step_only(self, env: Any) -> None:
         lv, step = self.liveness, env.step
@@ -133,8 +155,15 @@ class RunnerAgent:
 
         env.step = wrapped
 
-    def _new_checker(self) -> RolloutChecker:
-        rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, judge_returns=False)
+    def _new_checker(self, sub: Any) -> Any:
+        """The sub-env's checker: each agent of a multi-agent env against its own spaces."""
+        if self.multi_agent:
+            from ..checks.multi_agent import MultiAgentRolloutChecker
+
+            rc = MultiAgentRolloutChecker.for_env(getattr(sub, "unwrapped", sub), self.thresholds,
+                                                  window=LIVE_WINDOW, log=self.log, judge_returns=False)
+        else:
+            rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, judge_returns=False)
         self.checkers.append(rc)
         return rc
 
@@ -216,6 +245,8 @@ class RunnerAgent:
                 self.states.maybe_send()
             except Exception as e:
                 self.report_internal("state sampling", e)
+            for mid, why in list(self.states.unsupported.items()):
+                self._maps_off(mid, why)
         now = time.monotonic()
         with self._lock:
             if now - self._last_judge >= JUDGE_EVERY_S:

@@ -21,7 +21,7 @@ dropped call is counted.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from gymnasium import spaces
@@ -59,54 +59,45 @@ def epsilon_greedy_stats(eps: float, n: int) -> np.ndarray:
     return np.array([h, top], np.float32)
 
 
-class StateSampler:
-    def __init__(self, observation_space: Any, action_space: Any, rate: float, sender: Sender,
-                 seed: int = 0, send_every_s: float = 2.0, module: Any = None) -> None:
-        """``module``: the runner's RLModule, read for an epsilon-greedy policy's epsilon."""
-        self.obs_space, self.act_space = observation_space, action_space
-        self.module = module
-        self.rate = rate
-        self.send_every_s = send_every_s
-        self.sender = sender
-        self.rng = np.random.default_rng(seed)
-        self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]
-        self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
-        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
-        self.buffered = 0
-        self._last_send = time.monotonic()
+DEFAULT_MODULE = "default_policy"   # RLlib's DEFAULT_MODULE_ID: the module of a single-agent run
 
-    def add(self, episodes: list[Any]) -> int:
-        """Take this sample()'s share of rows; returns how many were taken."""
-        if self.rate <= 0:
-            return 0
+
+class _Stream:
+    """The buffered rows of one RLModule (one per module: its states, its actions)."""
+
+    def __init__(self, observation_space: Any, action_space: Any, module: Any = None) -> None:
+        self.obs_space, self.act_space, self.module = observation_space, action_space, module
+        self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]  # ValueError if unsupported
+        self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
+        self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
+
+    @property
+    def rows(self) -> int:
+        return sum(len(c[0]) for c in self.chunks)
+
+    def take(self, episodes: list[Any], rng: np.random.Generator, rate: float) -> int:
         obs, acts, fails, pol = [], [], [], []
         for ep in episodes:
             n = len(ep)
             if n == 0:
                 continue
-            idx = np.flatnonzero(self.rng.random(n) < self.rate)
+            idx = np.flatnonzero(rng.random(n) < rate)
             if idx.size == 0:
                 continue
             obs.append(_take(ep.get_observations(slice(0, n)), idx))
-            acts.append(_take(ep.get_actions(), idx))
+            acts.append(_take(ep.get_actions(slice(0, n)), idx))
             fails.append((idx == n - 1) & bool(ep.is_terminated))
             pol.append(self._policy(ep, idx))
         if not obs:
             return 0
         x = flatten_observations(_concat(obs), self.obs_space)
         a, _ = action_index(_concat(acts), self.act_space)
-        self._chunks.append((x, a, np.concatenate(fails), np.concatenate(pol)))
-        self.buffered += len(x)
-        while self.buffered > MAX_BUFFERED_ROWS and len(self._chunks) > 1:
-            # the clusterer has been unreachable: the oldest chunk goes, counted like a
-            # dropped call (it reaches the Recorder as SAMPLES_DROPPED with the next send)
-            self.buffered -= len(self._chunks.pop(0)[0])
-            self.sender.dropped += 1
+        self.chunks.append((x, a, np.concatenate(fails), np.concatenate(pol)))
         return len(x)
 
     def _policy(self, ep: Any, idx: np.ndarray) -> np.ndarray:
         """(len(idx), 2): normalised entropy and top probability of the policy at each
-        state; NaN where the episode has no Categorical logits."""
+        state; NaN where neither Categorical logits nor an epsilon are known."""
         if self.n_discrete >= 2:
             try:
                 logits = np.asarray(ep.get_extra_model_outputs("action_dist_inputs"))[idx]
@@ -129,10 +120,86 @@ class StateSampler:
         except Exception:
             return None
 
-    def batch(self) -> dict:
-        """The buffered rows as one payload of the StateClusterer's ``ingest``."""
-        x, a, failed, policy = (np.concatenate(col) for col in zip(*self._chunks))
+    def payload(self) -> dict:
+        x, a, failed, policy = (np.concatenate(col) for col in zip(*self.chunks))
         return {"x": x, "a": a, "fail": failed, "policy": policy, "labels": self.labels}
+
+
+class StateSampler:
+    """Thins each sample()'s episodes into rows per RLModule: a single-agent runner's
+    episodes belong to ``default_policy``; a multi-agent runner's MultiAgentEpisodes are
+    split per agent and routed to the module that agent is mapped to, so each module's
+    states are clustered with its own actions. ``resolve(module_id)`` gives a module's
+    (observation space, action space, RLModule); a module whose spaces the clusterer cannot
+    take is left out (listed in :attr:`unsupported`) and costs the others nothing."""
+
+    def __init__(self, observation_space: Any, action_space: Any, rate: float, sender: Sender,
+                 seed: int = 0, send_every_s: float = 2.0, module: Any = None,
+                 resolve: Callable[[str], tuple[Any, Any, Any]] | None = None) -> None:
+        """``observation_space``/``action_space``/``module``: the single-agent stream (its
+        action space is checked here: ValueError if unsupported); ``resolve``: how to find
+        the others (multi-agent)."""
+        self.rate = rate
+        self.send_every_s = send_every_s
+        self.sender = sender
+        self.rng = np.random.default_rng(seed)
+        self.resolve = resolve
+        self.streams: dict[str, _Stream] = {}
+        self.unsupported: dict[str, str] = {}     # module id -> why it is left out
+        if observation_space is not None:
+            self.streams[DEFAULT_MODULE] = _Stream(observation_space, action_space, module)
+        self.buffered = 0
+        self._last_send = time.monotonic()
+
+    @property
+    def labels(self) -> list[str]:
+        return self.streams[DEFAULT_MODULE].labels
+
+    def _stream(self, module_id: str) -> _Stream | None:
+        st = self.streams.get(module_id)
+        if st is None and module_id not in self.unsupported and self.resolve is not None:
+            try:
+                st = self.streams[module_id] = _Stream(*self.resolve(module_id))
+            except Exception as e:
+                self.unsupported[module_id] = f"{type(e).__name__}: {e}"[:300]
+        return st
+
+    def add(self, episodes: list[Any]) -> int:
+        """Take this sample()'s share of rows; returns how many were taken."""
+        if self.rate <= 0:
+            return 0
+        by_module: dict[str, list[Any]] = {}
+        for ep in episodes:
+            agents = getattr(ep, "agent_episodes", None)
+            if agents is None:
+                by_module.setdefault(DEFAULT_MODULE, []).append(ep)
+                continue
+            for aid, sa in agents.items():
+                by_module.setdefault(str(ep.module_for(aid)), []).append(sa)
+        taken = 0
+        for mid, eps in by_module.items():
+            st = self._stream(mid)
+            if st is None:
+                continue
+            try:
+                taken += st.take(eps, self.rng, self.rate)
+            except Exception as e:  # e.g. an observation leaf it cannot featurise: this module only
+                self.unsupported[mid] = f"{type(e).__name__}: {e}"[:300]
+                del self.streams[mid]
+        self.buffered += taken
+        while self.buffered > MAX_BUFFERED_ROWS:
+            # the clusterer has been unreachable: the oldest chunk goes, counted like a
+            # dropped call (it reaches the Recorder as SAMPLES_DROPPED with the next send)
+            spare = [st for st in self.streams.values() if len(st.chunks) > 1]  # each keeps its newest chunk
+            if not spare:
+                break
+            self.buffered -= len(max(spare, key=lambda st: st.rows).chunks.pop(0)[0])
+            self.sender.dropped += 1
+        return taken
+
+    def batch(self) -> dict:
+        """The buffered rows as one payload of the StateClusterer's ``ingest``: one entry per module."""
+        return {"modules": {mid: st.payload() for mid, st in self.streams.items() if st.chunks}}
 
     def maybe_send(self) -> bool | None:
         """Send the buffer if ``send_every_s`` passed since the last send; see ``Sender.call``."""
@@ -143,5 +210,7 @@ class StateSampler:
         if ok is None:  # not reachable yet: keep the (bounded) buffer
             return None
         self._last_send = now
-        self._chunks, self.buffered = [], 0
+        for st in self.streams.values():
+            st.chunks = []
+        self.buffered = 0
         return ok
