@@ -90,6 +90,25 @@ EPISODE_NEVER_ENDS = _code("EPISODE_NEVER_ENDS", ENV_SPEC, WARN,
 STEP_DURATION_OUTLIER = _code("STEP_DURATION_OUTLIER", ENV_SPEC, WARN,
                               "p95 or max step time > 3x the median, above an absolute floor")
 ENV_CRASHED = _code("ENV_CRASHED", ENV_SPEC, FAIL, "reset/step raised an exception")
+# the multi-agent contract of RLlib's MultiAgentEnv (new API stack: MultiAgentEpisode.add_env_step)
+MA_DICT_INVALID = _code("MA_DICT_INVALID", ENV_SPEC, FAIL,
+                        "a multi-agent reset/step value is not a dict, or is keyed by an id that is not one of "
+                        "the env's possible_agents (besides '__all__' in terminateds/truncateds, '__common__' "
+                        "in infos)")
+MA_ALL_DONE_MISSING = _code("MA_ALL_DONE_MISSING", ENV_SPEC, FAIL,
+                            "terminateds has no '__all__' key, or every agent of the episode is done while "
+                            "'__all__' stays False")
+MA_AGENT_AFTER_DONE = _code("MA_AGENT_AFTER_DONE", ENV_SPEC, FAIL,
+                            "an observation, reward or info for an agent after its own terminated/truncated "
+                            "in the same episode")
+MA_REWARD_MISSING = _code("MA_REWARD_MISSING", ENV_SPEC, FAIL,
+                          "an agent acted and got its next observation but no reward entry")
+MA_TRUNCATED_WITHOUT_OBS = _code("MA_TRUNCATED_WITHOUT_OBS", ENV_SPEC, FAIL,
+                                 "an agent acted, then was truncated (its own flag or '__all__') without a "
+                                 "last observation")
+MA_REWARD_LOST = _code("MA_REWARD_LOST", ENV_SPEC, WARN,
+                       "a non-zero reward for an agent before its first action of the episode, or under "
+                       "'__all__': RLlib credits it to no action")
 
 # --- OBS_FLOW ---------------------------------------------------------------------------
 OBS_OUT_OF_BOUNDS = _code("OBS_OUT_OF_BOUNDS", OBS_FLOW, WARN, "observation outside its space's bounds")

@@ -4,13 +4,17 @@ The checkers people use today (gymnasium's ``check_env`` and ``PassiveEnvChecker
 Stable-Baselines3's ``check_env``) look at the first reset and step. Faults that appear
 at step 6 or in episode 3 pass them. This driver runs several episodes with random
 actions and feeds every reset and step to :class:`~flow1_ray.checks.rollout.RolloutChecker`,
-the same object the EnvRunner callbacks feed with live samples.
+the same object the EnvRunner callbacks feed with live samples. An RLlib MultiAgentEnv is
+driven with per-agent random actions and judged by
+:class:`~flow1_ray.checks.multi_agent.MultiAgentRolloutChecker` (one RolloutChecker per agent,
+plus the multi-agent contract).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import time
 import traceback
 import uuid
@@ -22,6 +26,7 @@ from . import codes as C
 from .checks.env_spec import crash_finding, obs_equal, validate_space
 from .checks.findings import Finding
 from .checks.import_resolve import gym_alias_findings, old_api_finding
+from .checks.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
 from .checks.rollout import RolloutChecker
 from .checks.thresholds import DEFAULT, Thresholds
 from .errors import Flow1InputError
@@ -161,12 +166,15 @@ def _internal(exc: BaseException, step: int) -> tuple[str, dict]:
             {"exception": type(exc).__name__, "error": str(exc), "first_step": step, "traceback_tail": tail})
 
 
-class _Driver:
-    """One check run: owns the env, the probe and the checker."""
+class _DriverBase:
+    """What every check run shares: the env, the budget, the checker, resets and crashes.
 
-    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds) -> None:
-        self.env, self.budget, self.seed, self.th = env, steps, seed, th
-        self.rc = RolloutChecker(env.observation_space, env.action_space, th)
+    ``rc`` is a :class:`RolloutChecker` or a :class:`MultiAgentRolloutChecker`; both take
+    ``on_reset(obs, info)``, ``record`` and count ``steps`` and ``episodes``.
+    """
+
+    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds, rc: Any) -> None:
+        self.env, self.budget, self.seed, self.th, self.rc = env, steps, seed, th, rc
         self.crashes = 0
         self.stopped_early = ""
 
@@ -208,6 +216,37 @@ class _Driver:
         self.rc.on_reset(*second)
         return True
 
+    def _step_crashed(self, exc: Exception, consecutive: int) -> bool:
+        """step() raised: an ENV_CRASHED finding, then a new episode; False to stop the run."""
+        self.crashes += 1
+        self.rc.record(crash_finding("step", exc, self.rc.steps + 1, self.rc.episodes), f"step:{type(exc).__name__}")
+        if consecutive >= MAX_CONSECUTIVE_CRASHES:
+            self.stopped_early = f"step() raised {consecutive} times in a row"
+            return False
+        return self._start_episode()
+
+    def _unreadable_step(self, out: Any) -> bool:
+        """step() answered with no tuple the checker can read: say so, start over; False to stop."""
+        got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+        self.rc.record(old_api_finding("step", got), "step")
+        return self._start_episode()
+
+    def _judged(self, on_step: Callable[[], bool], fallback: Callable[[], bool]) -> bool:
+        """Feed one step to the checker; flow1's own fault is FLOW1_INTERNAL, and the check goes on."""
+        try:
+            return on_step()
+        except Exception as e:
+            rc = self.rc
+            rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda: _internal(e, rc.steps), rc.steps)
+            return fallback()
+
+
+class _Driver(_DriverBase):
+    """One single-agent check run: random actions from the action space, the action probe."""
+
+    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds) -> None:
+        super().__init__(env, steps, seed, th, RolloutChecker(env.observation_space, env.action_space, th))
+
     def run(self) -> None:
         env, rc = self.env, self.rc
         env.action_space.seed(self.seed)
@@ -224,13 +263,8 @@ class _Driver:
                 try:
                     out = env.step(action)
                 except Exception as e:
-                    self.crashes += 1
                     consecutive += 1
-                    rc.record(crash_finding("step", e, rc.steps + 1, rc.episodes), f"step:{type(e).__name__}")
-                    if consecutive >= MAX_CONSECUTIVE_CRASHES:
-                        self.stopped_early = f"step() raised {consecutive} times in a row"
-                        return
-                    if not self._start_episode():
+                    if not self._step_crashed(e, consecutive):
                         return
                     continue
                 dt = clock() - t0
@@ -242,21 +276,99 @@ class _Driver:
                     obs, reward, terminated, info = out
                     truncated = False
                 else:
-                    got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
-                    rc.record(old_api_finding("step", got), "step")
-                    if not self._start_episode():
+                    if not self._unreadable_step(out):
                         return
                     continue
                 received = probe.received if probe.active else None
-                try:
-                    ended = rc.on_step(action, obs, reward, terminated, truncated, info, dt, received)
-                except Exception as e:  # flow1's own fault: say so, keep checking
-                    rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda: _internal(e, rc.steps), rc.steps)
-                    ended = terminated is True or truncated is True
+                ended = self._judged(lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received),
+                                     lambda: terminated is True or truncated is True)
                 if ended and not self._start_episode():
                     return
         finally:
             probe.restore()
+
+
+def _is_multi_agent(env: Any) -> bool:
+    """Whether ``env`` is an RLlib MultiAgentEnv, without importing RLlib (seconds).
+
+    A MultiAgentEnv subclass has imported ``ray.rllib.env.multi_agent_env`` already: when
+    that module is not loaded, no env can be one.
+    """
+    mod = sys.modules.get("ray.rllib.env.multi_agent_env")
+    cls = getattr(mod, "MultiAgentEnv", None)
+    return isinstance(cls, type) and isinstance(getattr(env, "unwrapped", env), cls)
+
+
+def _all_done(terminateds: Any, truncateds: Any) -> bool:
+    """``__all__`` as RLlib reads it, for when the checker itself failed on a step."""
+    try:
+        return any(isinstance(d, dict) and bool(d.get("__all__", False)) for d in (terminateds, truncateds))
+    except (TypeError, ValueError):  # an array flag: no truth value
+        return False
+
+
+class _MultiAgentDriver(_DriverBase):
+    """One multi-agent check run: each step sends a random action, from that agent's own
+    action space, for every agent that got an observation and is not done (as RLlib's
+    MultiAgentEnvRunner does with ``random_actions``)."""
+
+    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds, agents: list,
+                 obs_spaces: dict, act_spaces: dict) -> None:
+        super().__init__(env, steps, seed, th, MultiAgentRolloutChecker(obs_spaces, act_spaces, agents, th))
+        self.act_spaces = act_spaces
+
+    def run(self) -> None:
+        env, rc, act_spaces = self.env, self.rc, self.act_spaces
+        for i, space in enumerate({id(sp): sp for sp in act_spaces.values()}.values()):
+            space.seed(self.seed + i)
+        clock = time.perf_counter
+        if not self._determinism():
+            return
+        consecutive = 0
+        for _ in range(self.budget):
+            actions = {aid: act_spaces[aid].sample() for aid in rc.agents_to_act()}
+            t0 = clock()
+            try:
+                out = env.step(actions)
+            except Exception as e:
+                consecutive += 1
+                if not self._step_crashed(e, consecutive):
+                    return
+                continue
+            dt = clock() - t0
+            consecutive = 0
+            if not (type(out) is tuple and len(out) == 5):
+                if not self._unreadable_step(out):
+                    return
+                continue
+            ended = self._judged(lambda: rc.on_step(actions, *out, duration_s=dt), lambda: _all_done(out[2], out[3]))
+            if ended and not self._start_episode():
+                return
+
+
+def _single_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
+                         summary: dict) -> _Driver | None:
+    """The driver for a gymnasium env, once its spaces are valid enough to sample actions."""
+    space_findings = validate_space(env.observation_space, "obs") + validate_space(env.action_space, "action")
+    findings.extend(space_findings)
+    if any(f.evidence.get("role") == "action" for f in space_findings):
+        summary["stopped_early"] = "action space unsupported: cannot sample actions"
+        return None
+    return _Driver(env, steps, seed, th)
+
+
+def _multi_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
+                        summary: dict) -> _MultiAgentDriver | None:
+    """The driver for an RLlib MultiAgentEnv, with each agent's spaces as RLlib finds them."""
+    agents, obs_spaces, act_spaces = agent_spaces(env)
+    space_findings = validate_agent_spaces(agents, obs_spaces, act_spaces)
+    findings.extend(space_findings)
+    summary.update({"multi_agent": True, "possible_agents": agents})
+    if not agents or any(f.evidence.get("role") == "action" for f in space_findings):
+        summary["stopped_early"] = ("no agents declared" if not agents else
+                                    "an agent's action space is unsupported: cannot sample actions")
+        return None
+    return _MultiAgentDriver(env, steps, seed, th, agents, obs_spaces, act_spaces)
 
 
 def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
@@ -290,13 +402,9 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
             raise Flow1InputError(f"{name!r} gave a {type(instance).__name__}, expected a gymnasium.Env")
         findings.extend(gym_alias_findings(instance))
         if instance is not None:
-            space_findings = (validate_space(instance.observation_space, "obs")
-                              + validate_space(instance.action_space, "action"))
-            findings.extend(space_findings)
-            if any(f.evidence.get("role") == "action" for f in space_findings):
-                summary["stopped_early"] = "action space unsupported: cannot sample actions"
-            else:
-                drv = _Driver(instance, steps, seed, th)
+            make_driver = _multi_agent_driver if _is_multi_agent(instance) else _single_agent_driver
+            drv = make_driver(instance, steps, seed, th, findings, summary)
+            if drv is not None:
                 drv.run()
                 findings.extend(drv.rc.finish(expect_episode_end=not drv.stopped_early))
                 summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,

@@ -44,19 +44,23 @@ class RolloutChecker:
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  thresholds: Thresholds = DEFAULT, *, flush_every: int = 256, window: int | None = None,
-                 log: FindingLog | None = None, judge_returns: bool = True) -> None:
+                 log: FindingLog | None = None, obs_path: str = "obs", action_path: str = "action",
+                 judge_returns: bool = True) -> None:
         """``window`` bounds the per-step series (rewards, durations, reset observations)
         for live runs; None keeps all of them (a ``flow1 check`` budget is bounded).
         ``log`` lets several checkers (one per sub-env of a vector env) share findings.
-        ``judge_returns=False`` leaves REWARD_DROP to the caller: a live run judges the
-        return of the whole run (all runners) on the driver, not one sub-env's dip."""
+        ``obs_path``/``action_path`` name the values in paths and messages (one checker
+        per agent of a multi-agent env says ``obs[agent 1]``). ``judge_returns=False``
+        leaves REWARD_DROP to the caller: a live run judges the return of the whole run
+        (all runners) on the driver, not one sub-env's dip."""
         self.th = thresholds
         self.judge_returns = judge_returns
         self.obs_space = observation_space
         self.flush_every = flush_every
         self.log = log if log is not None else FindingLog()
-        self.obs_leaves = self._leaves(observation_space, "obs")
-        self.act_leaves = self._leaves(action_space, "action")
+        self.obs_path = obs_path
+        self.obs_leaves = self._leaves(observation_space, obs_path)
+        self.act_leaves = self._leaves(action_space, action_path)
         self._flat_obs = isinstance(observation_space, spaces.Space) and not isinstance(
             observation_space, (spaces.Dict, spaces.Tuple))
         self._flat_act = not isinstance(action_space, (spaces.Dict, spaces.Tuple))
@@ -90,7 +94,7 @@ class RolloutChecker:
         if self._flat_obs:
             values = [obs]
         else:
-            err = structure_error(obs, self.obs_space, "obs")
+            err = structure_error(obs, self.obs_space, self.obs_path)
             if err is not None:
                 path, expected, actual = err
                 self.log.hit(C.OBS_SHAPE_MISMATCH, path, lambda: (

@@ -1,0 +1,127 @@
+"""Every RLlib set-up flow1 claims: training runs, ``result["flow1"]`` is there, no
+FLOW1_INTERNAL and no WARN or FAIL on a clean env, and a SIGKILLed runner is still named.
+
+Tiny budgets on the shared 2-CPU Ray: APPO and IMPALA keep their Learner actor
+(``num_learners=1``, one CPU) beside one EnvRunner; the state clusterer snapshots every
+iteration (``heatmap_every=1``), its strictest cadence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from flow1_ray import Flow1Callbacks, load_events
+from flow1_ray import codes as C
+from test_rllib_callbacks import Run
+
+pytestmark = pytest.mark.slow
+
+ITERATIONS = 3
+
+
+def _ppo(cb, **env_runners):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return (PPOConfig().environment("CartPole-v1").callbacks(cb)
+            .env_runners(**{"num_env_runners": 2, "sample_timeout_s": 20, **env_runners})
+            .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1))
+
+
+def _appo_like(name):
+    def make(cb):
+        from ray.rllib.algorithms.appo import APPOConfig
+        from ray.rllib.algorithms.impala import IMPALAConfig
+
+        cls = APPOConfig if name == "appo" else IMPALAConfig
+        return (cls().environment("CartPole-v1").callbacks(cb)
+                .env_runners(num_env_runners=1, sample_timeout_s=20)   # its Learner actor takes the other CPU
+                .learners(num_learners=1)
+                .training(train_batch_size_per_learner=500))
+    return make
+
+
+def _dqn(cb):
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    return (DQNConfig().environment("CartPole-v1").callbacks(cb)
+            .env_runners(num_env_runners=2, sample_timeout_s=20)
+            .training(train_batch_size_per_learner=32, num_steps_sampled_before_learning_starts=200)
+            .reporting(min_sample_timesteps_per_iteration=500))
+
+
+def _sac(cb):
+    from ray.rllib.algorithms.sac import SACConfig
+
+    return (SACConfig().environment("Pendulum-v1").callbacks(cb)
+            .env_runners(num_env_runners=1, sample_timeout_s=20)
+            .training(train_batch_size_per_learner=64, num_steps_sampled_before_learning_starts=200)
+            .reporting(min_sample_timesteps_per_iteration=400))
+
+
+def _multi_agent(cb):
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    return (PPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2}).callbacks(cb)
+            .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, *a, **k: f"p{aid}")
+            .env_runners(num_env_runners=2, sample_timeout_s=20)
+            .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1))
+
+
+SETUPS = {
+    "ppo": lambda cb: _ppo(cb),
+    "ppo-vector-envs-and-eval": lambda cb: _ppo(cb, num_env_runners=1, num_envs_per_env_runner=4).evaluation(
+        evaluation_interval=1, evaluation_num_env_runners=1, evaluation_duration=2,
+        evaluation_duration_unit="episodes"),
+    "ppo-one-learner-actor": lambda cb: _ppo(cb, num_env_runners=1).learners(num_learners=1),
+    "appo": _appo_like("appo"),
+    "impala": _appo_like("impala"),
+    "dqn": _dqn,
+    "sac-box-actions": _sac,
+    "multi-agent-ppo": _multi_agent,
+}
+
+
+def _training_pids(algo) -> dict[int, int]:
+    got = algo.env_runner_group.foreach_env_runner(lambda er: (er.worker_index, os.getpid()),
+                                                   local_env_runner=False, timeout_seconds=20)
+    return dict(got)
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_path, setup):
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, heatmap_every=1,
+                                     state_send_interval_s=0.0)
+    config = SETUPS[setup](cb).fault_tolerance(restart_failed_env_runners=True,
+                                               delay_between_env_runner_restarts_s=1.0)
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(ITERATIONS)]
+        flow1 = results[-1]["flow1"]
+        assert flow1["worker"]["alive"] >= 1 and flow1["worker"]["dead"] == 0, flow1
+        assert flow1["internal_errors"] == 0
+        run = Run(results[-1])
+        events = run.wait_events(lambda e: any(x["code"] == C.STATE_SNAPSHOT for x in e), timeout=30)
+        loud = [(e["status"], e["code"], e["message"][:200]) for e in events if e["status"] != C.PASS]
+        assert loud == [], loud
+        assert not any(e["code"] == C.FLOW1_INTERNAL for e in events)
+        pid = _training_pids(algo)[1]
+        os.kill(pid, signal.SIGKILL)
+        events = run.wait_events(lambda e: any(x["code"] == C.WORKER_DIED for x in e), timeout=20)
+        (died,) = [e for e in events if e["code"] == C.WORKER_DIED]
+        assert died["pid"] == pid and died["worker_index"] == 1 and died["status"] == C.FAIL
+        assert json.loads(died["evidence"])["exit_signal"] == "SIGKILL"
+    finally:
+        algo.stop()
+    if setup == "multi-agent-ppo":  # one heatmap per RLModule, the module a column of clusters/
+        from flow1_ray import load_clusters
+
+        assert set(load_clusters(run.dir).column("module").to_pylist()) == {"p0", "p1"}
+        pngs = {p.name.split("-")[-1] for p in (run.dir / "heatmaps").glob("*.png")}
+        assert pngs == {"p0.png", "p1.png"}, pngs
+    codes = {e["code"] for e in load_events(run.dir).to_pylist()}
+    assert C.STATE_SNAPSHOT in codes
