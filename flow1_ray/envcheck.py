@@ -19,7 +19,8 @@ from typing import Any, Callable
 import gymnasium as gym
 
 from . import codes as C
-from .checks.env_spec import crash_finding, obs_equal, validate_space
+from .checks.env_spec import (crash_finding, long_episode_advisory, never_ends_finding, obs_equal,
+                              validate_space)
 from .checks.findings import Finding
 from .checks.import_resolve import gym_alias_findings, old_api_finding
 from .checks.rollout import RolloutChecker
@@ -169,6 +170,9 @@ class _Driver:
         self.rc = RolloutChecker(env.observation_space, env.action_space, th)
         self.crashes = 0
         self.stopped_early = ""
+        self.first_end: int | None = None  # the step at which the first episode ended
+        self.extension_stop = ""           # "steps" or "time": which cap ended the extension
+        self._consecutive = 0               # step() crashes in a row
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
         """Reset, tolerating the old API; None when reset raised."""
@@ -209,54 +213,111 @@ class _Driver:
         return True
 
     def run(self) -> None:
-        env, rc = self.env, self.rc
-        env.action_space.seed(self.seed)
-        sample = env.action_space.sample
-        probe = _ActionProbe(env)
-        clock = time.perf_counter
+        """Drive the budget; if no episode ended in it, step on until one does (bounded)."""
+        probe = _ActionProbe(self.env)
         try:
-            if not self._determinism():
+            if not self._can_sample() or not self._determinism():
                 return
-            consecutive = 0
+            self._consecutive = 0
             for _ in range(self.budget):
-                action = sample()
-                t0 = clock()
-                try:
-                    out = env.step(action)
-                except Exception as e:
-                    self.crashes += 1
-                    consecutive += 1
-                    rc.record(crash_finding("step", e, rc.steps + 1, rc.episodes), f"step:{type(e).__name__}")
-                    if consecutive >= MAX_CONSECUTIVE_CRASHES:
-                        self.stopped_early = f"step() raised {consecutive} times in a row"
-                        return
-                    if not self._start_episode():
-                        return
-                    continue
-                dt = clock() - t0
-                consecutive = 0
-                if type(out) is tuple and len(out) == 5:
-                    obs, reward, terminated, truncated, info = out
-                elif isinstance(out, tuple) and len(out) == 4:
-                    rc.record(old_api_finding("step", "a 4-tuple (obs, reward, done, info)"), "step")
-                    obs, reward, terminated, info = out
-                    truncated = False
-                else:
-                    got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
-                    rc.record(old_api_finding("step", got), "step")
-                    if not self._start_episode():
-                        return
-                    continue
-                received = probe.received if probe.active else None
-                try:
-                    ended = rc.on_step(action, obs, reward, terminated, truncated, info, dt, received)
-                except Exception as e:  # flow1's own fault: say so, keep checking
-                    rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda: _internal(e, rc.steps), rc.steps)
-                    ended = terminated is True or truncated is True
-                if ended and not self._start_episode():
+                if not self._step(probe):
                     return
+            if self.first_end is None:
+                self._extend(probe)
         finally:
             probe.restore()
+
+    def _can_sample(self) -> bool:
+        """Random actions come from ``action_space.sample()``, for any space that has one."""
+        try:
+            self.env.action_space.seed(self.seed)
+            self.env.action_space.sample()
+            self.env.action_space.seed(self.seed)  # the trial draw does not shift the actions
+        except Exception as e:
+            self.stopped_early = (f"action_space.sample() raised {type(e).__name__}: {e}: no random actions "
+                                  f"to drive the env with")
+            return False
+        return True
+
+    def _extend(self, probe: _ActionProbe) -> None:
+        """EPISODE_NEVER_ENDS is about the env, not the budget: step on, every step judged
+        as before, until one episode ends, up to ``episode_extension_factor`` x the budget
+        (at most ``episode_extension_max_steps``) and ``episode_extension_max_s`` seconds."""
+        th = self.th
+        limit = min(th.episode_extension_factor * self.budget, th.episode_extension_max_steps)
+        deadline = time.perf_counter() + th.episode_extension_max_s
+        self.extension_stop = "steps"
+        for i in range(self.budget, limit):
+            if i % 64 == 0 and time.perf_counter() > deadline:
+                self.extension_stop = "time"
+                return
+            if not self._step(probe):
+                return
+            if self.first_end is not None:
+                return
+
+    def _step(self, probe: _ActionProbe) -> bool:
+        """One random-action step fed to the checker; False when the run must stop."""
+        env, rc = self.env, self.rc
+        action = env.action_space.sample()
+        t0 = time.perf_counter()
+        try:
+            out = env.step(action)
+        except Exception as e:
+            self.crashes += 1
+            self._consecutive += 1
+            rc.record(crash_finding("step", e, rc.steps + 1, rc.episodes), f"step:{type(e).__name__}")
+            if self._consecutive >= MAX_CONSECUTIVE_CRASHES:
+                self.stopped_early = f"step() raised {self._consecutive} times in a row"
+                return False
+            return self._start_episode()
+        dt = time.perf_counter() - t0
+        self._consecutive = 0
+        if type(out) is tuple and len(out) == 5:
+            obs, reward, terminated, truncated, info = out
+        elif isinstance(out, tuple) and len(out) == 4:
+            rc.record(old_api_finding("step", "a 4-tuple (obs, reward, done, info)"), "step")
+            obs, reward, terminated, info = out
+            truncated = False
+        else:
+            got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+            rc.record(old_api_finding("step", got), "step")
+            return self._start_episode()
+        received = probe.received if probe.active else None
+        try:
+            ended = rc.on_step(action, obs, reward, terminated, truncated, info, dt, received)
+        except Exception as e:  # flow1's own fault: say so, keep checking
+            rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda: _internal(e, rc.steps), rc.steps)
+            ended = terminated is True or truncated is True
+        if not ended:
+            return True
+        if self.first_end is None:
+            self.first_end = rc.steps
+        return self._start_episode()
+
+    def episode_finding(self) -> Finding | None:
+        """EPISODE_NEVER_ENDS: a WARN when none ended even within the extension, an
+        advisory when the first one ended after the budget, nothing otherwise."""
+        if self.stopped_early or self.rc.steps == 0:
+            return None
+        if self.first_end is None:
+            max_steps, has_limit = self._time_limit()
+            return never_ends_finding(self.rc.steps, self.budget, self.extension_stop, max_steps, has_limit)
+        if self.first_end > self.budget:
+            return long_episode_advisory(self.budget, self.first_end, self.rc.steps)
+        return None
+
+    def _time_limit(self) -> tuple[int | None, bool]:
+        """(spec.max_episode_steps, whether a TimeLimit wrapper is on the env)."""
+        spec_steps = getattr(getattr(self.env, "spec", None), "max_episode_steps", None)
+        w: Any = self.env
+        for _ in range(64):  # down the wrapper chain, bounded
+            if isinstance(w, gym.wrappers.TimeLimit):
+                return spec_steps or getattr(w, "_max_episode_steps", None), True
+            w = getattr(w, "env", None)
+            if w is None:
+                break
+        return spec_steps, False
 
 
 def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
@@ -294,11 +355,14 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
                               + validate_space(instance.action_space, "action"))
             findings.extend(space_findings)
             if any(f.evidence.get("role") == "action" for f in space_findings):
-                summary["stopped_early"] = "action space unsupported: cannot sample actions"
+                summary["stopped_early"] = "the action space is not a gymnasium space: cannot sample actions"
             else:
                 drv = _Driver(instance, steps, seed, th)
                 drv.run()
-                findings.extend(drv.rc.finish(expect_episode_end=not drv.stopped_early))
+                findings.extend(drv.rc.finish(expect_episode_end=False))
+                ending = drv.episode_finding()
+                if ending is not None:
+                    findings.append(ending)
                 summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
                                 "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
     finally:
@@ -313,8 +377,10 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
     module_stats = summary.get("modules", {})
     for m in CHECKED_MODULES:
         if m not in bad_modules and (m == C.IMPORT_RESOLVE or module_stats):
+            notes = module_stats.get(m, {}).get("notes")
             events.append(Event(code=C.CHECKS_PASSED, module=m, status=C.PASS,
-                                message=f"{m} checks passed on {summary.get('steps', 0)} steps",
+                                message=f"{m} checks passed on {summary.get('steps', 0)} steps"
+                                + (f" ({'; '.join(notes)})" if notes else ""),
                                 evidence=module_stats.get(m, {}), run_id=run_id))
     order = {m: i for i, m in enumerate(CHECKED_MODULES)}
     events.sort(key=lambda e: (order.get(e.module, 99), -C.STATUS_RANK[e.status]))
