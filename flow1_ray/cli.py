@@ -68,7 +68,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     report = load_run_report(args.run_dir)
     human = console(sys.stderr if args.json == "-" else None)
-    print_events(human, [e for e in report.events if e.status != C.PASS])
+    print_events(human, [e for e in report.events if e.status != C.PASS or e.advisory])
     print_run_report(human, report)
     _write_json(args.json, report.to_json())
     return report.exit_code(args.fail_on)

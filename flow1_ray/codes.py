@@ -69,7 +69,7 @@ CHECKS_PASSED = _code("CHECKS_PASSED", "", PASS, "every check of a module passed
 
 # --- ENV_SPEC ---------------------------------------------------------------------------
 SPACE_INVALID = _code("SPACE_INVALID", ENV_SPEC, FAIL,
-                      "Discrete n<=0, Box low>high, NaN/infinite bounds where not allowed, unsupported space")
+                      "Discrete n<=0, Box low>high, NaN/infinite bounds where not allowed, not a gymnasium space")
 OBS_SHAPE_MISMATCH = _code("OBS_SHAPE_MISMATCH", ENV_SPEC, FAIL,
                            "a reset/step observation's shape differs from observation_space")
 OBS_DTYPE_MISMATCH = _code("OBS_DTYPE_MISMATCH", ENV_SPEC, FAIL,
@@ -86,7 +86,8 @@ OBS_ALIASED = _code("OBS_ALIASED", ENV_SPEC, WARN,
 NONDETERMINISTIC_RESET = _code("NONDETERMINISTIC_RESET", ENV_SPEC, WARN,
                                "reset(seed=s) twice gives different observations")
 EPISODE_NEVER_ENDS = _code("EPISODE_NEVER_ENDS", ENV_SPEC, WARN,
-                           "no terminated/truncated within the check budget")
+                           "no terminated/truncated within the budget extended 20x (at most 100,000 steps, 30 s); "
+                           "an advisory when one ended after the budget")
 STEP_DURATION_OUTLIER = _code("STEP_DURATION_OUTLIER", ENV_SPEC, WARN,
                               "p95 or max step time > 3x the median, above an absolute floor")
 ENV_CRASHED = _code("ENV_CRASHED", ENV_SPEC, FAIL, "reset/step raised an exception")
@@ -111,10 +112,11 @@ MA_REWARD_LOST = _code("MA_REWARD_LOST", ENV_SPEC, WARN,
                        "'__all__': RLlib credits it to no action")
 
 # --- OBS_FLOW ---------------------------------------------------------------------------
-OBS_OUT_OF_BOUNDS = _code("OBS_OUT_OF_BOUNDS", OBS_FLOW, WARN, "observation outside its space's bounds")
+OBS_OUT_OF_BOUNDS = _code("OBS_OUT_OF_BOUNDS", OBS_FLOW, WARN,
+                          "observation outside its space's bounds, or rejected by its space's contains()")
 OBS_NAN_INF = _code("OBS_NAN_INF", OBS_FLOW, FAIL, "NaN or inf in an observation")
-OBS_UNNORMALIZED_IMAGE = _code("OBS_UNNORMALIZED_IMAGE", OBS_FLOW, WARN,
-                               "uint8 image observations in [0, 255] reach the model unscaled (advisory)")
+OBS_UNNORMALIZED_IMAGE = _code("OBS_UNNORMALIZED_IMAGE", OBS_FLOW, PASS,
+                               "advisory: uint8 image observations in [0, 255] reach the model unscaled")
 PRECISION_LOSS = _code("PRECISION_LOSS", OBS_FLOW, WARN,
                        "float64 -> float32 round trip loses more than the relative-error threshold")
 OBS_DISTRIBUTION_DRIFT = _code("OBS_DISTRIBUTION_DRIFT", OBS_FLOW, WARN,
@@ -122,7 +124,7 @@ OBS_DISTRIBUTION_DRIFT = _code("OBS_DISTRIBUTION_DRIFT", OBS_FLOW, WARN,
 
 # --- ACTION_PIPE ------------------------------------------------------------------------
 ACTION_OUT_OF_BOUNDS = _code("ACTION_OUT_OF_BOUNDS", ACTION_PIPE, WARN,
-                             "policy actions outside the action space before clipping")
+                             "policy actions outside the action space before clipping (or rejected by its contains())")
 GRADIENT_VANISHING_RISK = _code("GRADIENT_VANISHING_RISK", ACTION_PIPE, WARN,
                                 "d(final action)/d(raw output) through the squashing < threshold")
 ACTION_CAST_WARNING = _code("ACTION_CAST_WARNING", ACTION_PIPE, WARN,
@@ -130,9 +132,10 @@ ACTION_CAST_WARNING = _code("ACTION_CAST_WARNING", ACTION_PIPE, WARN,
 
 # --- REWARD_STATS -----------------------------------------------------------------------
 REWARD_NAN = _code("REWARD_NAN", REWARD_STATS, FAIL, "NaN/inf reward")
-REWARD_SPARSE = _code("REWARD_SPARSE", REWARD_STATS, WARN, "non-zero reward ratio < threshold")
+REWARD_SPARSE = _code("REWARD_SPARSE", REWARD_STATS, PASS,
+                      "advisory: non-zero reward ratio < threshold under random actions")
 REWARD_SPIKES = _code("REWARD_SPIKES", REWARD_STATS, WARN,
-                      "CV > 0.5 and (robust outlier share > 15% or |skewness| > 5)")
+                      "CV > 0.5 and rewards beyond 10x the median |non-zero reward| carry > 50% of the total |reward|")
 REWARD_SCALE = _code("REWARD_SCALE", REWARD_STATS, WARN, "max |reward| < threshold")
 REWARD_DROP = _code("REWARD_DROP", REWARD_STATS, WARN,
                     "recent mean episode return < 0.7 x the best block mean, and significant")

@@ -23,7 +23,8 @@ from typing import Any, Callable
 import gymnasium as gym
 
 from . import codes as C
-from .checks.env_spec import crash_finding, obs_equal, validate_space
+from .checks.env_spec import (crash_finding, long_episode_advisory, never_ends_finding, obs_equal,
+                              validate_space)
 from .checks.findings import Finding
 from .checks.import_resolve import gym_alias_findings, old_api_finding
 from .checks.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
@@ -177,6 +178,9 @@ class _DriverBase:
         self.env, self.budget, self.seed, self.th, self.rc = env, steps, seed, th, rc
         self.crashes = 0
         self.stopped_early = ""
+        self.first_end: int | None = None  # the step at which the first episode ended
+        self.extension_stop = ""           # "steps" or "time": which cap ended the extension
+        self._consecutive = 0               # step() crashes in a row
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
         """Reset, tolerating the old API; None when reset raised."""
@@ -216,12 +220,13 @@ class _DriverBase:
         self.rc.on_reset(*second)
         return True
 
-    def _step_crashed(self, exc: Exception, consecutive: int) -> bool:
+    def _step_crashed(self, exc: Exception) -> bool:
         """step() raised: an ENV_CRASHED finding, then a new episode; False to stop the run."""
         self.crashes += 1
+        self._consecutive += 1
         self.rc.record(crash_finding("step", exc, self.rc.steps + 1, self.rc.episodes), f"step:{type(exc).__name__}")
-        if consecutive >= MAX_CONSECUTIVE_CRASHES:
-            self.stopped_early = f"step() raised {consecutive} times in a row"
+        if self._consecutive >= MAX_CONSECUTIVE_CRASHES:
+            self.stopped_early = f"step() raised {self._consecutive} times in a row"
             return False
         return self._start_episode()
 
@@ -237,8 +242,83 @@ class _DriverBase:
             return on_step()
         except Exception as e:
             rc = self.rc
-            rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda: _internal(e, rc.steps), rc.steps)
+            rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda err=e: _internal(err, rc.steps), rc.steps)
             return fallback()
+
+    def _ended(self, ended: bool) -> bool:
+        """After a judged step: a new episode if it ended; False when the run must stop."""
+        if not ended:
+            return True
+        if self.first_end is None:
+            self.first_end = self.rc.steps
+        return self._start_episode()
+
+    # -- the drive: the budget, then (if no episode ended) a bounded extension -------------
+    def _prepare(self) -> bool:
+        """Before the first reset (seeding the action spaces); False to stop."""
+        return True
+
+    def _step(self) -> bool:
+        """One random-action step fed to the checker; False when the run must stop."""
+        raise NotImplementedError
+
+    def _cleanup(self) -> None:
+        pass
+
+    def run(self) -> None:
+        """Drive the budget; if no episode ended in it, step on until one does (bounded)."""
+        try:
+            if not self._prepare() or not self._determinism():
+                return
+            self._consecutive = 0
+            for _ in range(self.budget):
+                if not self._step():
+                    return
+            if self.first_end is None:
+                self._extend()
+        finally:
+            self._cleanup()
+
+    def _extend(self) -> None:
+        """EPISODE_NEVER_ENDS is about the env, not the budget: step on, every step judged
+        as before, until one episode ends, up to ``episode_extension_factor`` x the budget
+        (at most ``episode_extension_max_steps``) and ``episode_extension_max_s`` seconds."""
+        th = self.th
+        limit = min(th.episode_extension_factor * self.budget, th.episode_extension_max_steps)
+        deadline = time.perf_counter() + th.episode_extension_max_s
+        self.extension_stop = "steps"
+        for i in range(self.budget, limit):
+            if i % 64 == 0 and time.perf_counter() > deadline:
+                self.extension_stop = "time"
+                return
+            if not self._step():
+                return
+            if self.first_end is not None:
+                return
+
+    def episode_finding(self) -> Finding | None:
+        """EPISODE_NEVER_ENDS: a WARN when none ended even within the extension, an
+        advisory when the first one ended after the budget, nothing otherwise."""
+        if self.stopped_early or self.rc.steps == 0:
+            return None
+        if self.first_end is None:
+            max_steps, has_limit = self._time_limit()
+            return never_ends_finding(self.rc.steps, self.budget, self.extension_stop, max_steps, has_limit)
+        if self.first_end > self.budget:
+            return long_episode_advisory(self.budget, self.first_end, self.rc.steps)
+        return None
+
+    def _time_limit(self) -> tuple[int | None, bool]:
+        """(spec.max_episode_steps, whether a TimeLimit wrapper is on the env)."""
+        spec_steps = getattr(getattr(self.env, "spec", None), "max_episode_steps", None)
+        w: Any = self.env
+        for _ in range(64):  # down the wrapper chain, bounded
+            if isinstance(w, gym.wrappers.TimeLimit):
+                return spec_steps or getattr(w, "_max_episode_steps", None), True
+            w = getattr(w, "env", None)
+            if w is None:
+                break
+        return spec_steps, False
 
 
 class _Driver(_DriverBase):
@@ -246,46 +326,47 @@ class _Driver(_DriverBase):
 
     def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds) -> None:
         super().__init__(env, steps, seed, th, RolloutChecker(env.observation_space, env.action_space, th))
+        self.probe: _ActionProbe | None = None
 
-    def run(self) -> None:
-        env, rc = self.env, self.rc
-        env.action_space.seed(self.seed)
-        sample = env.action_space.sample
-        probe = _ActionProbe(env)
-        clock = time.perf_counter
+    def _prepare(self) -> bool:
+        """Random actions come from ``action_space.sample()``, for any space that has one."""
         try:
-            if not self._determinism():
-                return
-            consecutive = 0
-            for _ in range(self.budget):
-                action = sample()
-                t0 = clock()
-                try:
-                    out = env.step(action)
-                except Exception as e:
-                    consecutive += 1
-                    if not self._step_crashed(e, consecutive):
-                        return
-                    continue
-                dt = clock() - t0
-                consecutive = 0
-                if type(out) is tuple and len(out) == 5:
-                    obs, reward, terminated, truncated, info = out
-                elif isinstance(out, tuple) and len(out) == 4:
-                    rc.record(old_api_finding("step", "a 4-tuple (obs, reward, done, info)"), "step")
-                    obs, reward, terminated, info = out
-                    truncated = False
-                else:
-                    if not self._unreadable_step(out):
-                        return
-                    continue
-                received = probe.received if probe.active else None
-                ended = self._judged(lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received),
-                                     lambda: terminated is True or truncated is True)
-                if ended and not self._start_episode():
-                    return
-        finally:
-            probe.restore()
+            self.env.action_space.seed(self.seed)
+            self.env.action_space.sample()
+            self.env.action_space.seed(self.seed)  # the trial draw does not shift the actions
+        except Exception as e:
+            self.stopped_early = (f"action_space.sample() raised {type(e).__name__}: {e}: no random actions "
+                                  f"to drive the env with")
+            return False
+        self.probe = _ActionProbe(self.env)
+        return True
+
+    def _cleanup(self) -> None:
+        if self.probe is not None:
+            self.probe.restore()
+
+    def _step(self) -> bool:
+        env, rc, probe = self.env, self.rc, self.probe
+        action = env.action_space.sample()
+        t0 = time.perf_counter()
+        try:
+            out = env.step(action)
+        except Exception as e:
+            return self._step_crashed(e)
+        dt = time.perf_counter() - t0
+        self._consecutive = 0
+        if type(out) is tuple and len(out) == 5:
+            obs, reward, terminated, truncated, info = out
+        elif isinstance(out, tuple) and len(out) == 4:
+            rc.record(old_api_finding("step", "a 4-tuple (obs, reward, done, info)"), "step")
+            obs, reward, terminated, info = out
+            truncated = False
+        else:
+            return self._unreadable_step(out)
+        received = probe.received if probe is not None and probe.active else None
+        return self._ended(self._judged(
+            lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received),
+            lambda: terminated is True or truncated is True))
 
 
 def _is_multi_agent(env: Any) -> bool:
@@ -317,33 +398,25 @@ class _MultiAgentDriver(_DriverBase):
         super().__init__(env, steps, seed, th, MultiAgentRolloutChecker(obs_spaces, act_spaces, agents, th))
         self.act_spaces = act_spaces
 
-    def run(self) -> None:
-        env, rc, act_spaces = self.env, self.rc, self.act_spaces
-        for i, space in enumerate({id(sp): sp for sp in act_spaces.values()}.values()):
+    def _prepare(self) -> bool:
+        for i, space in enumerate({id(sp): sp for sp in self.act_spaces.values()}.values()):
             space.seed(self.seed + i)
-        clock = time.perf_counter
-        if not self._determinism():
-            return
-        consecutive = 0
-        for _ in range(self.budget):
-            actions = {aid: act_spaces[aid].sample() for aid in rc.agents_to_act()}
-            t0 = clock()
-            try:
-                out = env.step(actions)
-            except Exception as e:
-                consecutive += 1
-                if not self._step_crashed(e, consecutive):
-                    return
-                continue
-            dt = clock() - t0
-            consecutive = 0
-            if not (type(out) is tuple and len(out) == 5):
-                if not self._unreadable_step(out):
-                    return
-                continue
-            ended = self._judged(lambda: rc.on_step(actions, *out, duration_s=dt), lambda: _all_done(out[2], out[3]))
-            if ended and not self._start_episode():
-                return
+        return True
+
+    def _step(self) -> bool:
+        env, rc = self.env, self.rc
+        actions = {aid: self.act_spaces[aid].sample() for aid in rc.agents_to_act()}
+        t0 = time.perf_counter()
+        try:
+            out = env.step(actions)
+        except Exception as e:
+            return self._step_crashed(e)
+        dt = time.perf_counter() - t0
+        self._consecutive = 0
+        if not (type(out) is tuple and len(out) == 5):
+            return self._unreadable_step(out)
+        return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
+                                        lambda: _all_done(out[2], out[3])))
 
 
 def _single_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
@@ -352,7 +425,7 @@ def _single_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, fi
     space_findings = validate_space(env.observation_space, "obs") + validate_space(env.action_space, "action")
     findings.extend(space_findings)
     if any(f.evidence.get("role") == "action" for f in space_findings):
-        summary["stopped_early"] = "action space unsupported: cannot sample actions"
+        summary["stopped_early"] = "the action space is not a gymnasium space: cannot sample actions"
         return None
     return _Driver(env, steps, seed, th)
 
@@ -406,7 +479,10 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
             drv = make_driver(instance, steps, seed, th, findings, summary)
             if drv is not None:
                 drv.run()
-                findings.extend(drv.rc.finish(expect_episode_end=not drv.stopped_early))
+                findings.extend(drv.rc.finish(expect_episode_end=False))
+                ending = drv.episode_finding()
+                if ending is not None:
+                    findings.append(ending)
                 summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
                                 "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
     finally:
@@ -421,8 +497,10 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
     module_stats = summary.get("modules", {})
     for m in CHECKED_MODULES:
         if m not in bad_modules and (m == C.IMPORT_RESOLVE or module_stats):
+            notes = module_stats.get(m, {}).get("notes")
             events.append(Event(code=C.CHECKS_PASSED, module=m, status=C.PASS,
-                                message=f"{m} checks passed on {summary.get('steps', 0)} steps",
+                                message=f"{m} checks passed on {summary.get('steps', 0)} steps"
+                                + (f" ({'; '.join(notes)})" if notes else ""),
                                 evidence=module_stats.get(m, {}), run_id=run_id))
     order = {m: i for i, m in enumerate(CHECKED_MODULES)}
     events.sort(key=lambda e: (order.get(e.module, 99), -C.STATUS_RANK[e.status]))

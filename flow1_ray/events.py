@@ -94,6 +94,12 @@ class Event:
         if self.status not in C.STATUS_RANK:
             raise ValueError(f"status must be one of {C.STATUSES}, got {self.status!r}")
 
+    @property
+    def advisory(self) -> bool:
+        """A PASS that says something worth reading (how to feed the env, a property by
+        design); see :func:`flow1_ray.checks.findings.advisory`."""
+        return self.status == C.PASS and self.evidence.get("advisory") is True
+
     # -- renderings ----------------------------------------------------------------------
     def where(self) -> str:
         parts = []

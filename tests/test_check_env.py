@@ -75,3 +75,45 @@ def test_flow1_internal_error_is_a_finding_not_a_crash():
     (hit,) = [e for e in report.events if e.code == C.FLOW1_INTERNAL]
     assert hit.status == C.WARN and "RecursionError" in hit.message
     assert report.summary["steps"] == 100
+
+
+def test_advisories_in_every_rendering(tmp_path):
+    report = check_env(zoo.SparseReward, steps=1000)
+    assert report.status == C.PASS and report.codes() == set() and report.exit_code(C.WARN) == 0
+    assert [e.code for e in report.advisories()] == [C.REWARD_SPARSE]
+    assert report.to_dict()["advisories"] == [C.REWARD_SPARSE]
+    md = report.to_markdown()
+    assert "0 FAIL, 0 WARN" in md and "(1 advisory)" in md and "| PASS | REWARD_SPARSE | advisory: " in md
+    import io
+
+    from rich.console import Console
+
+    from flow1_ray.report.render import print_report
+
+    con = Console(file=io.StringIO(), width=300)
+    print_report(con, report)
+    out = con.file.getvalue()
+    assert "| REWARD_STATS | PASS | REWARD_SPARSE advisory: " in out and "REWARD_SPARSE (advisory)" in out
+    assert "flow1 check: PASS (0 FAIL, 0 WARN, 1 advisory)" in out
+
+
+class _NoSampleSpace(gym.spaces.Space):
+    """A valid space (it has contains) from which nothing can be sampled."""
+
+    def contains(self, x):
+        return isinstance(x, str)
+
+
+class _Commanded(zoo.Base):
+    action_space = _NoSampleSpace()
+
+
+def test_text_actions_are_sampled_and_a_space_without_sample_stops_cleanly():
+    class TextCommands(zoo.Base):
+        action_space = gym.spaces.Text(max_length=3, charset="lr")
+
+    report = check_env(TextCommands, steps=200)
+    assert report.status == C.PASS and report.summary["steps"] == 200
+    report = check_env(_Commanded, steps=200)
+    assert report.codes() == set() and report.summary["steps"] == 0
+    assert report.summary["stopped_early"].startswith("action_space.sample() raised NotImplementedError")

@@ -9,9 +9,9 @@ from gymnasium import spaces
 from flow1_ray import Thresholds
 from flow1_ray import codes as C
 from flow1_ray.checks.action_pipe import action_cast_error, check_action_batch, squash_gradient_findings
-from flow1_ray.checks.env_spec import step_time_findings, validate_space
+from flow1_ray.checks.env_spec import membership_error, step_time_findings, validate_space
 from flow1_ray.checks.obs_flow import reset_drift
-from flow1_ray.checks.reward import ReturnTracker, reward_findings
+from flow1_ray.checks.reward import ReturnTracker, reward_findings, reward_stats
 from flow1_ray.checks.spaces import leaves
 
 TH = Thresholds()
@@ -21,14 +21,36 @@ def codes(findings):
     return {f.code for f in findings}
 
 
+def _swapped_box():
+    box = spaces.Box(0.0, 1.0, (2,), np.float32)
+    box.low[1], box.high[1] = 1.0, 0.0
+    return box
+
+
+def _dict_holding(obj):
+    d = spaces.Dict({"a": spaces.Discrete(2)})
+    d.spaces["b"] = obj  # written in after construction, which the constructor would refuse
+    return d
+
+
+def _text_with_lengths(lo, hi):
+    t = spaces.Text(8)
+    t.min_length, t.max_length = lo, hi
+    return t
+
+
 @pytest.mark.parametrize("space,role,fragment", [
-    (spaces.Graph(spaces.Box(0, 1, (2,)), None), "obs", "Graph is not supported"),
     ("not a space", "obs", "expected a gymnasium.spaces.Space, actual str"),
+    (_dict_holding(object()), "obs", "obs['b']: expected a gymnasium.spaces.Space, actual object"),
     (spaces.Box(-np.inf, np.inf, (1,), np.float32), "action", "expected finite action bounds"),
+    (spaces.Sequence(_swapped_box()), "obs", "obs.feature_space Box"),
+    (spaces.OneOf((spaces.Discrete(2), _swapped_box())), "obs", "obs.spaces[1] Box"),
+    (spaces.Graph(_swapped_box(), None), "obs", "obs.node_space Box"),
+    (_text_with_lengths(5, 2), "obs", "expected 0 <= min_length <= max_length, actual min_length 5, max_length 2"),
 ])
 def test_space_invalid(space, role, fragment):
     (f,) = validate_space(space, role)
-    assert f.code == C.SPACE_INVALID and fragment in f.message
+    assert f.code == C.SPACE_INVALID and fragment in f.message, f.message
 
 
 def test_space_invalid_after_construction():
@@ -47,21 +69,94 @@ def test_valid_spaces_pass_and_nest():
     assert [lf.path for lf in leaves(sp, "obs")] == ["obs['a'][0]", "obs['a'][1]", "obs['b']"]
 
 
+class _Mission(spaces.Space):
+    """Like MiniGrid's MissionSpace: a str space of a package's own."""
+
+    def __init__(self):
+        super().__init__(dtype=str)
+
+    def contains(self, x):
+        return x in ("get the key", "open the door")
+
+
+@pytest.mark.parametrize("space", [
+    spaces.Text(8), _Mission(), spaces.Sequence(spaces.Box(0, 1, (2,))), spaces.Sequence(spaces.Discrete(3), stack=True),
+    spaces.Graph(spaces.Box(0, 1, (2,)), spaces.Discrete(3)), spaces.OneOf((spaces.Discrete(2), spaces.Text(4))),
+    spaces.Dict({"image": spaces.Box(0, 255, (7, 7, 3), np.uint8), "mission": _Mission()}),
+    spaces.Tuple((spaces.Text(3), spaces.Dict({"s": spaces.Sequence(spaces.Text(2))}))),
+], ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("role", ["obs", "action"])
+def test_every_valid_gymnasium_space_is_accepted(space, role):
+    assert validate_space(space, role) == []
+    lvs = leaves(space, role)
+    assert lvs and all(lf.opaque == (type(lf.space) not in (spaces.Box, spaces.Discrete)) for lf in lvs)
+
+
+def test_membership_error_says_expected_and_actual():
+    text = spaces.Text(max_length=4, charset="ab")
+    assert membership_error("abba", text) is None
+    expected, actual = membership_error("abcab", text)
+    assert expected == "a value in Text(1, 4, charset=ab)"
+    assert actual == "str 'abcab' (length 5 outside [1, 4]; characters not in the charset: 'c')"
+    assert membership_error(3, text)[1] == "int 3"
+    assert membership_error("fly", _Mission())[1] == "str 'fly'"
+
+
 def test_reward_rules():
     rng = np.random.default_rng(0)
     assert codes(reward_findings(rng.normal(1, 0.1, 1000), TH)) == set()
-    # Acrobot-like: -1 everywhere but one goal step: skewed, yet CV tiny, so no spike alarm
+    # Acrobot-like: -1 everywhere but one goal step: 0 is smaller than the usual magnitude
     acro = -np.ones(1000)
     acro[500] = 0.0
     assert codes(reward_findings(acro, TH)) == set()
-    # a rare large penalty among small steps: skewness catches it
+    # a rare large penalty among small steps: 1000x the usual magnitude, 92 % of the |reward|
     pen = np.full(1000, -0.1)
     pen[::97] = -100.0
     assert codes(reward_findings(pen, TH)) == {C.REWARD_SPIKES}
     sparse = np.zeros(1000)
     sparse[10] = 1.0
-    assert codes(reward_findings(sparse, TH)) == {C.REWARD_SPARSE}
+    (f,) = reward_findings(sparse, TH)
+    assert f.code == C.REWARD_SPARSE and f.status == C.PASS and f.evidence["advisory"] is True
+    assert f.message.startswith("advisory: non-zero reward ratio 0.0010")
     assert codes(reward_findings(np.zeros(1000), TH)) == {C.REWARD_SPARSE}  # not also REWARD_SCALE
+
+
+def _points(n: int, p: float, values, rng) -> np.ndarray:
+    """Mostly 0, a value from ``values`` with probability ``p`` per step."""
+    r = np.zeros(n)
+    hit = rng.random(n) < p
+    r[hit] = rng.choice(values, hit.sum())
+    return r
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_point_and_goal_rewards_are_not_spikes(seed):
+    rng = np.random.default_rng(seed)
+    pong = _points(5000, 0.025, [-1.0] * 9 + [1.0], rng)            # ALE: the opponent scores most points
+    goal = _points(5000, 0.004, [1.0], rng)                         # reach-the-goal +1
+    minigrid = _points(5000, 0.01, 1 - 0.9 * rng.integers(1, 250, 50) / 250, rng)  # 1 - 0.9 t/T
+    locomotion = rng.laplace(0.5, 1.0, 5000)                        # dense, heavy-tailed (Hopper-like)
+    for r in (pong, goal, minigrid, locomotion):
+        assert C.REWARD_SPIKES not in codes(reward_findings(r, TH)), reward_stats(r)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_outsized_rewards_are_spikes(seed):
+    rng = np.random.default_rng(seed)
+    rare_penalty = _points(5000, 0.02, [1.0], rng)
+    rare_penalty[250::500] = -1000.0                                # one in 500, among rare +1 points
+    collision = np.where(rng.random(5000) < 0.01, -100.0, -0.1)    # among -0.1 step penalties
+    bonus = rng.normal(1, 0.1, 5000) + np.where(rng.random(5000) < 0.2, 50.0, 0.0)
+    for r in (rare_penalty, collision, bonus):
+        (f,) = [f for f in reward_findings(r, TH) if f.code == C.REWARD_SPIKES]
+        assert f.status == C.WARN and f.evidence["outsized_mass"] > TH.reward_spike_mass
+
+
+def test_spike_thresholds_move_the_verdict():
+    r = np.full(1000, -0.1)
+    r[::97] = -100.0
+    assert C.REWARD_SPIKES not in codes(reward_findings(r, TH.with_overrides({"reward_spike_ratio": 2000.0})))
+    assert C.REWARD_SPIKES not in codes(reward_findings(r, TH.with_overrides({"reward_spike_mass": 0.95})))
     nan = np.ones(50)
     nan[7] = np.inf
     (f,) = reward_findings(nan, TH)

@@ -35,6 +35,13 @@ def test_fail_on_warn(cli_env):
                  env=cli_env).returncode == 1
 
 
+def test_advisory_is_printed_and_never_fails(cli_env):
+    r = flow1("check", "--env", "zoo:SparseReward", "--fail-on", "WARN", env=cli_env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "| REWARD_STATS | PASS | REWARD_SPARSE advisory: non-zero reward ratio 0.0020" in r.stdout
+    assert "REWARD_SPARSE (advisory)" in r.stdout and "flow1 check: PASS (0 FAIL, 0 WARN, 1 advisory)" in r.stdout
+
+
 @pytest.mark.parametrize("bad", ["NoSuchEnv-v0", "nosuch:Env", "zoo:Missing", "json:decoder"])
 def test_bad_env_exits_2_with_one_line(cli_env, bad):
     r = flow1("check", "--env", bad, env=cli_env)

@@ -174,13 +174,6 @@ class BadObsBounds(Base):
         self.observation_space.low[1], self.observation_space.high[1] = 10.0, -10.0
 
 
-class TextObservation(Base):
-    """An observation space flow1 (and RLlib's default models) cannot handle."""
-
-    observation_space = spaces.Text(8)
-
-    def _obs(self):
-        return "abc"
 
 
 class UnboundedActions(Base):
@@ -208,6 +201,20 @@ class DictLeafTurnsInt64(Base):
     def _obs(self):
         flags = np.array([1, 0], dtype=np.int64 if self.t >= 7 else np.int8)
         return {"pos": self.state.copy(), "flags": flags}
+
+
+class TextLeafOutsideCharset(Base):
+    """A Dict observation whose Text leaf, from episode 2 on, says "go north!": '!' is not
+    in its charset and the string is longer than max_length."""
+
+    observation_space = spaces.Dict({
+        "pos": spaces.Box(-10.0, 10.0, (3,), np.float32),
+        "note": spaces.Text(max_length=8, charset="abcdefghijklmnopqrstuvwxyz "),
+    })
+
+    def _obs(self):
+        note = "go north!" if self.ep >= 2 and self.t >= 5 else "go north"
+        return {"pos": self.state.copy(), "note": note}
 
 
 # --- OBS_FLOW ---------------------------------------------------------------------------
@@ -274,6 +281,23 @@ class SparseReward(Base):
 
     def _reward(self):
         return 1.0 if self.total % 500 == 0 else 0.0
+
+
+class RarePenaltySpike(Base):
+    """Points: 0 on most steps, +1 on about 2 %, and a -1000 on one step in 500 (a penalty
+    typed three zeros too long): it outweighs every point the agent can score."""
+
+    def _reward(self):
+        if self.total % 500 == 250:
+            return -1000.0
+        return 1.0 if self.np_random.random() < 0.02 else 0.0
+
+
+class CollisionPenalty(Base):
+    """-0.1 per step and a -100 collision on about 1 % of the steps."""
+
+    def _reward(self):
+        return -100.0 if self.np_random.random() < 0.01 else -0.1
 
 
 class SpikyReward(Base):
@@ -395,3 +419,97 @@ class CyclicInfo(Base):
         info = {"t": self.t}
         info["self"] = info
         return info
+
+
+# --- clean envs with spaces that are not arrays -----------------------------------------
+
+
+class TextObservation(Base):
+    """A Text observation: a valid gymnasium space, judged by Text.contains on every step."""
+
+    observation_space = spaces.Text(8)
+
+    def _obs(self):
+        return "abc"
+
+
+class CleanDictWithText(Base):
+    """A Dict observation with a Box leaf and a Text leaf that stays in its charset."""
+
+    observation_space = TextLeafOutsideCharset.observation_space
+    words = ("go north", "go south", "wait", "turn")
+
+    def _obs(self):
+        return {"pos": self.state.copy(), "note": self.words[self.t % len(self.words)]}
+
+
+class GoalSpace(spaces.Space):
+    """A package's own Space subclass (like MiniGrid's MissionSpace): "reach the <color> door"."""
+
+    colors = ("red", "green", "blue")
+
+    def __init__(self, seed=None):
+        super().__init__(dtype=str, seed=seed)
+
+    def sample(self, mask=None, probability=None):
+        return f"reach the {self.colors[int(self.np_random.integers(len(self.colors)))]} door"
+
+    def contains(self, x):
+        return isinstance(x, str) and x in {f"reach the {c} door" for c in self.colors}
+
+
+class CleanExoticSpaces(Base):
+    """Observations from Sequence, Graph, OneOf and a custom space, nested in a Dict; a
+    Dict action space with a Text command (random actions come from its sample())."""
+
+    observation_space = spaces.Dict({
+        "pos": spaces.Box(-10.0, 10.0, (3,), np.float32),
+        "goal": GoalSpace(),
+        "trail": spaces.Sequence(spaces.Box(-10.0, 10.0, (3,), np.float32)),
+        "map": spaces.Graph(spaces.Box(0.0, 1.0, (2,), np.float32), spaces.Discrete(3)),
+        "either": spaces.OneOf((spaces.Discrete(4), spaces.Box(0.0, 1.0, (2,), np.float32))),
+    })
+    action_space = spaces.Dict({"cmd": spaces.Text(max_length=4, charset="lrud"), "speed": spaces.Discrete(3)})
+
+    def _move(self, action):
+        step = {"l": -0.1, "r": 0.1}
+        dx = sum(step.get(c, 0.0) for c in action["cmd"]) * (1 + int(action["speed"]))
+        self.state = np.clip(self.state + np.float32(dx), -5, 5).astype(np.float32)
+
+    def _obs(self):
+        n = int(self.np_random.integers(1, 4))
+        trail = tuple(np.clip(self.state + self.np_random.normal(0, 0.1, 3), -10, 10).astype(np.float32)
+                      for _ in range(n))
+        nodes = self.np_random.random((3, 2)).astype(np.float32)
+        graph = spaces.GraphInstance(nodes, np.array([0, 2]), np.array([[0, 1], [1, 2]]))
+        either = (0, int(self.np_random.integers(4))) if self.t % 2 else (1, self.np_random.random(2).astype(np.float32))
+        return {"pos": self.state.copy(), "goal": "reach the red door", "trail": trail, "map": graph, "either": either}
+
+
+# --- clean envs with long episodes or sparse, point-like rewards --------------------------
+
+
+class LongEpisodes(Base):
+    """Episodes of 3,000 steps: longer than the default budget, but they end."""
+
+    horizon = 3000
+
+
+class NanAfterBudget(LongEpisodes):
+    """3,000-step episodes with a NaN observation at step 1,500: past a 1,000-step budget,
+    inside the extension that waits for the first episode to end."""
+
+    def _obs(self):
+        o = self.state.copy()
+        if self.total == 1500:
+            o[0] = np.nan
+        return o
+
+
+class AtariLikeReward(Base):
+    """Pong-like points: 0 on most steps, -1 on about 2.5 % (the opponent scores), +1 on
+    about 0.3 % (the agent does)."""
+
+    def _reward(self):
+        u = self.np_random.random()
+        return -1.0 if u < 0.025 else (1.0 if u < 0.028 else 0.0)

@@ -100,7 +100,7 @@ class MonitorCore:
         ``details`` by pid, when known)."""
         out = []
         for ch in changes:
-            key, kind = ch["key"], ch["kind"]
+            kind = ch["kind"]
             where = self.update(node_id, ch)
             if kind == "restarted":
                 out.append(self._restarted(ch, where))

@@ -15,7 +15,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .. import codes as C
-from .findings import Finding
+from .findings import Finding, advisory
 from .spaces import Leaf, UnsupportedSpace, leaves
 from .thresholds import Thresholds
 
@@ -26,44 +26,82 @@ def validate_space(space: Any, role: str) -> list[Finding]:
     """SPACE_INVALID findings for one space; ``role`` is "obs" or "action".
 
     gymnasium's constructors reject most bad specs, but a space can be built otherwise
-    (bounds computed and written in afterwards, a non-gymnasium object, an unsupported
-    type), and an action Box with infinite bounds cannot be squashed or clipped.
+    (bounds computed and written in afterwards, a non-gymnasium object), and an action Box
+    with infinite bounds cannot be squashed or clipped. Every gymnasium space is valid as
+    a type: a Text, Sequence, Graph, OneOf or a package's own Space subclass is judged on
+    its structure (lengths, the spaces inside it), never refused for being unusual.
     """
+    return _validate(space, role, role)
+
+
+def _validate(space: Any, role: str, root: str) -> list[Finding]:
     try:
-        lvs = leaves(space, role)
+        lvs = leaves(space, root)
     except UnsupportedSpace as e:
         return [Finding(C.SPACE_INVALID, f"{role} space unsupported: {e}", {"role": role, "space": repr(space)})]
     out: list[Finding] = []
     for lf in lvs:
-        sp = lf.space
-
-        def bad(why: str, **ev: Any) -> None:
-            out.append(Finding(C.SPACE_INVALID, f"{lf.path} {sp}: {why}", {"path": lf.path, "space": repr(sp), **ev}))
-
-        if isinstance(sp, spaces.Discrete) and int(sp.n) <= 0:
-            bad(f"expected n > 0, actual n={int(sp.n)}", n=int(sp.n))
-        elif isinstance(sp, spaces.MultiDiscrete) and np.any(np.asarray(sp.nvec) <= 0):
-            bad(f"expected every nvec > 0, actual nvec={np.asarray(sp.nvec).tolist()}")
-        elif isinstance(sp, spaces.MultiBinary) and np.prod(sp.shape) <= 0:
-            bad(f"expected n > 0, actual shape {sp.shape}")
-        elif isinstance(sp, spaces.Box):
-            low, high = np.asarray(sp.low), np.asarray(sp.high)
-            if low.shape != sp.shape or high.shape != sp.shape:
-                bad(f"expected bounds of shape {sp.shape}, actual low {low.shape} high {high.shape}")
-                continue
-            if not (np.issubdtype(sp.dtype, np.number) or sp.dtype == np.bool_):
-                bad(f"expected a numeric dtype, actual {sp.dtype}")
-                continue
-            if np.issubdtype(low.dtype, np.floating) and (np.isnan(low).any() or np.isnan(high).any()):
-                bad(f"expected real bounds, actual {int(np.isnan(low).sum() + np.isnan(high).sum())} NaN bound(s)")
-            elif np.any(low > high):
-                idx = int(np.flatnonzero((low > high).ravel())[0])
-                bad(f"expected low <= high, actual low {low.ravel()[idx]} > high {high.ravel()[idx]} at index {idx}",
-                    index=idx, low=low.ravel()[idx], high=high.ravel()[idx])
-            elif role == "action" and not (np.isfinite(low).all() and np.isfinite(high).all()):
-                bad("expected finite action bounds, actual infinite: an unbounded action cannot be clipped "
-                    "or squashed (RLlib's normalize_actions/clip_actions need them)")
+        why = _opaque_problem(lf.space) if lf.opaque else _array_problem(lf.space, role)
+        if why is not None:
+            out.append(Finding(C.SPACE_INVALID, f"{lf.path} {lf.space}: {why[0]}",
+                               {"path": lf.path, "space": repr(lf.space), **why[1]}))
+        for name, inner in _inner_spaces(lf.space) if lf.opaque else ():
+            out.extend(_validate(inner, role, f"{lf.path}.{name}"))
     return out
+
+
+def _array_problem(sp: spaces.Space, role: str) -> tuple[str, dict] | None:
+    """(why, evidence) when a Box/Discrete/MultiDiscrete/MultiBinary is malformed."""
+    if isinstance(sp, spaces.Discrete) and int(sp.n) <= 0:
+        return f"expected n > 0, actual n={int(sp.n)}", {"n": int(sp.n)}
+    if isinstance(sp, spaces.MultiDiscrete) and np.any(np.asarray(sp.nvec) <= 0):
+        return f"expected every nvec > 0, actual nvec={np.asarray(sp.nvec).tolist()}", {}
+    if isinstance(sp, spaces.MultiBinary) and np.prod(sp.shape) <= 0:
+        return f"expected n > 0, actual shape {sp.shape}", {}
+    if isinstance(sp, spaces.Box):
+        return _box_problem(sp, role)
+    return None
+
+
+def _box_problem(sp: spaces.Box, role: str) -> tuple[str, dict] | None:
+    low, high = np.asarray(sp.low), np.asarray(sp.high)
+    if low.shape != sp.shape or high.shape != sp.shape:
+        return f"expected bounds of shape {sp.shape}, actual low {low.shape} high {high.shape}", {}
+    if not (np.issubdtype(sp.dtype, np.number) or sp.dtype == np.bool_):
+        return f"expected a numeric dtype, actual {sp.dtype}", {}
+    if np.issubdtype(low.dtype, np.floating) and (np.isnan(low).any() or np.isnan(high).any()):
+        return f"expected real bounds, actual {int(np.isnan(low).sum() + np.isnan(high).sum())} NaN bound(s)", {}
+    if np.any(low > high):
+        idx = int(np.flatnonzero((low > high).ravel())[0])
+        return (f"expected low <= high, actual low {low.ravel()[idx]} > high {high.ravel()[idx]} at index {idx}",
+                {"index": idx, "low": low.ravel()[idx], "high": high.ravel()[idx]})
+    if role == "action" and not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return ("expected finite action bounds, actual infinite: an unbounded action cannot be clipped "
+                "or squashed (RLlib's normalize_actions/clip_actions need them)", {})
+    return None
+
+
+def _opaque_problem(sp: spaces.Space) -> tuple[str, dict] | None:
+    """(why, evidence) when a non-array space is malformed (only Text has numbers to check)."""
+    if isinstance(sp, spaces.Text):
+        lo, hi = int(sp.min_length), int(sp.max_length)
+        if not 0 <= lo <= hi:
+            return (f"expected 0 <= min_length <= max_length, actual min_length {lo}, max_length {hi}",
+                    {"min_length": lo, "max_length": hi})
+        if not sp.character_set:
+            return "expected a non-empty charset, actual an empty one", {}
+    return None
+
+
+def _inner_spaces(sp: spaces.Space) -> list[tuple[str, Any]]:
+    """The spaces a Sequence, Graph or OneOf is made of (validated like any other)."""
+    if isinstance(sp, spaces.Sequence):
+        return [("feature_space", sp.feature_space)]
+    if isinstance(sp, spaces.Graph):
+        return [(n, s) for n, s in (("node_space", sp.node_space), ("edge_space", sp.edge_space)) if s is not None]
+    if isinstance(sp, spaces.OneOf):
+        return [(f"spaces[{i}]", s) for i, s in enumerate(sp.spaces)]
+    return []
 
 
 # --- per-step values --------------------------------------------------------------------
@@ -85,6 +123,50 @@ def leaf_type_error(value: Any, leaf: Leaf) -> tuple[str, str, str] | None:
             return C.OBS_SHAPE_MISMATCH, str(leaf.shape), str(value.shape)
         return None
     return C.OBS_DTYPE_MISMATCH, f"ndarray {leaf.dtype} {leaf.shape}", _describe(value)
+
+
+def has_contains(space: spaces.Space) -> bool:
+    """Whether a space defines ``contains`` (the base class only raises NotImplementedError)."""
+    return getattr(type(space), "contains", None) is not spaces.Space.contains
+
+
+def is_member(value: Any, space: spaces.Space) -> bool:
+    """``space.contains(value)``, where a contains() that raises on the value means no."""
+    try:
+        return bool(space.contains(value))
+    except Exception:
+        return False
+
+
+def membership_error(value: Any, space: spaces.Space) -> tuple[str, str] | None:
+    """(expected, actual) when ``space.contains(value)`` says no, SB3-style; None when the
+    value is a member. The space's own ``contains`` is the contract: a Text checks charset
+    and length, MiniGrid's MissionSpace its mission template."""
+    try:
+        if space.contains(value):
+            return None
+        reason = ""
+    except Exception as e:  # a value so far off that contains() cannot even look at it
+        reason = f" (contains() raised {type(e).__name__}: {e})"
+    expected = f"a value in {space!r}"[:200]
+    if isinstance(space, spaces.Text) and isinstance(value, str):
+        return expected, _text_mismatch(value, space)
+    return expected, f"{_short(value)}{reason}"
+
+
+def _text_mismatch(value: str, space: spaces.Text) -> str:
+    bad = sorted(set(value) - set(space.character_set))
+    parts = []
+    if not space.min_length <= len(value) <= space.max_length:
+        parts.append(f"length {len(value)} outside [{space.min_length}, {space.max_length}]")
+    if bad:
+        parts.append(f"characters not in the charset: {''.join(bad)[:20]!r}")
+    return f"{_short(value)} ({'; '.join(parts) or 'rejected by contains()'})"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    r = repr(value)
+    return f"{type(value).__name__} {r[:limit] + '...' if len(r) > limit else r}"
 
 
 def _describe(value: Any) -> str:
@@ -222,6 +304,39 @@ def step_time_findings(durations_s: np.ndarray, th: Thresholds) -> list[Finding]
                         f"at step {int(np.argmax(d))}",
                         {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": int(np.argmax(d))})]
     return []
+
+
+def long_episode_advisory(budget: int, first_end_step: int, steps: int) -> Finding:
+    """EPISODE_NEVER_ENDS as an advisory: no episode ended within the budget, but one did
+    within the extension. Episodes longer than the budget say nothing against the env
+    (Pong, a 3,000-step locomotion task); they only mean few episodes were judged."""
+    suggest = -(-10 * first_end_step // 1000) * 1000  # ~10 episodes, rounded up to 1000s
+    return advisory(C.EPISODE_NEVER_ENDS,
+                    f"episodes are longer than the {budget}-step budget: the first ended at step {first_end_step}, "
+                    f"and the checks judged all {steps} steps; pass --steps {suggest} (about 10 episodes) so that "
+                    f"the per-episode rules (return drop, reset drift) see enough episodes",
+                    {"budget": budget, "first_end_step": first_end_step, "steps": steps, "suggested_steps": suggest},
+                    env_step=first_end_step)
+
+
+def never_ends_finding(steps: int, budget: int, stopped_by: str, time_limit: int | None,
+                       has_time_limit: bool) -> Finding:
+    """EPISODE_NEVER_ENDS WARN: not one terminated/truncated even within the extension.
+
+    ``stopped_by`` says which cap ended the search ("steps" or "time"); ``time_limit`` is
+    the env's ``spec.max_episode_steps`` (None if unset), ``has_time_limit`` whether a
+    TimeLimit wrapper is on the env."""
+    if has_time_limit or time_limit is not None:
+        hint = (f"it has a time limit of {time_limit} steps, longer than the {steps} tried: check that it can "
+                f"terminate, or lower max_episode_steps")
+    else:
+        hint = "it has no TimeLimit and no spec.max_episode_steps: add one (gymnasium.wrappers.TimeLimit)"
+    cap = "the wall-clock cap" if stopped_by == "time" else "the step cap"
+    return Finding(C.EPISODE_NEVER_ENDS,
+                   f"no terminated/truncated in {steps} steps (the {budget}-step budget, extended until {cap}): "
+                   f"expected episodes to end; {hint}",
+                   {"steps": steps, "budget": budget, "stopped_by": stopped_by, "has_time_limit": has_time_limit,
+                    "max_episode_steps": time_limit})
 
 
 def obs_equal(a: Any, b: Any) -> bool:

@@ -43,6 +43,17 @@ class Finding:
                      ts=self.ts, env_step=self.env_step, **where)
 
 
+ADVISORY_PREFIX = "advisory: "
+
+
+def advisory(code: str, message: str, evidence: dict, env_step: int | None = None) -> Finding:
+    """A finding that is not a fault: how the env must be fed (uint8 images to scale), or a
+    property many good envs have by design (sparse goal rewards, episodes longer than the
+    budget). It keeps its code and its numbers, so the log and the report show it, but its
+    status is PASS: it never counts as a WARN and never changes an exit code."""
+    return Finding(code, ADVISORY_PREFIX + message, {**evidence, "advisory": True}, status=C.PASS, env_step=env_step)
+
+
 class FindingLog:
     """Aggregates findings by ``(code, key)``; keeps insertion order."""
 

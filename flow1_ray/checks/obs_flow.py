@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import codes as C
-from .findings import Finding
+from .findings import Finding, advisory
 from .spaces import Leaf, bounds_violation
 from .thresholds import Thresholds
 
@@ -62,12 +62,12 @@ def check_obs_batch(leaf: Leaf, batch: np.ndarray, steps: np.ndarray, th: Thresh
             env_step=first, count=k))
     if leaf.is_image:
         top = int(batch.max())
-        if top > 1:
-            out.append(Finding(
+        if top > 1:  # an advisory: it says how to feed the model, not that the env is wrong
+            out.append(advisory(
                 C.OBS_UNNORMALIZED_IMAGE,
                 f"{leaf.path} is a uint8 image with values up to {top}: scale it to [0, 1] (divide by 255) "
-                f"before the model; RLlib's default encoders take it as is (advisory)",
-                {"path": leaf.path, "max_value": top, "threshold": 1, "advisory": True}))
+                f"before the model; RLlib's default encoders take it as is",
+                {"path": leaf.path, "max_value": top, "threshold": 1}))
     if leaf.dtype == np.float64:
         out.extend(_precision(leaf, batch, steps, th, contiguous, finite_rows))
     return out

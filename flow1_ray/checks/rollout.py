@@ -64,6 +64,9 @@ class RolloutChecker:
         self._flat_obs = isinstance(observation_space, spaces.Space) and not isinstance(
             observation_space, (spaces.Dict, spaces.Tuple))
         self._flat_act = not isinstance(action_space, (spaces.Dict, spaces.Tuple))
+        # spaces that define no contains(): their values pass through, with a note
+        self._no_contains = {lf.path for lf in self.obs_leaves + self.act_leaves
+                             if lf.opaque and not es.has_contains(lf.space)}
         self._obuf = [_Buffer() for _ in self.obs_leaves]
         self._abuf = [_Buffer() for _ in self.act_leaves]
         self._info = es.InfoWatch()
@@ -104,6 +107,10 @@ class RolloutChecker:
             values = [get(obs, lf.keys) for lf in self.obs_leaves]
         ok_values = []
         for leaf, buf, v in zip(self.obs_leaves, self._obuf, values):
+            if leaf.opaque:
+                self._check_member(leaf, v, step, C.OBS_OUT_OF_BOUNDS)
+                ok_values.append(v)
+                continue
             err = es.leaf_type_error(v, leaf)
             if err is not None:
                 code, expected, actual = err
@@ -121,9 +128,23 @@ class RolloutChecker:
             buf.steps.append(step)
             ok_values.append(v)
         if reset and all(v is not None for v in ok_values):
-            f = drift_features(ok_values, self.obs_leaves)
+            arrays = [(v, lf) for v, lf in zip(ok_values, self.obs_leaves) if not lf.opaque]
+            f = drift_features([v for v, _ in arrays], [lf for _, lf in arrays])
             if f is not None:
                 self.reset_features.append(f)
+
+    def _check_member(self, leaf: Leaf, value: Any, step: int, code: str) -> None:
+        """A value of an opaque leaf (Text, Sequence, Graph, a custom space): the space's
+        own ``contains`` is the whole contract flow1 can judge."""
+        if leaf.path in self._no_contains or es.is_member(value, leaf.space):
+            return
+
+        def build() -> tuple[str, dict]:
+            expected, actual = es.membership_error(value, leaf.space)
+            return (f"{leaf.path} not in its space: expected {expected}, actual {actual} (first at step {step})",
+                    {"path": leaf.path, "expected": expected, "actual": actual, "first_step": step})
+
+        self.log.hit(code, leaf.path + ":contains", build, env_step=step)
 
     def _flush(self, contiguous: bool = True) -> None:
         for leaf, buf in zip(self.obs_leaves, self._obuf):
@@ -186,18 +207,16 @@ class RolloutChecker:
                 {"path": leaf.path, "returned_step": at, "modified_by_step": step, "max_change": diff}), env_step=at)
 
     def _record_action(self, action: Any, received: Any, step: int) -> None:
-        if self._flat_act:
-            if self.act_leaves:
-                buf = self._abuf[0]
-                buf.values.append(action)
+        for leaf, buf in zip(self.act_leaves, self._abuf):
+            try:
+                v = action if self._flat_act else get(action, leaf.keys)
+            except (KeyError, IndexError, TypeError):
+                continue
+            if leaf.opaque:
+                self._check_member(leaf, v, step, C.ACTION_OUT_OF_BOUNDS)
+            else:
+                buf.values.append(v)
                 buf.steps.append(step)
-        else:
-            for leaf, buf in zip(self.act_leaves, self._abuf):
-                try:
-                    buf.values.append(get(action, leaf.keys))
-                    buf.steps.append(step)
-                except (KeyError, IndexError, TypeError):
-                    pass
         if received is not None:
             self.cast_checked += 1
             err = None if received is action else action_cast_error(action, received)
@@ -260,14 +279,21 @@ class RolloutChecker:
             self.log.add(drop)
 
     def finish(self, expect_episode_end: bool = True) -> list[Finding]:
-        """Run the whole-stream rules and return every finding."""
+        """Run the whole-stream rules and return every finding. ``expect_episode_end``:
+        no episode end in all the steps seen is EPISODE_NEVER_ENDS (a driver that extends
+        its budget first, like ``check_env``'s, judges that itself and passes False)."""
         self.judge()
         if expect_episode_end and self.steps > 0 and self.episodes == 0:
-            self.log.add(Finding(C.EPISODE_NEVER_ENDS,
-                                 f"no terminated/truncated in {self.steps} steps: expected episodes to end within "
-                                 f"the check budget (add a TimeLimit / max_episode_steps)",
-                                 {"steps": self.steps, "threshold_steps": self.steps}))
+            self.log.add(es.never_ends_finding(self.steps, self.steps, "steps", None, False))
         return self.log.findings()
+
+    def notes(self) -> list[str]:
+        """What was passed through unjudged, said once in the ENV_SPEC summary."""
+        out = [f"{lf.path}: {type(lf.space).__name__}, checked by contains()"
+               for lf in self.obs_leaves + self.act_leaves if lf.opaque and lf.path not in self._no_contains]
+        out += [f"{lf.path}: {type(lf.space).__name__} has no contains(), not checked"
+                for lf in self.obs_leaves + self.act_leaves if lf.path in self._no_contains]
+        return out
 
     # -- summaries for PASS rows ---------------------------------------------------------
     def summary(self) -> dict[str, dict]:
@@ -280,10 +306,11 @@ class RolloutChecker:
                 "step_ms_median": float(np.median(d)) if d.size else None,
                 "step_ms_p95": float(np.percentile(d, 95)) if d.size else None,
                 "obs_leaves": [lf.describe() for lf in self.obs_leaves],
+                **({"notes": self.notes()} if self.notes() else {}),
             },
             C.OBS_FLOW: {"leaves": [lf.path for lf in self.obs_leaves], "observations": self.steps + self.episodes},
             C.ACTION_PIPE: {"actions": self.steps, "cast_checked": self.cast_checked,
                             "leaves": [lf.describe() for lf in self.act_leaves]},
-            C.REWARD_STATS: {**reward_stats(np.asarray(self.rewards), self.th.reward_spike_robust_z),
+            C.REWARD_STATS: {**reward_stats(np.asarray(self.rewards), self.th.reward_spike_ratio),
                              "episode_return_mean": float(np.mean(self.returns.returns)) if self.returns.returns else None},
         }

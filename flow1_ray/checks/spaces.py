@@ -3,6 +3,11 @@
 A Dict or Tuple space becomes leaves with a path (``obs['pos']``, ``obs[1]``); each check
 works on one leaf's values, one at a time (type/shape/dtype) or stacked (bounds, NaN,
 precision). Bounds are precomputed per leaf so the hot path does no space introspection.
+
+Every other gymnasium space (Text, Sequence, Graph, OneOf, a package's own subclass such
+as MiniGrid's ``MissionSpace``) is a valid space too, only not an array: it becomes an
+*opaque* leaf, whose values are judged by the space's own ``contains`` and by nothing that
+assumes numbers. Only an object that is not a gymnasium Space at all is unsupported.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ LEAF_TYPES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBin
 
 
 class UnsupportedSpace(Exception):
-    """A space flow1 cannot check (Text, Graph, Sequence, a non-gymnasium object...)."""
+    """Not a gymnasium space at all (every ``gymnasium.spaces.Space`` is supported)."""
 
 
 @dataclass(frozen=True)
@@ -33,9 +38,16 @@ class Leaf:
     high: np.ndarray | None
     is_float: bool
     is_image: bool
+    opaque: bool = False       # not an array: judged by ``space.contains`` only
 
     def describe(self) -> str:
+        if self.opaque:
+            return f"{type(self.space).__name__} (checked by contains() only)"
         return f"{type(self.space).__name__} {self.dtype} {self.shape}"
+
+
+def _opaque_leaf(space: spaces.Space, path: str, keys: tuple) -> Leaf:
+    return Leaf(path, keys, space, np.dtype(object), (), None, None, False, False, opaque=True)
 
 
 def _bounds(space: spaces.Space) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -70,7 +82,8 @@ def is_image_space(space: spaces.Space, min_side: int = 8) -> bool:
 
 
 def leaves(space: Any, root: str, image_min_side: int = 8) -> list[Leaf]:
-    """Flatten a space into leaves; raises :class:`UnsupportedSpace` on anything else."""
+    """Flatten a space into leaves: array leaves for the numeric types, opaque leaves for
+    any other gymnasium space; raises :class:`UnsupportedSpace` on a non-space."""
     out: list[Leaf] = []
 
     def walk(sp: Any, path: str, keys: tuple) -> None:
@@ -87,8 +100,7 @@ def leaves(space: Any, root: str, image_min_side: int = 8) -> list[Leaf]:
                             bool(np.issubdtype(dtype, np.floating)),
                             is_image_space(sp, image_min_side)))
         elif isinstance(sp, spaces.Space):
-            raise UnsupportedSpace(f"{path}: {type(sp).__name__} is not supported "
-                                   f"(supported: Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple)")
+            out.append(_opaque_leaf(sp, path, keys))
         else:
             raise UnsupportedSpace(f"{path}: expected a gymnasium.spaces.Space, actual {type(sp).__name__}")
 

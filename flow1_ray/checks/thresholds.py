@@ -17,6 +17,11 @@ from ..errors import Flow1InputError
 
 @dataclass(frozen=True)
 class Thresholds:
+    # ENV_SPEC: when no episode ended within the budget, step on (same checks) until one
+    # does, up to factor x budget steps, at most max_steps, at most max_s seconds.
+    episode_extension_factor: int = 20
+    episode_extension_max_steps: int = 100_000
+    episode_extension_max_s: float = 30.0
     # ENV_SPEC: step timing. Both a ratio to the median and an absolute excess are needed,
     # or a busy machine's scheduler hiccups read as a slow env.
     step_time_ratio: float = 3.0
@@ -35,10 +40,9 @@ class Thresholds:
     # REWARD_STATS
     reward_min_steps: int = 100              # below this the distribution rules stay silent
     reward_sparse_ratio: float = 0.01
-    reward_spike_cv: float = 0.5
-    reward_spike_share: float = 0.15
-    reward_spike_robust_z: float = 3.0
-    reward_skew: float = 5.0
+    reward_spike_cv: float = 0.5             # seed: spikes need CV > 0.5 ...
+    reward_spike_ratio: float = 10.0         # ... rewards beyond 10x the median |non-zero reward| ...
+    reward_spike_mass: float = 0.5           # ... carrying more than this share of the total |reward|
     reward_scale_min: float = 1e-3
     reward_drop_ratio: float = 0.7
     reward_drop_span: int = 10               # episodes per block and in the recent window

@@ -18,7 +18,8 @@ class Report:
     """What ``check_env`` returns and ``flow1 report`` reads back.
 
     ``status`` is the worst event status; ``codes(min_status)`` the codes at or above a
-    status; ``summary`` the run's numbers (steps, episodes, timings...).
+    status; ``summary`` the run's numbers (steps, episodes, timings...). Advisories are
+    PASS events (:attr:`Event.advisory`): shown, never counted as WARN.
     """
 
     target: str
@@ -33,6 +34,10 @@ class Report:
         floor = C.STATUS_RANK[min_status]
         return {e.code for e in self.events if C.STATUS_RANK[e.status] >= floor}
 
+    def advisories(self) -> list[Event]:
+        """The advisory events: PASS, but worth reading (listed in every rendering)."""
+        return [e for e in self.events if e.advisory]
+
     def by_status(self) -> dict[str, int]:
         counts = {s: 0 for s in C.STATUSES}
         for e in self.events:
@@ -45,6 +50,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "counts": self.by_status(),
+                "advisories": sorted({e.code for e in self.advisories()}),
                 "summary": jsonable(self.summary), "events": [e.to_dict() for e in self.events]}
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -67,10 +73,11 @@ class Report:
     def to_markdown(self) -> str:
         n = self.by_status()
         lines = [f"# flow1 report: {self.target}", "",
-                 f"**{self.status}**: {n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {n[C.PASS]} PASS", "",
+                 f"**{self.status}**: {n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {n[C.PASS]} PASS "
+                 f"({len(self.advisories())} advisory)", "",
                  "| time (UTC) | module | status | code | evidence |", "|---|---|---|---|---|"]
         for e in self.events:
-            if e.status != C.PASS:
+            if e.status != C.PASS or e.advisory:
                 msg = e.message.replace("|", "\\|").replace("\n", " ")
                 lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {e.module} | {e.status} | {e.code} | {msg} |")
         sa = self.summary.get("state_actions")

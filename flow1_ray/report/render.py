@@ -48,8 +48,9 @@ def summary_table(report: Report, title: str = "flow1 check") -> Table:
         st = C.worst(e.status for e in evs)
         counts: dict[str, int] = {}
         for e in evs:
-            if e.status != C.PASS:
-                counts[e.code] = counts.get(e.code, 0) + 1
+            if e.status != C.PASS or e.advisory:
+                name = f"{e.code} (advisory)" if e.advisory else e.code
+                counts[name] = counts.get(name, 0) + 1
         codes = ", ".join(f"{c} x{n}" if n > 1 else c for c, n in sorted(counts.items())) or "-"
         table.add_row(m, Text(st, style=STYLE[st]), codes)
     return table
@@ -60,7 +61,8 @@ def verdict_line(report: Report) -> Text:
     s = report.summary
     t = Text("flow1 check: ")
     t.append(report.status, style=STYLE[report.status])
-    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN) {report.target}: {s.get('steps', 0)} steps, "
+    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {len(report.advisories())} advisory) {report.target}: "
+             f"{s.get('steps', 0)} steps, "
              f"{s.get('episodes', 0)} episodes, {s.get('seconds', 0):.2f} s")
     if s.get("stopped_early"):
         t.append(f"; stopped early: {s['stopped_early']}")
@@ -80,7 +82,7 @@ def print_run_report(con: Console, report: Report) -> None:
     n = report.by_status()
     t = Text("flow1 run: ")
     t.append(report.status, style=STYLE[report.status])
-    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN)")
+    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {len(report.advisories())} advisory)")
     if s.get("iterations") is not None:
         w = s.get("workers") or {}
         t.append(f"; {s['iterations']} iterations, {s.get('env_steps')} env steps, return mean "
