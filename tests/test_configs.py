@@ -58,3 +58,17 @@ def test_clusterer_gpu_share_follows_the_option():
 
     assert clusterer_gpus(Flow1Options(clusterer_num_gpus=0.5)) == 0.5
     assert clusterer_gpus(Flow1Options(clusterer_num_gpus=0)) == 0.0
+
+
+def test_a_thresholds_file_of_an_earlier_version_still_loads(tmp_path):
+    import json
+
+    import pytest
+
+    from flow1_ray import Thresholds
+
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps({"reward_spike_share": 0.2, "reward_skew": 4.0, "reward_sparse_ratio": 0.02}))
+    with pytest.warns(UserWarning, match="'reward_spike_share' no longer applies"):
+        th = Thresholds.from_file(p)
+    assert th.reward_sparse_ratio == 0.02

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import Flow1InputError
+
+
+#: Names earlier versions accepted, and what replaced them.
+RETIRED = {
+    "reward_spike_share": "REWARD_SPIKES now weighs outsized rewards by their share of the total |reward| "
+                          "(reward_spike_ratio, reward_spike_mass)",
+    "reward_spike_robust_z": "REWARD_SPIKES now compares rewards with the median |non-zero reward| (reward_spike_ratio)",
+    "reward_skew": "REWARD_SPIKES no longer reads the skewness (reward_spike_mass)",
+}
 
 
 @dataclass(frozen=True)
@@ -74,9 +84,16 @@ class Thresholds:
     decided_min_share: float = 0.2           # ... on at least this share of the states elsewhere
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> "Thresholds":
-        """A copy with some fields replaced; unknown names are an error, not ignored."""
+        """A copy with some fields replaced; unknown names are an error, not ignored.
+        A retired name (a rule that changed) is dropped with a warning that says what
+        replaced it, so that a thresholds file written for an earlier version still loads."""
         if not overrides:
             return self
+        retired = sorted(set(overrides) & set(RETIRED))
+        if retired:
+            warnings.warn("; ".join(f"threshold {k!r} no longer applies: {RETIRED[k]}" for k in retired),
+                          UserWarning, stacklevel=2)
+            overrides = {k: v for k, v in overrides.items() if k not in RETIRED}
         known = {f.name for f in fields(self)}
         unknown = set(overrides) - known
         if unknown:
