@@ -14,6 +14,21 @@ from flow1_ray.worker.sender import Sender
 pytestmark = pytest.mark.slow
 
 
+def _drained(actor, timeout_s: float = 60.0) -> None:
+    """Wait until the actor has served every call sent before (it serves them in order);
+    on a loaded machine this takes longer than the calls' own 0.5 s each."""
+    import ray
+
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            ray.get(actor.ping.remote(), timeout=timeout_s)
+            return
+        except ray.exceptions.PendingCallsLimitExceeded:  # still queued: not drained yet
+            assert time.time() < deadline, "the actor never drained its queue"
+            time.sleep(0.1)
+
+
 def test_full_queue_drops_and_counts_without_blocking(ray_session, tmp_path):
     import ray
 
@@ -35,9 +50,9 @@ def test_full_queue_drops_and_counts_without_blocking(ray_session, tmp_path):
     results = [sender.send([ev]) for _ in range(10)]
     assert time.perf_counter() - t0 < 0.5, "sending never waits for the Recorder"
     assert sum(results) == 2 and sender.dropped == 8
-    time.sleep(1.5)
+    _drained(rec)
     assert sender.send([ev])  # the queue drained: the count travels with the next batch
-    time.sleep(1.0)
+    _drained(rec)
     status = ray.get(rec.status.remote())
     assert status["samples_dropped"] == 8
     ray.get(rec.flush.remote())
