@@ -139,3 +139,15 @@ def test_a_death_is_a_fail_and_an_unexplained_restart_a_warn():
                                      {"key": "j", "worker_index": 2, "ts": 2.0, "kind": "restarted", "pid": 6,
                                       "previous_pid": 5}])
     assert other.code == C.WORKER_RESTARTED and other.status == C.WARN and "saw no death" in other.message
+
+
+def test_the_death_rllib_makes_of_an_env_crash_belongs_to_it():
+    from flow1_ray.actors.monitor import MonitorCore
+
+    core = MonitorCore("r", 3.0, "report")
+    ch = {"key": "k", "worker_index": 1, "ts": 1.0, "kind": "died", "pid": 7, "exit": "exit code 1",
+          "exception": {"exception": "ValueError", "error": "boom", "frame": "step (env.py:3)"}}
+    where = core.update("n", ch)
+    assert core.died_event(ch, where, {}, crash_recorded=True).status == C.PASS
+    # the ENV_CRASHED never reached the Recorder: the death stays the incident's FAIL
+    assert core.died_event(ch, where, {}, crash_recorded=False).status == C.FAIL

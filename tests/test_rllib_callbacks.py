@@ -143,6 +143,8 @@ def test_env_step_exception_on_a_remote_runner_is_named(ray_session, tmp_path):
         assert "_env_step_raises_here" in crash["message"]
         died = next(e for e in evs if e["code"] == C.WORKER_DIED and e["worker_index"] == 1)
         assert "env.step raised ValueError" in died["message"]
+        # one incident, one finding: the death RLlib makes of it belongs to ENV_CRASHED
+        assert died["status"] == C.PASS and "not a second one" in died["message"]
     finally:
         algo.stop()
 
@@ -155,6 +157,9 @@ def test_hung_runner_is_stalled_with_its_stack_and_killed(ray_session, tmp_path)
     stalled = next(e for e in evs if e["code"] == C.WORKER_STALLED)
     assert "_env_step_hangs_here" in stalled["evidence"] and stalled["worker_index"] == 1
     assert "flow1 killed it" in stalled["message"]
+    evs = run.wait_events(lambda e: any(x["code"] == C.WORKER_DIED for x in e), timeout=30)
+    died = next(e for e in evs if e["code"] == C.WORKER_DIED)
+    assert died["status"] == C.PASS and died["pid"] == stalled["pid"]  # flow1's own kill: the same incident
     result = algo.train()  # training goes on
     assert result["training_iteration"] >= 2
     stopper = threading.Thread(target=algo.stop, daemon=True)

@@ -122,7 +122,10 @@ class MonitorCore:
                      {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": ch["key"],
                       "previous_reported": known}, status=C.PASS if known else "", **where)
 
-    def died_event(self, ch: dict, where: dict, detail: dict) -> Event:
+    def died_event(self, ch: dict, where: dict, detail: dict, crash_recorded: bool = False) -> Event:
+        """WORKER_DIED; PASS when the death is the end of an incident already reported: flow1's
+        own kill of a stalled runner, or RLlib ending a runner whose env raised
+        (``crash_recorded``: the ENV_CRASHED of that process is in the Recorder)."""
         sig = ch.get("exit_signal")
         how = (f"signal {sig}{' (inferred: it ran no exit code)' if ch.get('signal_inferred') else ''}" if sig
                else ch.get("exit", "exited"))
@@ -131,6 +134,9 @@ class MonitorCore:
         if ch.get("killed_by_flow1"):
             cause += ("; flow1 killed it (stall_action='kill') so that Ray restarts it: the end of the stall "
                       "reported as WORKER_STALLED, not a second incident")
+        follows_crash = bool(exc) and crash_recorded
+        if follows_crash:
+            cause += "; RLlib ends a runner whose env raised: the end of the ENV_CRASHED incident, not a second one"
         ray_part = f"; Ray: {detail['ray_exit_type']}" if "ray_exit_type" in detail else ""
         age = ch.get("last_heartbeat_age_s")
         msg = (f"{_who(ch)} died: {how}{cause}{ray_part}; last heartbeat {age:.2f} s before"
@@ -142,7 +148,8 @@ class MonitorCore:
         if exc:
             ev["exception"] = exc
         # one incident, one finding: the death flow1 caused belongs to the stall finding
-        return Event(C.WORKER_DIED, msg, ev, status=C.PASS if ch.get("killed_by_flow1") else "", **where)
+        known = ch.get("killed_by_flow1") or follows_crash
+        return Event(C.WORKER_DIED, msg, ev, status=C.PASS if known else "", **where)
 
     def _stalled(self, ch: dict, where: dict) -> Event:
         stack = ch.get("stack", "")
@@ -242,7 +249,19 @@ def make_monitor_actor():
                     if pids <= set(details):
                         break
                     time.sleep(GCS_LOOKUP_WAIT_S)
-                self._send([self.died_event(ch, where, details.get(ch["pid"], {})) for _, ch, where in batch])
+                self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
+                            for _, ch, where in batch])
+
+        def _crash_recorded(self, ch: dict) -> bool:
+            """Whether the Recorder holds this process's ENV_CRASHED (sent by the runner
+            before RLlib's restart delay and exit); unknown counts as no: then the death
+            stays a FAIL, so an incident is never left without one."""
+            if not ch.get("exception"):
+                return False
+            try:
+                return bool(ray.get(self._recorder().crash_recorded.remote(ch["pid"]), timeout=2.0))
+            except Exception:
+                return False
 
         def _send(self, events: list[Event]) -> None:
             if not events:

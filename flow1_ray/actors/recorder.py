@@ -51,6 +51,7 @@ class RecorderCore:
         self.samples_dropped: dict[str, int] = {}
         self._drop_event_at: dict[str, float] = {}
         self.flushes = 0
+        self.crashed_pids: set[int] = set()   # processes whose env raised (ENV_CRASHED recorded)
 
     # -- intake --------------------------------------------------------------------------
     def add_events(self, events: list[dict]) -> int:
@@ -65,6 +66,8 @@ class RecorderCore:
                 self.counts[e.status] += 1
                 if e.status != C.PASS:
                     self.codes[e.code] += 1
+                if e.code == C.ENV_CRASHED and e.pid is not None:
+                    self.crashed_pids.add(int(e.pid))
                 self._seq += 1
                 self._lines.append((self._seq, e.log_line()))
         return self._seq
@@ -124,6 +127,12 @@ class RecorderCore:
                 write_part(pa.concat_tables(clusters, promote_options="default"), self.run_dir / CLUSTERS_DIR)
             self.flushes += 1
             return len(events) + len(metrics) + sum(t.num_rows for t in clusters)
+
+    def crash_recorded(self, pid: int) -> bool:
+        """Whether an ENV_CRASHED of this process has been recorded (the monitor asks before
+        it reports the death that follows: one incident, one finding)."""
+        with self._lock:
+            return int(pid) in self.crashed_pids
 
     def lines_since(self, cursor: int) -> tuple[list[str], int]:
         """Log lines after ``cursor`` (a sequence number) and the new cursor."""
