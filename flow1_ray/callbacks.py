@@ -45,6 +45,7 @@ class Flow1Callbacks(RLlibCallback):
         self._agents: dict[int, Any] = {}
         self._run = None
         self.internal_errors = 0
+        self.metrics_dropped = 0
 
     @classmethod
     def with_options(cls, **opts: Any) -> type["Flow1Callbacks"]:
@@ -96,6 +97,8 @@ class Flow1Callbacks(RLlibCallback):
 
     @_guarded
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        import ray
+
         from .actors.run import runner_keys
 
         run = self._run
@@ -105,16 +108,18 @@ class Flow1Callbacks(RLlibCallback):
         keys = runner_keys(algorithm)
         if set(keys) - set(run.keys):
             run.register(keys)
-        got = _ask_all({"status": lambda: run.monitor.full_status.remote(),
-                        "rec": lambda: run.recorder.status.remote(),
-                        "lines": lambda: run.recorder.lines_since.remote(run.cursor),
-                        "states": (lambda: run.clusterer.full_status.remote()) if run.clusterer else None}, t)
+        got = _ask_all({"status": lambda: run.hub.full_status.remote(),
+                        "rec": lambda: run.hub.status.remote(),
+                        "lines": lambda: run.hub.lines_since.remote(run.cursor),
+                        "states": (lambda: run.states.states_status.remote()) if run.states else None}, t)
         status, rec, states = got.get("status", {}), got.get("rec", {}), got.get("states", {})
+        if run.hub_restarted(rec.get("started_at")):
+            run.reregister()
         lines: list[str] = []
         if "lines" in got:
             lines, run.cursor = got["lines"]
         missing = [name for name, key in (("monitor", "status"), ("recorder", "rec")) if key not in got]
-        if run.clusterer is not None and "states" not in got:
+        if run.states is not None and "states" not in got:
             missing.append("clusterer")
         if missing:
             lines.append(f"flow1: {', '.join(missing)} did not answer within {t:g} s")
@@ -128,7 +133,7 @@ class Flow1Callbacks(RLlibCallback):
             "worker": {"alive": status.get("alive", 0), "dead": status.get("dead", 0),
                        "stalled": status.get("stalled", 0), "restarts": status.get("restarts", 0)},
             "events": {s: int(events.get(s, 0)) for s in (C.FAIL, C.WARN)},
-            "samples_dropped": int(rec.get("samples_dropped", 0)),
+            "samples_dropped": int(rec.get("samples_dropped", 0)) + self.metrics_dropped,
             "internal_errors": self.internal_errors,
             "states": {"received": int(states.get("received", 0)), "snapshots": int(states.get("snapshots", 0)),
                        "heatmaps": int(rec.get("heatmaps", {}).get("written", 0))},
@@ -144,7 +149,10 @@ class Flow1Callbacks(RLlibCallback):
                "flow1/samples_dropped": out["samples_dropped"]}
         run.after_iteration(iteration, return_mean,
                             _float(result.get("env_runners", {}).get("num_episodes_lifetime")))
-        run.recorder.add_metrics.remote(row)
+        try:
+            run.hub.add_metrics.remote(row)
+        except ray.exceptions.PendingCallsLimitExceeded:  # the hub is behind: this row is lost, counted
+            self.metrics_dropped += 1
 
     # -- internals -----------------------------------------------------------------------
     def _close(self) -> None:
@@ -167,7 +175,7 @@ class Flow1Callbacks(RLlibCallback):
                                              f"training goes on",
                            {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]},
                            pid=os.getpid())
-                self._run.recorder.add_events.remote([ev.to_dict()])
+                self._run.hub.add_events.remote([ev.to_dict()])
         except Exception:
             pass
 

@@ -9,16 +9,14 @@ from .options import NAMESPACE
 KV_PREFIX = "flow1:runner:"
 
 
-def recorder_name(run_id: str) -> str:
-    return f"flow1-recorder-{run_id}"
+def hub_name(run_id: str) -> str:
+    """The run's hub: Recorder, monitor, the hub node's probe and (on CPU) the clusterer."""
+    return f"flow1-hub-{run_id}"
 
 
-def monitor_name(run_id: str) -> str:
-    return f"flow1-monitor-{run_id}"
-
-
-def clusterer_name(run_id: str) -> str:
-    return f"flow1-clusterer-{run_id}"
+def states_name(run_id: str) -> str:
+    """The run's StateClusterer actor, when it has one of its own (a GPU share)."""
+    return f"flow1-states-{run_id}"
 
 
 def kv():

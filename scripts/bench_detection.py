@@ -58,7 +58,7 @@ def main() -> None:
 
     import ray
 
-    from flow1_ray.names import monitor_name, recorder_name
+    from flow1_ray.names import hub_name
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
@@ -68,8 +68,7 @@ def main() -> None:
     algo = build(tmp, {}, a.stall_timeout)
     r = algo.train()
     run_dir = Path(r["flow1"]["run_dir"])
-    mon = ray.get_actor(monitor_name(run_dir.name), namespace="flow1")
-    rec = ray.get_actor(recorder_name(run_dir.name), namespace="flow1")
+    mon = rec = ray.get_actor(hub_name(run_dir.name), namespace="flow1")  # monitor and Recorder: the hub
     lat = {"SIGKILL": [], "SIGSEGV": []}
     for k in range(a.kills):
         sig = signal.SIGKILL if k % 2 == 0 else signal.SIGSEGV
@@ -101,7 +100,7 @@ def main() -> None:
                  a.stall_timeout)
     r = algo.train()
     run_dir = Path(r["flow1"]["run_dir"])
-    rec = ray.get_actor(recorder_name(run_dir.name), namespace="flow1")
+    rec = ray.get_actor(hub_name(run_dir.name), namespace="flow1")
     t0 = time.time()
     stalls: dict[int, float] = {}
     while len(stalls) < a.hangs and time.time() - t0 < 300:

@@ -2,7 +2,8 @@
 
 Simulated EnvRunners: holder processes, each holding the POSIX record locks of many lock
 files and rewriting each file's 64-byte heartbeat header every second, exactly as a real
-runner's watchdog does. The real HeartbeatMonitor and NodeProbe actors watch them. For
+runner's watchdog does. The real hub (the monitor, with this node's probe loop on one of
+its threads) watches them. For
 each size, holders are SIGKILLed one at a time; the figure is the time from the kill until
 the monitor has counted every one of that holder's runners dead (``kill -> monitor``),
 and the probe's scan time over all lock files.
@@ -62,22 +63,20 @@ def main() -> None:
     import psutil
     import ray
 
-    from flow1_ray.actors.monitor import make_monitor_actor
-    from flow1_ray.actors.recorder import make_recorder_actor
+    from flow1_ray.actors.hub import make_hub_actor
+    from flow1_ray.options import Flow1Options
     from flow1_ray.worker.liveness import job_lock_dir
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
     ctx = ray.get_runtime_context()
     lock_dir = job_lock_dir(ctx.get_job_id(), ctx.get_node_id())
-    print(f"{'runners':>8} {'scan ms (median)':>17} {'kill->monitor s (median, max)':>30} {'probe CPU %':>12}")
+    print(f"{'runners':>8} {'scan ms (median)':>17} {'kill->monitor s (median, max)':>30} {'hub CPU %':>12}")
     for n in a.sizes:
         run_id = f"scale{n}"
-        rec = make_recorder_actor().options(name=f"flow1-recorder-{run_id}", namespace="flow1").remote(
-            tempfile.mkdtemp(), run_id, 2.0)
-        mon = make_monitor_actor().options(namespace="flow1").remote(
-            run_id, f"flow1-recorder-{run_id}", "flow1", ray.get_runtime_context().get_job_id(), 30.0, "report",
-            0.1, 1.0)
+        opts = Flow1Options(stall_timeout_s=30.0, probe_interval_s=0.1, heartbeat_interval_s=1.0).as_dict()
+        mon = make_hub_actor().options(namespace="flow1").remote(
+            tempfile.mkdtemp(), run_id, ray.get_runtime_context().get_job_id(), opts, False)
         holders = []
         for first in range(0, n, a.per_holder):
             p = subprocess.Popen([sys.executable, __file__, "--holder", str(lock_dir), str(first), str(a.per_holder)],
@@ -120,7 +119,6 @@ def main() -> None:
         for f in lock_dir.glob("sim*"):
             f.unlink()
         ray.kill(mon)
-        ray.kill(rec)
     ray.shutdown()
 
 

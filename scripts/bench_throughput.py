@@ -1,24 +1,29 @@
-"""Sampling throughput of PPO CartPole with 2 EnvRunners: without flow1, with Flow1Callbacks
-without the StateClusterer, and with it (a snapshot + heatmap every N calls).
+"""What flow1 costs a user: PPO's throughput with and without Flow1Callbacks, one algorithm
+alive at a time.
 
-All algorithms live in one Ray instance and are sampled in turn, the order rotated each
-round (and reversed every other one) so that a drift of the machine cancels out; each
-call is a synchronous ``sample(num_timesteps=N)`` on both EnvRunners at once, so the
-figure is the EnvRunners' own throughput with flow1's hooks, wrappers, live checks, state
-sampling and sends inside it. One call (2 x 2000 steps) is one iteration of PPO's default
-4000-step batch. With the StateClusterer, a snapshot is asked for right before every
-``--snapshot-every``-th timed call of that algorithm (10 = the default heatmap_every; 1 =
-the worst case, heatmap_every=1) and waited for, untimed, after it: its clustering, its
-cluster rows and its heatmap PNG are computed while the runners sample. Quote the median
-of the per-round ratios and the ratio of totals (which carries the rounds with a snapshot
-at their weight).
+Each arm builds its own algorithm (same ``.debugging(seed=...)``: identical initial policies
+and env streams), trains one untimed warm-up iteration, then is timed by wall clock on
 
-    .venv/bin/python scripts/bench_throughput.py [--reps 20] [--steps 2000] [--snapshot-every 10]
+- ``algo.train()``: ``--iterations`` iterations, env steps sampled per second of wall time
+  -- sampling, learning, flow1's hooks, its per-iteration round trips and its background
+  actors (probe, monitor, recorder, clusterer) all inside;
+- direct ``sample()``: ``--calls`` synchronous ``sample(num_timesteps=--steps)`` calls on
+  every remote EnvRunner at once, env steps per second -- the runners' own throughput with
+  flow1's wrappers, live checks, state sampling and sends inside;
+
+and is stopped before the next arm is built, so that no arm's actors run during another's
+turn. Arms alternate in ABBA order over ``--rounds`` rounds (a drift of the machine
+cancels out); the figures are the median of the per-round ratios flow1 / plain and the
+ratio of totals. RLlib's ``env_runner_sampling_timer`` is an EMA across iterations and is
+not used (see the notes on RLlib 2.60).
+
+    .venv/bin/python scripts/bench_throughput.py [--rounds 3] [--iterations 5] [--preset default|light]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -27,96 +32,127 @@ import time
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+#: PPO presets: RLlib's defaults (a learner-heavy iteration), and a light learner (one
+#: epoch over a 2,000-step batch) where flow1's per-iteration costs weigh the most.
+PRESETS = {
+    "default": {},
+    "light": {"train_batch_size_per_learner": 2000, "minibatch_size": 500, "num_epochs": 1},
+}
 
-def build(callbacks):
+
+def arms(output_dir: str) -> dict:
+    """The callbacks of each arm (None: no flow1). Variants isolate one part of flow1."""
+    from flow1_ray import Flow1Callbacks
+
+    common = dict(output_dir=output_dir, print_events=False)
+    return {
+        "plain": None,
+        "flow1": Flow1Callbacks.with_options(**common),
+        "flow1-no-states": Flow1Callbacks.with_options(state_actions=False, **common),
+        "flow1-no-live-checks": Flow1Callbacks.with_options(sample_rate=0.0, **common),
+    }
+
+
+def build(callbacks, preset: str, seed: int):
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    # the same seed for all: identical initial policies and env streams, so all sample the
-    # same episodes (a different policy's episode lengths alone move throughput by 10 %)
-    config = (PPOConfig().environment("CartPole-v1").debugging(seed=0)
-              .env_runners(num_env_runners=2, sample_timeout_s=60)
-              .training(train_batch_size_per_learner=1000, minibatch_size=128, num_epochs=1))
+    config = (PPOConfig().environment("CartPole-v1").debugging(seed=seed)
+              .env_runners(num_env_runners=2, sample_timeout_s=120)
+              .training(**PRESETS[preset]))
     if callbacks is not None:
         config = config.callbacks(callbacks)
     return config.build_algo()
 
 
-def sample_rate_of(algo, steps: int) -> float:
-    t0 = time.perf_counter()
-    got = algo.env_runner_group.foreach_env_runner(
-        lambda w: sum(len(e) for e in w.sample(num_timesteps=steps, random_actions=False)),
-        local_env_runner=False, timeout_seconds=300)
-    return sum(got) / (time.perf_counter() - t0)
+def busy_jiffies() -> int:
+    """CPU time of every process on the machine so far (user+nice+system+irq+softirq), in
+    clock ticks: a second figure, less noisy than wall time on a shared machine."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return v[0] + v[1] + v[2] + v[5] + v[6]
 
 
-def main() -> None:
+def settle(max_s: float = 30.0, quiet: float = 0.3) -> None:
+    """Wait until the machine is quiet (all cores together use < ``quiet`` of one core for a
+    second): Ray starts and ends worker processes around an algorithm's build and stop,
+    which would land in whichever arm is timed next."""
+    import psutil
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_s:
+        if psutil.cpu_percent(interval=1.0) * psutil.cpu_count() / 100.0 < quiet:
+            return
+
+
+def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float]:
+    """(train() env steps/s, direct sample() env steps/s, machine CPU ms per 1000 env steps
+    in train()) of one freshly built algorithm."""
+    tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
+    algo = build(callbacks, a.preset, a.seed)
+    try:
+        algo.train()  # warm-up: actor start-up, first weights sync, torch's first calls
+        settle()
+        steps, t0, j0 = 0, time.perf_counter(), busy_jiffies()
+        for _ in range(a.iterations):
+            steps += int(algo.train()["env_runners"]["num_env_steps_sampled"])
+        train_rate = steps / (time.perf_counter() - t0)
+        cpu_ms = (busy_jiffies() - j0) * tick_ms / steps * 1000.0
+        group = algo.env_runner_group
+        sampled, t0 = 0, time.perf_counter()
+        for _ in range(a.calls):
+            got = group.foreach_env_runner(lambda w, n=a.steps: sum(len(e) for e in w.sample(num_timesteps=n)),
+                                           local_env_runner=False, timeout_seconds=300)
+            sampled += sum(got)
+        sample_rate = sampled / (time.perf_counter() - t0)
+    finally:
+        algo.stop()
+    settle()
+    return train_rate, sample_rate, cpu_ms
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=2000, help="env steps per EnvRunner per call")
-    ap.add_argument("--sample-rate", type=float, default=0.1)
-    ap.add_argument("--snapshot-every", type=int, default=10, help="timed calls per snapshot")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=5, help="timed train() iterations per arm and round")
+    ap.add_argument("--calls", type=int, default=5, help="timed sample() calls per arm and round")
+    ap.add_argument("--steps", type=int, default=2000, help="env steps per EnvRunner per sample() call")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arms", default="plain,flow1", help="comma-separated, first is the baseline")
     a = ap.parse_args()
-    import logging
-
     import ray
 
-    from flow1_ray import Flow1Callbacks
-    from flow1_ray.names import clusterer_name, recorder_name
-
-    # one torch thread per process: 4 EnvRunners on 2 cores with 2 threads each is mostly noise
-    ray.init(num_cpus=6, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
-             logging_level=logging.ERROR, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    tmp = tempfile.mkdtemp()
-    common = dict(output_dir=tmp, print_events=False, sample_rate=a.sample_rate)
-    algos = {
-        "plain": build(None),
-        "flow1": build(Flow1Callbacks.with_options(run_id="bench-nostates", state_actions=False, **common)),
-        "flow1+states": build(Flow1Callbacks.with_options(run_id="bench-states", heatmap_every=1, **common)),
-    }
-    clusterer = ray.get_actor(clusterer_name("bench-states"), namespace="flow1")
-    recorder = ray.get_actor(recorder_name("bench-states"), namespace="flow1")
-    for algo in algos.values():
-        sample_rate_of(algo, 500)  # warm-up
-    names = list(algos)
-    rates: dict[str, list[float]] = {n: [] for n in names}
-    snapshot_s = []
-    for i in range(a.reps):
-        order = names[i % 3:] + names[:i % 3]
-        for name in (order if i % 2 == 0 else order[::-1]):
-            snap = name == "flow1+states" and i % a.snapshot_every == 0
-            if snap:
-                before = ray.get(recorder.status.remote())["heatmaps"]["written"]
-                clusterer.snapshot.remote(i + 1)
-            rates[name].append(sample_rate_of(algos[name], a.steps))
-            if snap:  # untimed: let the snapshot and its heatmap finish
-                t0 = time.perf_counter()
-                while time.perf_counter() - t0 < 30:
-                    if ray.get(recorder.status.remote())["heatmaps"]["written"] > before:
-                        break
-                    time.sleep(0.05)
-                snapshot_s.append(ray.get(clusterer.full_status.remote())["last_compute_s"])
-    st, rec = ray.get(clusterer.full_status.remote()), ray.get(recorder.status.remote())
-    base = rates["plain"]
-    print(f"PPO CartPole-v1, 2 EnvRunners, {a.steps} steps per runner per call, {a.reps} rounds, "
-          f"sample_rate {a.sample_rate}, state_sample_rate 0.25, a snapshot every {a.snapshot_every} call(s)")
-    for n in names:
-        print(f"{n:13s} median {statistics.median(rates[n]):7.0f} steps/s (min {min(rates[n]):.0f}, "
-              f"max {max(rates[n]):.0f})")
-
-    def ratio(x: list[float], y: list[float], label: str, goal: str) -> None:
-        r = [p / q for p, q in zip(x, y)]
-        print(f"{label}: median {statistics.median(r):.3f} (min {min(r):.3f}, max {max(r):.3f}); "
-              f"ratio of totals {sum(x) / sum(y):.3f}  {goal}")
-
-    ratio(rates["flow1"], base, "flow1 without StateClusterer / plain", "goal >= 0.97")
-    ratio(rates["flow1+states"], base, "flow1 with StateClusterer / plain", "goal >= 0.97")
-    ratio(rates["flow1+states"], rates["flow1"], "with / without StateClusterer", "goal: nothing measurable")
-    print(f"snapshots {st['snapshots']} ({st['backend']}, {st['received']} states received, clustering "
-          f"median {statistics.median(snapshot_s) * 1e3:.0f} ms), heatmaps written {rec['heatmaps']['written']}, "
-          f"dropped {rec['heatmaps']['dropped']}, samples dropped {rec['samples_dropped']}")
-    for algo in algos.values():
-        algo.stop()
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
+             logging_level=logging.ERROR)
+    all_arms = arms(tempfile.mkdtemp())
+    names = a.arms.split(",")
+    unknown = set(names) - set(all_arms)
+    if unknown:
+        print(f"unknown arm(s) {sorted(unknown)}; known: {sorted(all_arms)}", file=sys.stderr)
+        return 2
+    train: dict[str, list[float]] = {n: [] for n in names}
+    sample: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    settle()
+    for r in range(a.rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            t, s, c = measure(all_arms[name], a)
+            train[name].append(t)
+            sample[name].append(s)
+            cpu[name].append(c)
+            print(f"round {r + 1} {name:22s} train() {t:7.0f} steps/s   sample() {s:7.0f} steps/s   "
+                  f"CPU {c:6.0f} ms / 1000 steps (train)", flush=True)
     ray.shutdown()
+    base = names[0]
+    print(f"\nPPO CartPole-v1, 2 EnvRunners, preset {a.preset} {PRESETS[a.preset] or '(RLlib defaults)'}, seed {a.seed}, "
+          f"{a.rounds} rounds (ABBA), {a.iterations} timed train() iterations and {a.calls} sample() calls of "
+          f"{a.steps} steps per runner per arm and round; one algorithm alive at a time; wall clock")
+    for n in names[1:]:
+        for label, d in (("algo.train()", train), ("direct sample()", sample), ("CPU per step", cpu)):
+            r = [x / y for x, y in zip(d[n], d[base])]
+            print(f"{n} / {base} {label:16s}: median {statistics.median(r):.3f} (min {min(r):.3f}, max {max(r):.3f}); "
+                  f"ratio of totals {sum(d[n]) / sum(d[base]):.3f}")
+    return 0
 
 
 if __name__ == "__main__":

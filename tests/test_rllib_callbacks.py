@@ -45,12 +45,11 @@ class Run:
     def __init__(self, result: dict):
         import ray
 
-        from flow1_ray.names import monitor_name, recorder_name
+        from flow1_ray.names import hub_name
 
         self.dir = Path(result["flow1"]["run_dir"])
-        rid = self.dir.name
-        self.monitor = ray.get_actor(monitor_name(rid), namespace="flow1")
-        self.recorder = ray.get_actor(recorder_name(rid), namespace="flow1")
+        # the hub holds the Recorder and the monitor (and, on CPU, the clusterer)
+        self.hub = self.monitor = self.recorder = ray.get_actor(hub_name(self.dir.name), namespace="flow1")
 
     def status(self) -> dict:
         import ray
@@ -207,6 +206,7 @@ def test_killing_the_recorder_loses_no_flushed_row(ray_session, tmp_path):
         for _ in range(3):
             algo.train()
         assert ray.get(run.recorder.ping.remote(), timeout=30)  # Ray restarted it
+        assert run.status()["probes"] >= 1 and run.status()["workers"], "the driver registered the runners again"
         ray.get(run.recorder.flush.remote(), timeout=10)
         after = load_metrics(run.dir)
         assert after.num_rows >= before + 2

@@ -29,20 +29,30 @@ def _drained(actor, timeout_s: float = 60.0) -> None:
             time.sleep(0.1)
 
 
+def _hub_args(tmp_path, run_id: str = "r", states: bool = False, **opts) -> tuple:
+    import ray
+
+    from flow1_ray.options import Flow1Options
+
+    o = Flow1Options().with_overrides(flush_interval_s=0.2, **opts).as_dict()
+    return str(tmp_path), run_id, ray.get_runtime_context().get_job_id(), o, states
+
+
 def test_full_queue_drops_and_counts_without_blocking(ray_session, tmp_path):
     import ray
 
-    from flow1_ray.actors.recorder import make_recorder_actor
+    from flow1_ray.actors.hub import CONCURRENCY, make_hub_actor
 
-    Recorder = make_recorder_actor()
+    Hub = make_hub_actor()
 
-    @ray.remote(num_cpus=0)
-    class SlowRecorder(Recorder.__ray_actor_class__):  # the real Recorder, with a stuck disk
+    @ray.remote(num_cpus=0, concurrency_groups=CONCURRENCY)
+    class SlowHub(Hub.__ray_actor_class__):  # the real hub, with a stuck disk
+        @ray.method(concurrency_group="recorder")
         def ingest(self, batch):
             time.sleep(0.5)
             super().ingest(batch)
 
-    rec = SlowRecorder.options(max_pending_calls=2, max_concurrency=1).remote(str(tmp_path), "r", 0.2)
+    rec = SlowHub.options(max_pending_calls=2).remote(*_hub_args(tmp_path))
     ray.get(rec.ping.remote())
     sender = Sender("w1", lambda: rec, worker_index=1)
     ev = Event(C.REWARD_NAN, "reward nan at step 3", {"first_step": 3}).to_dict()
@@ -70,37 +80,43 @@ def test_events_wait_until_the_run_is_reachable():
     assert len(sender.waiting) == 3 and sender.dropped == 0 and sender.has_news
 
 
-def test_state_batches_reach_the_clusterer_and_its_snapshot_the_recorder(ray_session, tmp_path):
-    """The real StateClusterer and Recorder actors: a runner's sender drop count reaches
-    the Recorder as SAMPLES_DROPPED, a snapshot is computed off the request path, and
-    finish() returns only once the Recorder holds the last one."""
+@pytest.mark.parametrize("where", ["hub", "own-actor"])
+def test_state_batches_reach_the_clusterer_and_its_snapshot_the_recorder(ray_session, tmp_path, where):
+    """The real clusterer (inside the hub, or its own actor as with a GPU share) and the
+    hub's Recorder: a runner's sender drop count reaches the Recorder as SAMPLES_DROPPED, a
+    snapshot is computed off the request path, and finish_states() returns only once the
+    Recorder holds the last one."""
     import numpy as np
     import ray
 
     from flow1_ray import load_clusters, load_events
     from flow1_ray.actors.clusterer import make_clusterer_actor
-    from flow1_ray.actors.recorder import make_recorder_actor
+    from flow1_ray.actors.hub import make_hub_actor
+    from flow1_ray.names import hub_name
 
-    rec = make_recorder_actor().options(name="rec-states-test", namespace="flow1").remote(str(tmp_path), "r", 0.2)
-    cl = make_clusterer_actor().remote("rec-states-test", "flow1", 4, "auto", {}, 0)
-    sender = Sender("w1/states", lambda: cl, worker_index=1)
+    rid = f"states-test-{where}"
+    hub = make_hub_actor().options(name=hub_name(rid), namespace="flow1").remote(
+        *_hub_args(tmp_path, rid, states=where == "hub", n_clusters=4))
+    cl = hub if where == "hub" else make_clusterer_actor().remote(hub_name(rid), "flow1", 4, "auto", {}, 0)
+    sender = Sender("w1/states", lambda: cl, worker_index=1, method="ingest_states")
     rng = np.random.default_rng(0)
 
     def batch(n):
-        return {"x": rng.normal(size=(n, 3)).astype(np.float32), "a": rng.integers(0, 2, n),
-                "fail": np.zeros(n, bool), "policy": np.full((n, 2), np.nan, np.float32), "labels": ["0", "1"]}
+        return {"modules": {"default_policy": {
+            "x": rng.normal(size=(n, 3)).astype(np.float32), "a": rng.integers(0, 2, n), "fail": np.zeros(n, bool),
+            "policy": np.full((n, 2), np.nan, np.float32), "labels": ["0", "1"]}}}
 
     assert sender.call(batch(300)) is True
     assert ray.get(cl.snapshot.remote(1), timeout=10) is True
     # the next batch of a runner whose sender met a full queue three times
-    cl.ingest.remote({**batch(300), "source": "w1/states", "worker_index": 1, "dropped": 3})
-    assert ray.get(cl.finish.remote(2, 10.0, 30.0), timeout=40) is True
-    st = ray.get(cl.full_status.remote(), timeout=10)
+    cl.ingest_states.remote({**batch(300), "source": "w1/states", "worker_index": 1, "dropped": 3})
+    assert ray.get(cl.finish_states.remote(2, 10.0, 30.0), timeout=40) is True
+    st = ray.get(cl.states_status.remote(), timeout=10)
     assert st["snapshots"] == 2 and st["received"] == 600 and st["placement"] == "cpu" and st["backend"] == "sklearn"
-    status = ray.get(rec.close.remote(), timeout=40)
+    status = ray.get(hub.close.remote(), timeout=40)
     assert status["snapshots"] == 2 and status["heatmaps"]["written"] == 2 and status["samples_dropped"] == 3
     assert sorted(set(load_clusters(tmp_path).column("iteration").to_pylist())) == [1, 2]
     codes = load_events(tmp_path).column("code").to_pylist()
     assert codes.count(C.STATE_SNAPSHOT) == 2 and C.SAMPLES_DROPPED in codes
-    for actor in (cl, rec):
+    for actor in {cl, hub}:
         ray.kill(actor)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -180,137 +180,176 @@ class ClustererCore:
                     "refits": self.km.refits if self.km is not None else 0}
 
 
+class StatesService:
+    """The StateClusterer's service: one :class:`ClustererCore` per RLModule (a single-agent
+    run has one, ``default_policy``), a bounded queue of snapshot rounds and the thread that
+    computes them at nice +10 and hands each module's snapshot to ``deliver`` (the Recorder).
+    It runs inside the run's hub on CPU, or in its own StateClusterer actor when it is
+    given a GPU share (placed on a GPU node, away from the hub's node if need be)."""
+
+    def __init__(self, deliver: Callable[[dict], Any], n_clusters: int = 30, backend: str = "auto",
+                 thresholds: dict | None = None, seed: int = 0, placement: str = "cpu") -> None:
+        self.deliver = deliver
+        self.args = dict(n_clusters=n_clusters, backend=backend, thresholds=thresholds, seed=seed)
+        self.backend = resolve_backend(backend)
+        self.cores: dict[str, ClustererCore] = {}
+        self._cores_lock = threading.Lock()
+        self.placement = placement
+        self.drop_counts: dict[str, int] = {}   # per sender: its running count of dropped batches
+        self.rounds = 0                 # snapshot rounds computed
+        self.dropped_snapshots = 0      # requests skipped (queue full) or not delivered
+        self.errors = 0
+        self.last_error = ""
+        self.priority = ""
+        self._queue: queue.Queue = queue.Queue(maxsize=PENDING_SNAPSHOTS)
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-clusterer")
+        self._thread.start()
+
+    def _core(self, module: str) -> ClustererCore:
+        with self._cores_lock:
+            core = self.cores.get(module)
+            if core is None:
+                core = self.cores[module] = ClustererCore(**self.args, module=module)
+            return core
+
+    def ingest(self, batch: dict) -> tuple[str, int] | None:
+        """One batch from an EnvRunner: rows per module. Returns (source, dropped) when the
+        sender's running drop count rose (the caller tells the Recorder), else None."""
+        modules = batch.get("modules")
+        if modules is None and "x" in batch:  # one module's rows at the top level
+            modules = {DEFAULT_MODULE: batch}
+        for mid, rows in (modules or {}).items():
+            self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"], rows.get("policy"))
+        src, dropped = str(batch.get("source")), int(batch.get("dropped", 0))
+        if dropped > self.drop_counts.get(src, 0):
+            self.drop_counts[src] = dropped
+            return src, dropped
+        return None
+
+    def _windows(self) -> dict[str, tuple]:
+        with self._cores_lock:
+            cores = list(self.cores.items())
+        out = {}
+        for mid, core in cores:
+            window = core.take_window()
+            if window[0] is not None:
+                out[mid] = window
+        return out
+
+    def snapshot(self, iteration: int, return_mean: float | None = None) -> bool:
+        """Close every module's window now (so that a snapshot holds the states up to its
+        iteration, however late the thread computes it) and queue them; False when no state
+        arrived, or when earlier snapshots still wait (then skipped and counted)."""
+        windows = self._windows()
+        if not windows:
+            return False
+        try:
+            self._queue.put_nowait((iteration, return_mean, windows))
+        except queue.Full:
+            self.dropped_snapshots += 1
+            return False
+        return True
+
+    def finish(self, iteration: int | None, return_mean: float | None, wait_s: float) -> bool:
+        """The run's close: queue a last snapshot (unless ``iteration`` is None) and wait,
+        at most ``wait_s``, until every queued one is computed and delivered."""
+        deadline = time.monotonic() + wait_s
+        windows = self._windows()
+        if iteration is not None and windows:
+            try:
+                self._queue.put((iteration, return_mean, windows), timeout=wait_s)
+            except queue.Full:
+                self.dropped_snapshots += 1
+        q = self._queue
+        with q.all_tasks_done:
+            return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0,
+                                             timeout=max(0.0, deadline - time.monotonic()))
+
+    def _loop(self) -> None:
+        self.priority = lower_this_thread()
+        while True:
+            iteration, return_mean, windows = self._queue.get()
+            try:
+                for mid, window in windows.items():
+                    try:
+                        out = self._core(mid).compute_snapshot(iteration, return_mean, window)
+                        if out is not None:
+                            self.deliver(out.payload())
+                    except Exception as e:  # a failed snapshot must not stop the next ones
+                        self.errors += 1
+                        self.dropped_snapshots += 1
+                        self.last_error = f"{mid}: {type(e).__name__}: {e}"[:300]
+                self.rounds += 1
+            finally:
+                self._queue.task_done()
+
+    def status(self) -> dict[str, Any]:
+        with self._cores_lock:
+            per = {mid: core.status() for mid, core in self.cores.items()}
+        total = {k: sum(st[k] for st in per.values()) for k in ("received", "window", "rejected", "nonfinite")}
+        return {**total, "snapshots": self.rounds, "modules": per, "backend": self.backend,
+                "placement": self.placement, "priority": self.priority,
+                "dropped_snapshots": self.dropped_snapshots, "errors": self.errors, "last_error": self.last_error,
+                "last_compute_s": max((st["last_compute_s"] for st in per.values()), default=0.0)}
+
+
+def limit_threads(backend: str) -> None:
+    """A diagnostic process without a CPU reservation must not take every core for
+    BLAS/OpenMP (scikit-learn, torch)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    if backend == "torch":
+        import torch
+        torch.set_num_threads(1)
+
+
 def make_clusterer_actor():
-    """The StateClusterer Ray actor class (built lazily so this module imports without Ray)."""
+    """The StateClusterer Ray actor class, for a run that gives the clusterer a GPU share:
+    a :class:`StatesService` in its own process, delivering to the hub (built lazily so
+    this module imports without Ray). On CPU the service runs inside the hub instead."""
     import ray
 
     @ray.remote(num_cpus=0, max_restarts=-1)
     class StateClusterer:
-        """One :class:`ClustererCore` per RLModule (a single-agent run has one,
-        ``default_policy``); a snapshot round closes every module's window at once."""
-
-        def __init__(self, recorder_name: str, namespace: str, n_clusters: int = 30, backend: str = "auto",
+        def __init__(self, hub_name: str, namespace: str, n_clusters: int = 30, backend: str = "auto",
                      thresholds: dict | None = None, seed: int = 0) -> None:
-            from threadpoolctl import threadpool_limits
-
-            # a diagnostic actor with num_cpus=0 must not take every core for BLAS/OpenMP
-            self._limits = threadpool_limits(limits=1)
             gpus = ray.get_gpu_ids()
             if backend == "auto" and not gpus:  # no GPU given to this actor: do not use one
                 backend = "sklearn"
-            self.args = dict(n_clusters=n_clusters, backend=backend, thresholds=thresholds, seed=seed)
-            self.backend = resolve_backend(backend)
-            if self.backend == "torch":
-                import torch
-                torch.set_num_threads(1)
-            self.cores: dict[str, ClustererCore] = {}
-            self._cores_lock = threading.Lock()
-            self.placement = f"gpu {gpus}" if gpus else "cpu"
-            self._recorder_name, self._namespace = recorder_name, namespace
-            self._recorder = None
-            self._drops: dict[str, int] = {}
-            self.rounds = 0                 # snapshot rounds computed
-            self.dropped_snapshots = 0      # requests skipped (queue full) or not delivered
-            self.errors = 0
-            self.last_error = ""
-            self.priority = ""
-            self._queue: queue.Queue = queue.Queue(maxsize=PENDING_SNAPSHOTS)
-            self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-clusterer")
-            self._thread.start()
+            limit_threads(resolve_backend(backend))
+            self._hub_name, self._namespace = hub_name, namespace
+            self._hub = None
+            self.service = StatesService(self._deliver, n_clusters, backend, thresholds, seed,
+                                         placement=f"gpu {gpus}" if gpus else "cpu")
 
-        def _recorder_handle(self) -> Any:
-            if self._recorder is None:
-                self._recorder = ray.get_actor(self._recorder_name, namespace=self._namespace)
-            return self._recorder
+        def _hub_handle(self) -> Any:
+            if self._hub is None:
+                self._hub = ray.get_actor(self._hub_name, namespace=self._namespace)
+            return self._hub
 
-        def _core(self, module: str) -> ClustererCore:
-            with self._cores_lock:
-                core = self.cores.get(module)
-                if core is None:
-                    core = self.cores[module] = ClustererCore(**self.args, module=module)
-                return core
+        def _deliver(self, payload: dict) -> None:
+            try:  # waited for: back-pressure, and finish() means delivered
+                ray.get(self._hub_handle().add_snapshot.remote(payload), timeout=30)
+            except Exception:
+                self._hub = None
+                raise
 
-        def ingest(self, batch: dict) -> None:
-            """One batch from an EnvRunner: rows per module plus its sender's running drop count."""
-            modules = batch.get("modules")
-            if modules is None and "x" in batch:  # one module's rows at the top level
-                modules = {DEFAULT_MODULE: batch}
-            for mid, rows in (modules or {}).items():
-                self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"],
-                                                 rows.get("policy"))
-            src, dropped = str(batch.get("source")), int(batch.get("dropped", 0))
-            if dropped > self._drops.get(src, 0):
-                self._drops[src] = dropped
+        def ingest_states(self, batch: dict) -> None:
+            rose = self.service.ingest(batch)
+            if rose is not None:
                 try:
-                    self._recorder_handle().note_dropped.remote(src, dropped, batch.get("worker_index"))
+                    self._hub_handle().note_dropped.remote(*rose, batch.get("worker_index"))
                 except Exception:
-                    pass
-
-        def _windows(self) -> dict[str, tuple]:
-            with self._cores_lock:
-                cores = list(self.cores.items())
-            out = {}
-            for mid, core in cores:
-                window = core.take_window()
-                if window[0] is not None:
-                    out[mid] = window
-            return out
+                    self._hub = None
 
         def snapshot(self, iteration: int, return_mean: float | None = None) -> bool:
-            """Close every module's window now (so that a snapshot holds the states up to its
-            iteration, however late the worker thread computes it) and queue them; False when
-            no state arrived, or when earlier snapshots still wait (then skipped and counted)."""
-            windows = self._windows()
-            if not windows:
-                return False
-            try:
-                self._queue.put_nowait((iteration, return_mean, windows))
-            except queue.Full:
-                self.dropped_snapshots += 1
-                return False
-            return True
+            return self.service.snapshot(iteration, return_mean)
 
-        def finish(self, iteration: int | None, return_mean: float | None, wait_s: float) -> bool:
-            """The run's close: queue a last snapshot (unless ``iteration`` is None) and wait,
-            at most ``wait_s``, until every queued one is computed and held by the Recorder."""
-            deadline = time.monotonic() + wait_s
-            windows = self._windows()
-            if iteration is not None and windows:
-                try:
-                    self._queue.put((iteration, return_mean, windows), timeout=wait_s)
-                except queue.Full:
-                    self.dropped_snapshots += 1
-            q = self._queue
-            with q.all_tasks_done:
-                return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0,
-                                                 timeout=max(0.0, deadline - time.monotonic()))
+        def finish_states(self, iteration: int | None, return_mean: float | None, wait_s: float) -> bool:
+            return self.service.finish(iteration, return_mean, wait_s)
 
-        def _loop(self) -> None:
-            self.priority = lower_this_thread()
-            while True:
-                iteration, return_mean, windows = self._queue.get()
-                try:
-                    for mid, window in windows.items():
-                        try:
-                            out = self._core(mid).compute_snapshot(iteration, return_mean, window)
-                            if out is not None:  # waited for: back-pressure, and finish() means delivered
-                                ray.get(self._recorder_handle().add_snapshot.remote(out.payload()), timeout=30)
-                        except Exception as e:  # a failed snapshot must not stop the next ones
-                            self.errors += 1
-                            self.dropped_snapshots += 1
-                            self.last_error = f"{mid}: {type(e).__name__}: {e}"[:300]
-                            self._recorder = None
-                    self.rounds += 1
-                finally:
-                    self._queue.task_done()
-
-        def full_status(self) -> dict[str, Any]:
-            with self._cores_lock:
-                per = {mid: core.status() for mid, core in self.cores.items()}
-            total = {k: sum(st[k] for st in per.values()) for k in ("received", "window", "rejected", "nonfinite")}
-            return {**total, "snapshots": self.rounds, "modules": per, "backend": self.backend,
-                    "placement": self.placement, "priority": self.priority,
-                    "dropped_snapshots": self.dropped_snapshots, "errors": self.errors, "last_error": self.last_error,
-                    "last_compute_s": max((st["last_compute_s"] for st in per.values()), default=0.0)}
+        def states_status(self) -> dict[str, Any]:
+            return self.service.status()
 
     return StateClusterer

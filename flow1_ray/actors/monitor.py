@@ -1,17 +1,20 @@
-"""HeartbeatMonitor: turns the probes' transitions into WORKER_* events and keeps the
+"""The heartbeat monitor: turns the probes' transitions into WORKER_* events and keeps the
 table of workers that ``on_train_result`` reports (alive, dead, stalled, restarted).
 
-It starts one NodeProbe per alive node (pinned there: lock files are node-local) and adds
-probes for nodes that join later; it asks Ray's GCS for the exit detail of a dead worker.
+It runs inside the run's hub (:mod:`~flow1_ray.actors.hub`): one probe per alive node (lock
+files are node-local; the hub's own node is scanned by a thread of the hub, every other by
+a NodeProbe actor pinned there), probes for nodes that join later, and Ray's GCS asked for
+the exit detail of a dead worker.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from .. import codes as C
 from ..events import Event
@@ -172,142 +175,165 @@ class MonitorCore:
                 "workers": list(self.workers.values()), "probe_errors": self.probe_errors[-5:]}
 
 
-def make_monitor_actor():
-    """The HeartbeatMonitor Ray actor class (built lazily: this module imports without Ray)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+class MonitorService(MonitorCore):
+    """The monitor as it runs inside the run's hub: one probe per alive node (a
+    :class:`~flow1_ray.actors.probe.ProbeLoop` thread for the hub's own node, a NodeProbe
+    actor pinned to every other node, added as nodes join), deaths waiting for Ray's exit
+    detail on a thread (off the report path), and the contention logic.
 
-    from ..checks.thresholds import DEFAULT
-    from .contention import ContentionCore
-    from .probe import make_probe_actor
+    ``send(events)`` hands events to the Recorder; ``crash_recorded(pid)`` asks it whether
+    that process's ENV_CRASHED is recorded (one incident, one finding).
+    """
 
-    NodeProbe = make_probe_actor()
+    def __init__(self, run_id: str, job_id: str, stall_timeout_s: float, stall_action: str,
+                 probe_interval_s: float, heartbeat_interval_s: float, thresholds: dict | None,
+                 send: Callable[[list[Event]], Any], crash_recorded: Callable[[int], bool]) -> None:
+        import ray
 
-    @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=8)
-    class HeartbeatMonitor(MonitorCore):
-        def __init__(self, run_id: str, recorder_name: str, namespace: str, job_id: str,
-                     stall_timeout_s: float, stall_action: str, probe_interval_s: float,
-                     heartbeat_interval_s: float, thresholds: dict | None = None) -> None:
-            super().__init__(run_id, stall_timeout_s, stall_action)
-            self.recorder_name, self.namespace = recorder_name, namespace
-            self._recorder_handle = None
-            self.job_id = job_id
-            self.probe_interval = probe_interval_s
-            self.heartbeat_interval = heartbeat_interval_s
-            self.probes: dict[str, Any] = {}
-            self.keys: list[str] = []
-            self.local_prefixes: list[str] = []
-            self.summaries: dict[str, dict] = {}
-            self.contention = ContentionCore(run_id, DEFAULT.with_overrides(thresholds))
-            self._deaths: queue.Queue = queue.Queue()
-            threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
+        from ..checks.thresholds import DEFAULT
+        from .contention import ContentionCore
 
-        def _recorder(self):
-            if self._recorder_handle is None:
-                self._recorder_handle = ray.get_actor(self.recorder_name, namespace=self.namespace)
-            return self._recorder_handle
+        super().__init__(run_id, stall_timeout_s, stall_action)
+        self._send_events, self._crash_recorded_at = send, crash_recorded
+        self.job_id = job_id
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.probe_interval = probe_interval_s
+        self.heartbeat_interval = heartbeat_interval_s
+        self.probes: dict[str, Any] = {}       # node id -> ProbeLoop (this node) or NodeProbe handle
+        self.keys: list[str] = []
+        self.local_prefixes: list[str] = []
+        self.summaries: dict[str, dict] = {}
+        self.contention = ContentionCore(run_id, DEFAULT.with_overrides(thresholds))
+        self._deaths: queue.Queue = queue.Queue()
+        self._probes_lock = threading.Lock()
+        threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
 
-        def ensure_probes(self) -> int:
-            """One NodeProbe on every alive node that has none yet."""
-            me = ray.get_runtime_context().current_actor
+    def ensure_probes(self) -> int:
+        """A probe on every alive node that has none yet (this node's in this process)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from .probe import ProbeLoop, make_probe_actor
+
+        with self._probes_lock:
             for node in ray.nodes():
                 nid = node["NodeID"]
                 if not node.get("Alive") or nid in self.probes:
                     continue
-                probe = NodeProbe.options(
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
-                ).remote(self.job_id, me, nid, self.stall_timeout, self.probe_interval,
-                         self.heartbeat_interval, self.stall_action)
-                probe.set_keys.remote(self.keys, self.local_prefixes)
+                if nid == self.node_id:
+                    probe: Any = ProbeLoop(self.job_id, nid, self.stall_timeout, self.probe_interval,
+                                           self.heartbeat_interval, self.stall_action, self.report, self.probe_error)
+                    probe.set_keys(self.keys, self.local_prefixes)
+                else:
+                    probe = make_probe_actor().options(
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
+                    ).remote(self.job_id, ray.get_runtime_context().current_actor, nid, self.stall_timeout,
+                             self.probe_interval, self.heartbeat_interval, self.stall_action)
+                    probe.set_keys.remote(self.keys, self.local_prefixes)
                 self.probes[nid] = probe
             return len(self.probes)
 
-        def wait_probes(self, timeout_s: float) -> int:
-            """Block until every probe answers (they scan from then on); returns how many did."""
-            refs = [p.ping.remote() for p in self.probes.values()]
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-            return len(ready)
+    def _remote_probes(self) -> list[Any]:
+        return [p for nid, p in self.probes.items() if nid != self.node_id]
 
-        def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
-            self.keys, self.local_prefixes = list(keys), list(local_prefixes)
-            for p in self.probes.values():
+    def wait_probes(self, timeout_s: float) -> int:
+        """Block until every probe answers (they scan from then on); returns how many did."""
+        import ray
+
+        refs = [p.ping.remote() for p in self._remote_probes()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        return len(ready) + (self.node_id in self.probes)
+
+    def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
+        self.keys, self.local_prefixes = list(keys), list(local_prefixes)
+        for nid, p in list(self.probes.items()):
+            if nid == self.node_id:
+                p.set_keys(self.keys, self.local_prefixes)
+            else:
                 p.set_keys.remote(self.keys, self.local_prefixes)
-            return len(self.keys)
+        return len(self.keys)
 
-        def _death_loop(self) -> None:
-            """Deaths wait here for Ray's exit detail (the GCS records a death a moment after
-            the kernel released the lock), one worker-table read per round for all of them;
-            the table and the counts were updated when the probe reported."""
-            while True:
-                batch = [self._deaths.get()]
-                while not self._deaths.empty():
-                    batch.append(self._deaths.get_nowait())
-                pids = {ch["pid"] for _, ch, _ in batch}
-                details: dict[int, dict] = {}
-                for _ in range(GCS_LOOKUP_TRIES):
-                    details.update(ray_exit_details(pids - set(details)))
-                    if pids <= set(details):
-                        break
-                    time.sleep(GCS_LOOKUP_WAIT_S)
-                self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
-                            for _, ch, where in batch])
+    def _death_loop(self) -> None:
+        """Deaths wait here for Ray's exit detail (the GCS records a death a moment after
+        the kernel released the lock), one worker-table read per round for all of them;
+        the table and the counts were updated when the probe reported."""
+        while True:
+            batch = [self._deaths.get()]
+            while not self._deaths.empty():
+                batch.append(self._deaths.get_nowait())
+            pids = {ch["pid"] for _, ch, _ in batch}
+            details: dict[int, dict] = {}
+            for _ in range(GCS_LOOKUP_TRIES):
+                details.update(ray_exit_details(pids - set(details)))
+                if pids <= set(details):
+                    break
+                time.sleep(GCS_LOOKUP_WAIT_S)
+            self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
+                        for _, ch, where in batch])
 
-        def _crash_recorded(self, ch: dict) -> bool:
-            """Whether the Recorder holds this process's ENV_CRASHED (sent by the runner
-            before RLlib's restart delay and exit); unknown counts as no: then the death
-            stays a FAIL, so an incident is never left without one."""
-            if not ch.get("exception"):
-                return False
-            try:
-                return bool(ray.get(self._recorder().crash_recorded.remote(ch["pid"]), timeout=2.0))
-            except Exception:
-                return False
+    def _crash_recorded(self, ch: dict) -> bool:
+        """Whether the Recorder holds this process's ENV_CRASHED (sent by the runner
+        before RLlib's restart delay and exit); unknown counts as no: then the death
+        stays a FAIL, so an incident is never left without one."""
+        if not ch.get("exception"):
+            return False
+        try:
+            return bool(self._crash_recorded_at(ch["pid"]))
+        except Exception:
+            return False
 
-        def _send(self, events: list[Event]) -> None:
-            if not events:
-                return
-            try:
-                self._recorder().add_events.remote([e.to_dict() for e in events])
-            except Exception as e:
-                self._recorder_handle = None
-                self.probe_errors.append(f"recorder unreachable: {type(e).__name__}")
+    def _send(self, events: list[Event]) -> None:
+        if not events:
+            return
+        try:
+            self._send_events(events)
+        except Exception as e:
+            self.probe_errors.append(f"recorder: {type(e).__name__}: {e}"[:200])
 
-        def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
-            self.summaries[node_id] = summary
-            for ch in changes:
-                if ch["kind"] == "died":
-                    self._deaths.put((node_id, ch, self.update(node_id, ch)))
-            changes = [ch for ch in changes if ch["kind"] != "died"]
-            try:
-                events = self.events_for(node_id, changes) if changes else []
-            except Exception as e:  # a fire-and-forget call would lose this silently: keep it
-                self.probe_errors.append(f"events: {type(e).__name__}: {e}")
-                events = []
-            try:
-                events += self.contention.observe(node_id, summary)
-            except Exception as e:  # a judgement must not stop the monitor
-                self.probe_errors.append(f"contention: {type(e).__name__}: {e}")
-            self._send(events)
+    def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
+        self.summaries[node_id] = summary
+        for ch in changes:
+            if ch["kind"] == "died":
+                self._deaths.put((node_id, ch, self.update(node_id, ch)))
+        changes = [ch for ch in changes if ch["kind"] != "died"]
+        try:
+            events = self.events_for(node_id, changes) if changes else []
+        except Exception as e:  # a fire-and-forget call would lose this silently: keep it
+            self.probe_errors.append(f"events: {type(e).__name__}: {e}")
+            events = []
+        try:
+            events += self.contention.observe(node_id, summary)
+        except Exception as e:  # a judgement must not stop the monitor
+            self.probe_errors.append(f"contention: {type(e).__name__}: {e}")
+        self._send(events)
 
-        def probe_error(self, node_id: str, error: str) -> None:
-            self.probe_errors.append(f"{node_id[:8]}: {error}")
+    def probe_error(self, node_id: str, error: str) -> None:
+        self.probe_errors.append(f"{node_id[:8]}: {error}")
 
-        def full_status(self) -> dict:
-            st = self.status()
-            st["probes"] = len(self.probes)
-            st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
-            return st
+    def full_status(self) -> dict:
+        st = self.status()
+        st["probes"] = len(self.probes)
+        st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
+        return st
 
-        def probe_pids(self) -> list[int]:
-            return [r["pid"] for r in ray.get([p.ping.remote() for p in self.probes.values()], timeout=10)]
+    def probe_pids(self) -> list[int]:
+        import ray
 
-        def stop_probes(self) -> int:
-            refs = [p.stop.remote() for p in self.probes.values()]
+        remote = ray.get([p.ping.remote() for p in self._remote_probes()], timeout=10)
+        return [r["pid"] for r in remote] + ([os.getpid()] if self.node_id in self.probes else [])
+
+    def stop_probes(self) -> int:
+        import ray
+
+        with self._probes_lock:
+            remote = self._remote_probes()
+            refs = [p.stop.remote() for p in remote]
+            local = self.probes.get(self.node_id)
+            if local is not None:
+                local.stop()
             ray.wait(refs, num_returns=len(refs), timeout=2.0)
-            for p in self.probes.values():
+            for p in remote:
                 ray.kill(p, no_restart=True)
             n = len(self.probes)
             self.probes.clear()
             return n
-
-    return HeartbeatMonitor

@@ -1,11 +1,13 @@
-"""NodeProbe: one per node, reads every lock file of its node, reports changes at once.
+"""The node probe: one per node, reads every lock file of its node, reports changes at once.
 
 :class:`LockScanner` is the engine (no Ray, so the benchmark can drive thousands of
 simulated holders): each scan tries each lock file with ``F_GETLK`` and reads its 64-byte
 header, and turns what changed into transitions: ``new``, ``restarted``, ``died``,
-``stopped``, ``stalled``, ``recovered``. The actor runs scans every ``probe_interval_s``
-on a thread and sends transitions to the monitor as soon as a scan finds one; otherwise
-one summary per ``heartbeat_interval_s``: one RPC per node per period, never per worker.
+``stopped``, ``stalled``, ``recovered``. :class:`ProbeLoop` runs scans every
+``probe_interval_s`` on a thread and hands transitions to the monitor as soon as a scan
+finds one; otherwise one summary per ``heartbeat_interval_s``: one report per node per
+period, never per worker. The hub's own node is scanned by a loop inside the hub; every
+other node gets a NodeProbe actor.
 """
 
 from __future__ import annotations
@@ -301,67 +303,93 @@ def exit_signal_from(tb: str, header: Header | None, killed_by_flow1: bool, had_
     return {"exit_signal": "SIGKILL", "signal_inferred": True}
 
 
-def make_probe_actor():
-    """The NodeProbe Ray actor class (built lazily so this module imports without Ray)."""
-    import ray
+class ProbeLoop:
+    """One node's scan loop on a thread: scans every ``probe_interval_s`` and hands
+    transitions to ``report(node_id, changes, summary)`` as soon as a scan finds one, else
+    one summary per ``heartbeat_interval_s``. It runs inside the run's hub for the hub's own
+    node (``report`` is then a plain call) and inside a NodeProbe actor on every other node
+    (``report`` is then a fire-and-forget call to the hub)."""
 
-    from .contention import node_load
+    def __init__(self, job_id: str, node_id: str, stall_timeout_s: float, probe_interval_s: float,
+                 heartbeat_interval_s: float, stall_action: str, report: Callable[[str, list, dict], Any],
+                 error: Callable[[str, str], Any]) -> None:
+        from .contention import node_load
+
+        self._node_load = node_load
+        self.node_id = node_id
+        self.report, self.error = report, error
+        self.keys: set[str] = set()
+        self.local_prefixes: tuple[str, ...] = ()
+        sweep_stale()
+        self.scanner = LockScanner(job_lock_dir(job_id, node_id), stall_timeout_s, key_filter=self._ours,
+                                   stall_action=stall_action)
+        self.interval = probe_interval_s
+        self.summary_every = heartbeat_interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-probe")
+        self._thread.start()
+
+    def _ours(self, key: str) -> bool:
+        return key in self.keys or (bool(self.local_prefixes) and key.startswith(self.local_prefixes))
+
+    def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
+        self.keys = set(keys)
+        self.local_prefixes = tuple(local_prefixes)
+        return len(self.keys)
+
+    def _loop(self) -> None:
+        last_summary = 0.0
+        # at thousands of lock files a scan takes tens of ms: keep the probe under
+        # ~1/MAX_BUSY of a core by spacing scans, detection stays well under 0.5 s
+        while not self._stop.wait(max(self.interval, MAX_BUSY * self.scanner.last_scan_s)):
+            try:
+                changes = self.scanner.scan()
+                now = time.monotonic()
+                if changes or now - last_summary >= self.summary_every:
+                    summary = self.scanner.summary()
+                    summary["load"] = self._node_load()
+                    self.report(self.node_id, changes, summary)
+                    last_summary = now
+            except Exception as e:  # keep probing whatever happens
+                try:
+                    self.error(self.node_id, f"{type(e).__name__}: {e}")
+                except Exception:
+                    pass
+
+    def stop(self) -> bool:
+        """End of the run: one last scan clears the files of runners that stopped."""
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        try:
+            self.scanner.scan()
+        finally:
+            self.scanner.close()
+        return True
+
+    def info(self) -> dict:
+        return {"node_id": self.node_id, "scans": self.scanner.scans, "pid": os.getpid()}
+
+
+def make_probe_actor():
+    """The NodeProbe Ray actor class: a :class:`ProbeLoop` on a node other than the hub's
+    (built lazily so this module imports without Ray)."""
+    import ray
 
     @ray.remote(num_cpus=0, max_restarts=-1)
     class NodeProbe:
-        def __init__(self, job_id: str, monitor: Any, node_id: str, stall_timeout_s: float,
+        def __init__(self, job_id: str, hub: Any, node_id: str, stall_timeout_s: float,
                      probe_interval_s: float, heartbeat_interval_s: float, stall_action: str) -> None:
-            self.monitor = monitor
-            self.node_id = node_id
-            self.keys: set[str] = set()
-            self.local_prefixes: tuple[str, ...] = ()
-            sweep_stale()
-            self.scanner = LockScanner(job_lock_dir(job_id, node_id), stall_timeout_s, key_filter=self._ours,
-                                       stall_action=stall_action)
-            self.interval = probe_interval_s
-            self.summary_every = heartbeat_interval_s
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-probe")
-            self._thread.start()
-
-        def _ours(self, key: str) -> bool:
-            return key in self.keys or (bool(self.local_prefixes) and key.startswith(self.local_prefixes))
+            self.loop = ProbeLoop(job_id, node_id, stall_timeout_s, probe_interval_s, heartbeat_interval_s,
+                                  stall_action, report=lambda *a: hub.report.remote(*a),
+                                  error=lambda *a: hub.probe_error.remote(*a))
 
         def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
-            self.keys = set(keys)
-            self.local_prefixes = tuple(local_prefixes)
-            return len(self.keys)
-
-        def _loop(self) -> None:
-            last_summary = 0.0
-            # at thousands of lock files a scan takes tens of ms: keep the probe under
-            # ~1/MAX_BUSY of a core by spacing scans, detection stays well under 0.5 s
-            while not self._stop.wait(max(self.interval, MAX_BUSY * self.scanner.last_scan_s)):
-                try:
-                    changes = self.scanner.scan()
-                    now = time.monotonic()
-                    if changes or now - last_summary >= self.summary_every:
-                        summary = self.scanner.summary()
-                        summary["load"] = node_load()
-                        self.monitor.report.remote(self.node_id, changes, summary)
-                        last_summary = now
-                except Exception as e:  # keep probing whatever happens
-                    try:
-                        self.monitor.probe_error.remote(self.node_id, f"{type(e).__name__}: {e}")
-                    except Exception:
-                        pass
+            return self.loop.set_keys(keys, local_prefixes)
 
         def stop(self) -> bool:
-            """End of the run: one last scan clears the files of runners that stopped."""
-            self._stop.set()
-            self._thread.join(timeout=2.0)
-            try:
-                self.scanner.scan()
-            finally:
-                self.scanner.close()
-            return True
+            return self.loop.stop()
 
         def ping(self) -> dict:
-            return {"node_id": self.node_id, "scans": self.scanner.scans, "pid": os.getpid()}
+            return self.loop.info()
 
     return NodeProbe

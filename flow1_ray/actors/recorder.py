@@ -3,8 +3,9 @@
 Everything arrives here as plain dicts (fire-and-forget calls); a background thread
 writes Parquet parts and log lines every ``flush_interval_s``, and the heatmap writer's
 thread renders PNGs: no request waits for a disk. A part, once written, is
-never rewritten, so killing the Recorder loses at most the rows of one interval; Ray
-restarts it (``max_restarts=-1``) with the same arguments and it goes on writing new parts.
+never rewritten, so killing the Recorder (the run's hub process) loses at most the rows of
+one interval; Ray restarts the hub (``max_restarts=-1``) with the same arguments and it goes
+on writing new parts.
 """
 
 from __future__ import annotations
@@ -148,42 +149,32 @@ class RecorderCore:
                     "snapshots": self.snapshots, "heatmaps": self.heatmaps.status(), "run_dir": str(self.run_dir)}
 
 
-def make_recorder_actor():
-    """The Recorder Ray actor class (built lazily so this module imports without Ray)."""
-    import ray
+class RecorderService(RecorderCore):
+    """The Recorder as it runs inside the run's hub: a thread flushes every
+    ``flush_interval_s``; Parquet writing never happens on a request's path."""
 
-    # One request at a time: calls from one caller then run in the order they were sent, so
-    # the metric rows an iteration sends are written before the close() that follows them.
-    # Parquet writing happens on the flush thread, never on the request path.
-    @ray.remote(num_cpus=0, max_restarts=-1)
-    class Recorder(RecorderCore):
-        def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
-            super().__init__(run_dir, run_id, flush_interval_s)
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-recorder")
-            self._thread.start()
+    def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
+        super().__init__(run_dir, run_id, flush_interval_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-recorder")
+        self._thread.start()
 
-        def _loop(self) -> None:
-            while not self._stop.wait(self.flush_interval):
-                try:
-                    self.flush()
-                except Exception:  # a full disk must not kill the writer; rows wait in memory
-                    time.sleep(self.flush_interval)
+    def _loop(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            try:
+                self.flush()
+            except Exception:  # a full disk must not kill the writer; rows wait in memory
+                time.sleep(self.flush_interval)
 
-        def ingest(self, batch: dict) -> None:
-            """One batch from an EnvRunner: events plus its drop counter."""
-            if batch.get("events"):
-                self.add_events(batch["events"])
-            if "dropped" in batch:
-                self.note_dropped(str(batch.get("source")), int(batch["dropped"]), batch.get("worker_index"))
+    def ingest(self, batch: dict) -> None:
+        """One batch from an EnvRunner: events plus its drop counter."""
+        if batch.get("events"):
+            self.add_events(batch["events"])
+        if "dropped" in batch:
+            self.note_dropped(str(batch.get("source")), int(batch["dropped"]), batch.get("worker_index"))
 
-        def close(self) -> dict:
-            self._stop.set()
-            self.flush()
-            self.heatmaps.drain(HEATMAP_DRAIN_S)
-            return self.status()
-
-        def ping(self) -> bool:
-            return True
-
-    return Recorder
+    def close(self) -> dict:
+        self._stop.set()
+        self.flush()
+        self.heatmaps.drain(HEATMAP_DRAIN_S)
+        return self.status()

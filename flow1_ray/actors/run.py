@@ -1,11 +1,13 @@
 """The run: its actors, their names, and how EnvRunners find them.
 
 The Algorithm process creates the run's actors in ``on_algorithm_init`` (get-or-create by
-name). They are owned by that process, not detached: Ray ends them when it ends, so no
-flow1 actor outlives its run even if the driver is killed. EnvRunners need none of them to
-start: their lock files are found by the probes, and they only look up the Recorder (by a
-key the Algorithm writes into Ray's internal KV under their actor id) when they have a
-finding to send.
+name): the hub (Recorder, monitor, the hub node's probe and, on CPU, the state clusterer in
+one process: :mod:`~flow1_ray.actors.hub`), a NodeProbe on every other node, and a
+StateClusterer of its own only when it gets a GPU share. They are owned by that process,
+not detached: Ray ends them when it ends, so no flow1 actor outlives its run even if the
+driver is killed. EnvRunners need none of them to start: their lock files are found by the
+probes, and they only look up the hub (by a key the Algorithm writes into Ray's internal KV
+under their actor id) when they have something to send.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..names import KV_PREFIX, clusterer_name, kv, monitor_name, recorder_name
+from ..names import KV_PREFIX, hub_name, kv, states_name
 from ..options import NAMESPACE, Flow1Options
 from .recorder import HEATMAP_DRAIN_S
 
@@ -67,8 +69,7 @@ class Flow1Run:
         from ..checks.curves import RunReturnDrop
         from ..checks.thresholds import DEFAULT
 
-        from .monitor import make_monitor_actor
-        from .recorder import make_recorder_actor
+        from .hub import make_hub_actor
 
         self.opts = opts
         self.run_id = opts.run_id or new_run_id()
@@ -76,23 +77,25 @@ class Flow1Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.job_id = ray.get_runtime_context().get_job_id()
         self.local_prefix = f"local-{os.getpid()}-"
-        self.recorder = make_recorder_actor().options(
-            name=recorder_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
-            max_pending_calls=opts.max_pending_calls,
-        ).remote(str(self.run_dir), self.run_id, opts.flush_interval_s)
-        self.monitor = make_monitor_actor().options(
-            name=monitor_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
-        ).remote(self.run_id, recorder_name(self.run_id), NAMESPACE, self.job_id, opts.stall_timeout_s,
-                 opts.stall_action, opts.probe_interval_s, opts.heartbeat_interval_s, dict(opts.thresholds))
-        self.clusterer = None
-        if opts.state_actions:
+        gpus = clusterer_gpus(opts) if opts.state_actions else 0.0
+        own_states = opts.state_actions and (gpus > 0 or opts.clusterer_backend == "cuml")
+        # a caller's calls in flight: a runner's events and states, the driver's questions
+        self.hub = make_hub_actor().options(
+            name=hub_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
+            max_pending_calls=3 * opts.max_pending_calls,
+        ).remote(str(self.run_dir), self.run_id, self.job_id, opts.as_dict(), opts.state_actions and not own_states)
+        #: where the clusterer's calls go: its own actor with a GPU share, else the hub
+        self.states = self.hub if opts.state_actions else None
+        self.states_actor = None
+        if own_states:
             from .clusterer import make_clusterer_actor
 
-            self.clusterer = make_clusterer_actor().options(
-                name=clusterer_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
-                num_gpus=clusterer_gpus(opts), max_pending_calls=opts.max_pending_calls,
-            ).remote(recorder_name(self.run_id), NAMESPACE, opts.n_clusters, opts.clusterer_backend,
+            self.states = self.states_actor = make_clusterer_actor().options(
+                name=states_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
+                num_gpus=gpus, max_pending_calls=opts.max_pending_calls,
+            ).remote(hub_name(self.run_id), NAMESPACE, opts.n_clusters, opts.clusterer_backend,
                      dict(opts.thresholds), 0)
+        self.hub_started_at: float | None = None
         self.keys: list[str] = []
         self.cursor = 0
         self.closed = False
@@ -107,13 +110,13 @@ class Flow1Run:
         self.iteration, self.return_mean = iteration, return_mean
         drop = self.return_drop.add(iteration, return_mean, episodes_lifetime)
         if drop is not None:
-            self.recorder.add_events.remote([drop.to_event(run_id=self.run_id, iteration=iteration).to_dict()])
-        if self.clusterer is not None and iteration - self.snapshot_iteration >= self.opts.heatmap_every:
+            self.hub.add_events.remote([drop.to_event(run_id=self.run_id, iteration=iteration).to_dict()])
+        if self.states is not None and iteration - self.snapshot_iteration >= self.opts.heatmap_every:
             import ray
 
             self.snapshot_iteration = iteration
             try:
-                self.clusterer.snapshot.remote(iteration, return_mean)
+                self.states.snapshot.remote(iteration, return_mean)
             except ray.exceptions.PendingCallsLimitExceeded:
                 pass
 
@@ -125,10 +128,25 @@ class Flow1Run:
         self.keys = sorted(set(self.keys) | set(keys))
         for k in new:
             kv()._internal_kv_put(KV_PREFIX + k, self.run_id, overwrite=True, namespace=NAMESPACE)
-        ray.get(self.monitor.set_keys.remote(self.keys, [self.local_prefix]), timeout=self.opts.get_timeout_s * 5)
-        ray.get(self.monitor.ensure_probes.remote(), timeout=self.opts.get_timeout_s * 5)
-        # probes start in new processes: wait, so that a runner dying in iteration 1 is seen
-        ray.get(self.monitor.wait_probes.remote(PROBE_START_TIMEOUT_S), timeout=PROBE_START_TIMEOUT_S + 5)
+        t = self.opts.get_timeout_s * 5
+        ray.get(self.hub.set_keys.remote(self.keys, [self.local_prefix]), timeout=t)
+        ray.get(self.hub.ensure_probes.remote(), timeout=t)
+        # probes on other nodes start in new processes: wait, so that a runner dying in
+        # iteration 1 is seen
+        ray.get(self.hub.wait_probes.remote(PROBE_START_TIMEOUT_S), timeout=PROBE_START_TIMEOUT_S + 5)
+
+    def hub_restarted(self, started_at: float | None) -> bool:
+        """Whether the hub is a new incarnation (Ray restarted it after a crash): its probes
+        then need the run's keys again. The first answer only sets the reference."""
+        if started_at is None:
+            return False
+        before, self.hub_started_at = self.hub_started_at, started_at
+        return before is not None and started_at != before
+
+    def reregister(self) -> None:
+        """After a hub restart: keys and probes again, without waiting for the probes."""
+        self.hub.set_keys.remote(self.keys, [self.local_prefix])
+        self.hub.ensure_probes.remote()
 
     def close(self) -> dict:
         """Flush, stop the probes and end the actors; safe to call twice."""
@@ -139,18 +157,18 @@ class Flow1Run:
 
         status: dict = {}
         t = self.opts.get_timeout_s * 5
-        if self.clusterer is not None:
+        if self.states is not None:
             last = self.iteration if self.iteration > self.snapshot_iteration else None
             try:  # a last snapshot of the iterations since the previous one; all delivered
-                ray.get(self.clusterer.finish.remote(last, self.return_mean, t), timeout=t + 5)
+                ray.get(self.states.finish_states.remote(last, self.return_mean, t), timeout=t + 5)
             except Exception:
                 pass
         try:
-            ray.get(self.monitor.stop_probes.remote(), timeout=t)
+            ray.get(self.hub.stop_probes.remote(), timeout=t)
         except Exception:
             pass
         try:
-            status = ray.get(self.recorder.close.remote(), timeout=t + HEATMAP_DRAIN_S)
+            status = ray.get(self.hub.close.remote(), timeout=t + HEATMAP_DRAIN_S)
         except Exception:
             pass
         for k in self.keys:
@@ -158,7 +176,7 @@ class Flow1Run:
                 kv()._internal_kv_del(KV_PREFIX + k, namespace=NAMESPACE)
             except Exception:
                 pass
-        for actor in (self.monitor, self.clusterer, self.recorder):
+        for actor in (self.states_actor, self.hub):
             if actor is None:
                 continue
             try:

@@ -48,7 +48,7 @@ class RunnerAgent:
 
         self.opts = opts
         self.kind = "eval" if getattr(env_runner.config, "in_evaluation", False) else "train"
-        self.index = int(getattr(env_runner, "worker_index", 0))
+        self.index = int(getattr(env_runner, "worker_index", 0) or 0)
         ctx = ray.get_runtime_context()
         self.actor_id = ctx.get_actor_id()
         self.local = self.actor_id is None
@@ -115,7 +115,7 @@ class RunnerAgent:
         """After the wrappers are in place: a space the clusterer cannot take (a Tuple
         action, say) costs the state maps of that module, never liveness or checks; it is
         said once, as a note (STATE_MAPS_OFF), not as a fault of the run."""
-        sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index)
+        sender = Sender(f"{self.key}/states", self._lookup_clusterer, self.index, method="ingest_states")
         common = dict(seed=hash((self.key, os.getpid())) & 0xFFFFFFFF, send_every_s=self.opts.state_send_interval_s)
         try:
             if self.multi_agent:
@@ -268,12 +268,16 @@ class RunnerAgent:
         return ray.get_actor(name_of(run_id), namespace=NAMESPACE) if run_id else None
 
     def _lookup_recorder(self) -> Any:
-        from ..names import recorder_name
-        return self._lookup(recorder_name)
+        from ..names import hub_name
+        return self._lookup(hub_name)
 
     def _lookup_clusterer(self) -> Any:
-        from ..names import clusterer_name
-        return self._lookup(clusterer_name)
+        """The run's own StateClusterer actor if it has one (a GPU share), else the hub."""
+        from ..names import hub_name, states_name
+        try:
+            return self._lookup(states_name)
+        except ValueError:  # no such actor: the clusterer lives in the hub
+            return self._lookup(hub_name)
 
     def _send(self, findings: list[Finding]) -> None:
         where = dict(worker_index=self.index, pid=os.getpid(), node_id=self.node_id)

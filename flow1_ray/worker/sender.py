@@ -17,8 +17,12 @@ LOOKUP_RETRY_S = 2.0
 
 
 class Sender:
-    def __init__(self, source: str, lookup: Callable[[], Any], worker_index: int | None = None) -> None:
+    def __init__(self, source: str, lookup: Callable[[], Any], worker_index: int | None = None,
+                 method: str = "ingest") -> None:
+        """``method``: the target's method that takes a batch (``ingest`` for events,
+        ``ingest_states`` for sampled states)."""
         self.source = source
+        self.method = method
         self.worker_index = worker_index
         self._lookup = lookup
         self._handle: Any = None
@@ -67,7 +71,7 @@ class Sender:
             return None
         batch = {"source": self.source, "worker_index": self.worker_index, "dropped": self.dropped, **payload}
         try:
-            handle.ingest.remote(batch)
+            getattr(handle, self.method).remote(batch)
         except ray.exceptions.PendingCallsLimitExceeded:  # the actor is behind: drop, count
             self.dropped += 1
             return False
