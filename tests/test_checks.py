@@ -256,3 +256,29 @@ def test_thresholds_are_configurable_and_strict():
     assert th.reward_sparse_ratio == 0.5
     with pytest.raises(ValueError, match="unknown threshold"):
         TH.with_overrides({"no_such": 1})
+
+
+def test_live_checks_need_repeated_stalls_and_spend_the_drift_alpha():
+    """A live run is judged for hours: one GC pause is not a stall, and the reset-drift
+    test spends its false-alarm rate over its looks (taken as the episodes double)."""
+    from gymnasium import spaces
+
+    from flow1_ray.checks.rollout import RolloutChecker
+
+    rng = np.random.default_rng(0)
+    stall = rng.normal(20e-6, 2e-6, 1000)
+    stall[500] = 0.25
+    assert step_time_findings(stall, TH, min_stalls=3) == []
+    stall[[100, 700]] = 0.3
+    (f,) = step_time_findings(stall, TH, min_stalls=3)
+    assert f.evidence["stalls"] == 3
+    rc = RolloutChecker(spaces.Box(-1, 1, (2,)), spaces.Discrete(2), TH, live=True)
+    looks = []
+    for i in range(200):
+        rc.on_reset(rng.uniform(-0.05, 0.05, 2).astype(np.float32), {})
+        before = rc._drift_looks
+        rc.judge()
+        if rc._drift_looks > before:
+            looks.append(i + 1)
+    assert looks == [32, 64, 128]  # at each doubling, not at every judge
+    assert C.OBS_DISTRIBUTION_DRIFT not in {f.code for f in rc.log.findings()}

@@ -278,12 +278,15 @@ class AliasWatch:
 # --- whole-run statistics ---------------------------------------------------------------
 
 
-def step_time_findings(durations_s: np.ndarray, th: Thresholds) -> list[Finding]:
+def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int = 1) -> list[Finding]:
     """STEP_DURATION_OUTLIER from all step durations (seconds).
 
-    The p95 rule catches periodic slowness (every tenth step slow), the max rule a single
-    long stall; each needs the ratio to the median *and* an absolute excess, so that the
-    scheduler's few-millisecond preemptions on a busy machine never fire it.
+    The p95 rule catches periodic slowness (every tenth step slow), the max rule a long
+    stall; each needs the ratio to the median *and* an absolute excess, so that the
+    scheduler's few-millisecond preemptions on a busy machine never fire it. ``min_stalls``:
+    how many steps must be past the max rule's line -- a live run over hours meets the odd
+    100 ms pause of its own process (a garbage collection of a large heap, the OS preempting
+    it), which says nothing about the env; a stall that repeats does.
     """
     d = np.asarray(durations_s, dtype=np.float64)
     if d.size < th.step_time_min_steps:
@@ -297,12 +300,15 @@ def step_time_findings(durations_s: np.ndarray, th: Thresholds) -> list[Finding]
                         f"median (and excess <= {th.step_time_p95_floor_ms:g} ms), actual {p95 / med:.1f}x; "
                         f"{int(np.sum(d * 1e3 > th.step_time_ratio * med))} of {d.size} steps slow",
                         {**ev, "rule": "p95", "floor_ms": th.step_time_p95_floor_ms})]
-    if mx > th.step_time_ratio * med and mx - med > th.step_time_max_floor_ms:
+    line = max(th.step_time_ratio * med, med + th.step_time_max_floor_ms)
+    stalls = int(np.sum(d * 1e3 > line))
+    if mx > th.step_time_ratio * med and mx - med > th.step_time_max_floor_ms and stalls >= min_stalls:
         return [Finding(C.STEP_DURATION_OUTLIER,
                         f"step time max {mx:.1f} ms vs median {med:.3f} ms: expected <= {th.step_time_ratio:g}x "
                         f"median (and excess <= {th.step_time_max_floor_ms:g} ms), actual {mx / med:.0f}x "
                         f"at step {int(np.argmax(d))}",
-                        {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": int(np.argmax(d))})]
+                        {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": int(np.argmax(d)),
+                         "stalls": stalls, "min_stalls": min_stalls})]
     return []
 
 

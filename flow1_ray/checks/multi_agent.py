@@ -202,10 +202,10 @@ class MultiAgentRolloutChecker:
     def __init__(self, observation_spaces: Mapping[AgentID, spaces.Space],
                  action_spaces: Mapping[AgentID, spaces.Space], possible_agents: Iterable[AgentID] | None = None,
                  thresholds: Thresholds = DEFAULT, *, flush_every: int = 256, window: int | None = None,
-                 log: FindingLog | None = None, judge_returns: bool = True) -> None:
+                 log: FindingLog | None = None, live: bool = False) -> None:
         """``possible_agents`` are the ids the env may use (default: the keys of
-        ``observation_spaces``); ``window``, ``log`` and ``judge_returns`` as for RolloutChecker."""
-        self.judge_returns = judge_returns
+        ``observation_spaces``); ``window``, ``log`` and ``live`` as for RolloutChecker."""
+        self.live = live
         self.th = thresholds
         self.obs_spaces, self.act_spaces = dict(observation_spaces), dict(action_spaces)
         self.possible_agents = list(possible_agents if possible_agents is not None else self.obs_spaces)
@@ -240,7 +240,7 @@ class MultiAgentRolloutChecker:
             name = agent_name(aid)
             ag = self.agents[aid] = _Agent(RolloutChecker(
                 obs_space, act_space, self.th, flush_every=self.flush_every, window=self.window,
-                judge_returns=self.judge_returns,
+                live=self.live,
                 log=_AgentLog(self.log, aid), obs_path=f"obs[{name}]", action_path=f"action[{name}]"))
         return ag
 
@@ -496,7 +496,7 @@ class MultiAgentRolloutChecker:
 
     def judge(self) -> None:
         """Run every agent's whole-stream rules, and the step-time rule once for the env."""
-        self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th))
+        self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th, min_stalls=3 if self.live else 1))
         for ag in self.agents.values():
             ag.rc.judge()
 

@@ -10,6 +10,7 @@ batches, and distribution rules (reward, step time, reset drift, return drop) at
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -45,16 +46,20 @@ class RolloutChecker:
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  thresholds: Thresholds = DEFAULT, *, flush_every: int = 256, window: int | None = None,
                  log: FindingLog | None = None, obs_path: str = "obs", action_path: str = "action",
-                 judge_returns: bool = True) -> None:
+                 live: bool = False) -> None:
         """``window`` bounds the per-step series (rewards, durations, reset observations)
         for live runs; None keeps all of them (a ``flow1 check`` budget is bounded).
         ``log`` lets several checkers (one per sub-env of a vector env) share findings.
         ``obs_path``/``action_path`` name the values in paths and messages (one checker
-        per agent of a multi-agent env says ``obs[agent 1]``). ``judge_returns=False``
-        leaves REWARD_DROP to the caller: a live run judges the return of the whole run
-        (all runners) on the driver, not one sub-env's dip."""
+        per agent of a multi-agent env says ``obs[agent 1]``). ``live=True`` is a training
+        run's checker, judged again and again over hours: REWARD_DROP is left to the driver
+        (the return of the whole run, not one sub-env's dip), the reset-drift test spends its
+        false-alarm rate over looks taken as the episodes double (alpha/2, alpha/4, ...), so
+        the run as a whole keeps it, and a single long step is not a stall (3 must repeat)."""
         self.th = thresholds
-        self.judge_returns = judge_returns
+        self.live = live
+        self._drift_looks = 0            # live: reset-drift tests taken so far
+        self._next_drift_at = 2 * thresholds.drift_min_episodes
         self.obs_space = observation_space
         self.flush_every = flush_every
         self.log = log if log is not None else FindingLog()
@@ -268,15 +273,28 @@ class RolloutChecker:
         """Run the rules over the whole stream (or the live window) so far."""
         self._flush(contiguous=True)
         self.log.extend(reward_findings(np.asarray(self.rewards), self.th, np.asarray(self.reward_steps)))
-        self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th))
+        self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th, min_stalls=3 if self.live else 1))
         feats = self.reset_features
         if feats and all(f.shape == feats[0].shape for f in feats):
-            f = reset_drift(np.stack(feats), self.th)
+            f = self._drift(feats)
             if f is not None:
                 self.log.add(f)
-        drop = self.returns.check() if self.judge_returns else None
+        drop = None if self.live else self.returns.check()
         if drop is not None:
             self.log.add(drop)
+
+    def _drift(self, feats: deque) -> Finding | None:
+        """OBS_DISTRIBUTION_DRIFT: once over the whole stream (``flow1 check``), or, live, at
+        each doubling of the reset episodes with the p-value threshold halved each time
+        (alpha spending: the looks of a whole run together keep ``drift_p_value``)."""
+        if not self.live:
+            return reset_drift(np.stack(feats), self.th)
+        if len(feats) < self._next_drift_at:
+            return None
+        self._drift_looks += 1
+        self._next_drift_at = 2 * len(feats)
+        th = replace(self.th, drift_p_value=self.th.drift_p_value / 2 ** self._drift_looks)
+        return reset_drift(np.stack(feats), th)
 
     def finish(self, expect_episode_end: bool = True) -> list[Finding]:
         """Run the whole-stream rules and return every finding. ``expect_episode_end``:

@@ -161,9 +161,9 @@ class RunnerAgent:
             from ..checks.multi_agent import MultiAgentRolloutChecker
 
             rc = MultiAgentRolloutChecker.for_env(getattr(sub, "unwrapped", sub), self.thresholds,
-                                                  window=LIVE_WINDOW, log=self.log, judge_returns=False)
+                                                  window=LIVE_WINDOW, log=self.log, live=True)
         else:
-            rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, judge_returns=False)
+            rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, live=True)
         self.checkers.append(rc)
         return rc
 
