@@ -125,3 +125,27 @@ def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_pat
         assert pngs == {"p0.png", "p1.png"}, pngs
     codes = {e["code"] for e in load_events(run.dir).to_pylist()}
     assert C.STATE_SNAPSHOT in codes
+
+
+def test_live_multi_agent_checks_judge_each_agent_against_its_own_space(ray_session, tmp_path):
+    """A MultiAgentEnvRunner's sub-envs get the multi-agent checker: agent "b"'s float64
+    observation is named with the agent, agent "a" (float32 throughout) is not."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from zoo_multi_agent import AgentDtypeDrift
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, sample_rate=1.0)
+    config = (PPOConfig().environment(AgentDtypeDrift).callbacks(cb)
+              .multi_agent(policies={"shared"}, policy_mapping_fn=lambda aid, *a, **k: "shared")
+              .env_runners(num_env_runners=1, sample_timeout_s=20)
+              .training(train_batch_size_per_learner=300, minibatch_size=100, num_epochs=1))
+    algo = config.build_algo()
+    try:
+        run = Run(algo.train())
+        events = run.wait_events(lambda e: any(x["code"] == C.OBS_DTYPE_MISMATCH for x in e), timeout=40, algo=algo)
+    finally:
+        algo.stop()
+    (hit,) = [e for e in events if e["code"] == C.OBS_DTYPE_MISMATCH]
+    assert "obs[agent b] dtype: expected float32, actual float64" in hit["message"], hit["message"]
+    assert hit["status"] == C.FAIL and hit["worker_index"] == 1
+    assert not any(e["code"] in (C.REWARD_NOT_SCALAR, C.DONE_NOT_BOOL, C.FLOW1_INTERNAL) for e in events)
