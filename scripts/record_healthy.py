@@ -40,14 +40,17 @@ def _dqn():
     from ray.rllib.algorithms.dqn import DQNConfig
 
     return (DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
-            .reporting(min_sample_timesteps_per_iteration=1000)), 40
+            .reporting(min_sample_timesteps_per_iteration=1000)), 30
 
 
 def _sac():
     from ray.rllib.algorithms.sac import SACConfig
 
+    # one update per env step (SAC's default ratio) with batches of 64: ~20 s per iteration
+    # on 2 cores instead of ~150 s with the default 256
     return (SACConfig().environment("Pendulum-v1").env_runners(num_env_runners=1)
-            .reporting(min_sample_timesteps_per_iteration=1000)), 25
+            .training(train_batch_size_per_learner=64)
+            .reporting(min_sample_timesteps_per_iteration=1000)), 12
 
 
 def _appo():

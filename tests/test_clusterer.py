@@ -336,3 +336,12 @@ def test_sampler_splits_multi_agent_episodes_per_module():
         assert out.events[0]["message"].startswith("module p1 snapshot 0")
     finally:
         runner.stop()
+
+
+def test_new_fixation_is_not_judged_for_an_epsilon_greedy_policy():
+    """Its greedy action wherever the argmax is constant is 'fixated' by design."""
+    th = StateActionThresholds()
+    prev = _snap(0, [100, 100, 100], [OK, OK, FIXATED], 50.0)
+    fell = _snap(1, [100, 100, 100], [FIXATED, FIXATED, OK], 30.0, np.array([[20.0], [0.0], [10.0]], np.float32))
+    assert [f.code for f in trend_findings([prev, fell], th)] == [C.NEW_FIXATION]
+    assert trend_findings([prev, fell], th, learnt_confidence=False) == []

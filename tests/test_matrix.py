@@ -123,6 +123,11 @@ def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_pat
         assert set(load_clusters(run.dir).column("module").to_pylist()) == {"p0", "p1"}
         pngs = {p.name.split("-")[-1] for p in (run.dir / "heatmaps").glob("*.png")}
         assert pngs == {"p0.png", "p1.png"}, pngs
+    if setup == "dqn":  # epsilon-greedy: the policy's own statistics come from its epsilon
+        from flow1_ray import load_clusters
+
+        top = [p for p in load_clusters(run.dir).column("policy_top_p").to_pylist() if p is not None]
+        assert top and all(0.5 <= p <= 1.0 for p in top), top[:5]
     codes = {e["code"] for e in load_events(run.dir).to_pylist()}
     assert C.STATE_SNAPSHOT in codes
 

@@ -255,6 +255,8 @@ def test_under_tune(ray_session, tmp_path):
     assert result.metrics["flow1"]["worker"]["alive"] == 1
     run_dirs = list((tmp_path / "flow1").iterdir())
     assert len(run_dirs) == 1 and load_metrics(run_dirs[0]).num_rows == 2
+    loud = [(e["status"], e["code"]) for e in load_events(run_dirs[0]).to_pylist() if e["status"] != C.PASS]
+    assert loud == [], "a clean run under Tune is silent"
 
 
 def test_live_contract_checks_see_the_sub_envs_raw_values(ray_session, tmp_path):

@@ -85,6 +85,7 @@ class ClustererCore:
         self.dim: int | None = None
         self.labels: list[str] | None = None
         self.history: deque[Snapshot] = deque(maxlen=HISTORY)
+        self.policy_kind: str | None = None
         self.received = 0          # rows accepted
         self.rejected = 0          # batches whose shape did not match the run's
         self.nonfinite = 0         # rows left out for a NaN or infinite feature
@@ -95,10 +96,13 @@ class ClustererCore:
 
     # -- intake (the request path: append only) -------------------------------------------
     def ingest_rows(self, x: np.ndarray, actions: np.ndarray, failed: np.ndarray, labels: list[str],
-                    policy: np.ndarray | None = None) -> bool:
+                    policy: np.ndarray | None = None, policy_kind: str | None = None) -> bool:
         """Add one batch to the window; False (and counted) when its shape is not the run's.
         ``policy`` (N x 2: normalised entropy and top probability of the policy, NaN where
-        unknown) is optional."""
+        unknown) is optional; ``policy_kind`` is "stochastic" (its probabilities are learnt)
+        or "epsilon_greedy" (its confidence follows a schedule, not learning)."""
+        if policy_kind:
+            self.policy_kind = policy_kind
         x = np.asarray(x, np.float32)
         policy = np.full((len(x), 2), np.nan, np.float32) if policy is None else np.asarray(policy, np.float32)
         if x.ndim != 2 or len(actions) != len(x) or len(failed) != len(x) or policy.shape != (len(x), 2):
@@ -164,7 +168,8 @@ class ClustererCore:
                                                              states=seen, warn=warn_codes(list(self.history), self.th),
                                                              module=self.module, **where)]
             events += [f.to_event(iteration=iteration, **where).to_dict()
-                       for f in trend_findings(list(self.history), self.th, scale=km.scale)]
+                       for f in trend_findings(list(self.history), self.th, scale=km.scale,
+                                               learnt_confidence=self.policy_kind != "epsilon_greedy")]
         self.last_compute_s = time.perf_counter() - t0
         of = "" if self.module == DEFAULT_MODULE else f"module {self.module}, "
         job = {"path": path, "counts": counts, "labels": list(self.labels), "verdicts": m.verdicts,
@@ -219,7 +224,8 @@ class StatesService:
         if modules is None and "x" in batch:  # one module's rows at the top level
             modules = {DEFAULT_MODULE: batch}
         for mid, rows in (modules or {}).items():
-            self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"], rows.get("policy"))
+            self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"], rows.get("policy"),
+                                             rows.get("policy_kind"))
         src, dropped = str(batch.get("source")), int(batch.get("dropped", 0))
         if dropped > self.drop_counts.get(src, 0):
             self.drop_counts[src] = dropped

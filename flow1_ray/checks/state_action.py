@@ -205,10 +205,13 @@ def match_clusters(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
 
 
 def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateActionThresholds(),
-                   scale: np.ndarray | float = 1.0) -> list[Finding]:
+                   scale: np.ndarray | float = 1.0, learnt_confidence: bool = True) -> list[Finding]:
     """LOST_STATES_GROWING and NEW_FIXATION from the latest snapshots (oldest first).
     ``scale`` (per feature) puts the raw centroids in comparable units for the matching,
-    so that one large-valued feature does not decide it."""
+    so that one large-valued feature does not decide it. ``learnt_confidence=False`` (an
+    epsilon-greedy policy: its greedy action is taken with 1 - epsilon + epsilon/n wherever
+    the argmax is constant, by design) leaves NEW_FIXATION out: premature convergence is a
+    policy's probabilities collapsing, which such a policy does not have."""
     out: list[Finding] = []
     if len(history) < 2:
         return out
@@ -233,7 +236,7 @@ def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateAct
            and (j < 0 or prev.verdicts[j] not in FIXED_VERDICTS)]
     share = float(sum(cur.visits[i] for i in new)) / total
     r0, r1 = prev.return_mean, cur.return_mean
-    if new and share >= th.new_fixation_share and r0 is not None and r1 is not None \
+    if learnt_confidence and new and share >= th.new_fixation_share and r0 is not None and r1 is not None \
             and math.isfinite(r0) and math.isfinite(r1):
         gain = (r1 - r0) / max(abs(r0), 1e-8)
         if gain < th.new_fixation_return_gain:
@@ -244,8 +247,8 @@ def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateAct
                 f"{len(new)} cluster(s) holding {share:.0%} of the visited states became fixated (one action > "
                 f"{th.fixation_min:g}) between iterations {prev.iteration} and {cur.iteration}, while the episode "
                 f"return went {r0:.4g} -> {r1:.4g} ({gain:+.1%}, expected >= {th.new_fixation_return_gain:+.0%}): "
-                + ("the policy grew confident and the return fell -- premature convergence; try a larger "
-                   "entropy_coeff (e.g. 0.01)" if fell else
+                + ("the policy grew confident and the return fell -- premature convergence; try more "
+                   "exploration (a larger entropy_coeff, e.g. 0.01, for PPO/APPO/IMPALA)" if fell else
                    f"informational: a converged policy looks the same; a WARN needs the return to fall by "
                    f">= {th.new_fixation_warn_drop:.0%} too")),
                 {"clusters": new, "share": round(share, 4), "return_before": r0, "return_after": r1,

@@ -123,7 +123,7 @@ class RunnerAgent:
                                            resolve=self._module_spaces, **common)
             else:
                 self.states = StateSampler(*self.spaces, self.opts.state_sample_rate, sender,
-                                           module=getattr(self.env_runner, "module", None), **common)
+                                           module_of=lambda: getattr(self.env_runner, "module", None), **common)
         except Exception as e:
             self.opts = replace(self.opts, state_actions=False)  # do not try again
             self._maps_off("default_policy", f"{type(e).__name__}: {e}")

@@ -65,11 +65,14 @@ DEFAULT_MODULE = "default_policy"   # RLlib's DEFAULT_MODULE_ID: the module of a
 class _Stream:
     """The buffered rows of one RLModule (one per module: its states, its actions)."""
 
-    def __init__(self, observation_space: Any, action_space: Any, module: Any = None) -> None:
-        self.obs_space, self.act_space, self.module = observation_space, action_space, module
+    def __init__(self, observation_space: Any, action_space: Any, module_of: Callable[[], Any] | None = None) -> None:
+        """``module_of()`` gives the RLModule when it is needed (an EnvRunner builds its env,
+        where sampling starts, before its module)."""
+        self.obs_space, self.act_space, self.module_of = observation_space, action_space, module_of
         self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]  # ValueError if unsupported
         self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
         self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
+        self.policy_kind: str | None = None   # "stochastic" (logits seen) or "epsilon_greedy"
 
     @property
     def rows(self) -> int:
@@ -102,17 +105,19 @@ class _Stream:
             try:
                 logits = np.asarray(ep.get_extra_model_outputs("action_dist_inputs"))[idx]
                 if logits.ndim == 2 and logits.shape[1] == self.n_discrete:
+                    self.policy_kind = "stochastic"
                     return policy_stats(logits)
             except Exception:  # no such output (DQN): epsilon-greedy or the count-based rules alone
                 pass
             eps = self.epsilon()
             if eps is not None:
+                self.policy_kind = "epsilon_greedy"
                 return np.tile(epsilon_greedy_stats(eps, self.n_discrete), (len(idx), 1))
         return np.full((len(idx), 2), np.nan, np.float32)
 
     def epsilon(self) -> float | None:
         """The module's current exploration epsilon, if it is epsilon-greedy (None otherwise)."""
-        schedule = getattr(self.module, "epsilon_schedule", None)
+        schedule = getattr(self.module_of() if self.module_of else None, "epsilon_schedule", None)
         if schedule is None:
             return None
         try:
@@ -122,7 +127,8 @@ class _Stream:
 
     def payload(self) -> dict:
         x, a, failed, policy = (np.concatenate(col) for col in zip(*self.chunks))
-        return {"x": x, "a": a, "fail": failed, "policy": policy, "labels": self.labels}
+        return {"x": x, "a": a, "fail": failed, "policy": policy, "labels": self.labels,
+                "policy_kind": self.policy_kind}
 
 
 class StateSampler:
@@ -134,11 +140,11 @@ class StateSampler:
     take is left out (listed in :attr:`unsupported`) and costs the others nothing."""
 
     def __init__(self, observation_space: Any, action_space: Any, rate: float, sender: Sender,
-                 seed: int = 0, send_every_s: float = 2.0, module: Any = None,
+                 seed: int = 0, send_every_s: float = 2.0, module_of: Callable[[], Any] | None = None,
                  resolve: Callable[[str], tuple[Any, Any, Any]] | None = None) -> None:
-        """``observation_space``/``action_space``/``module``: the single-agent stream (its
-        action space is checked here: ValueError if unsupported); ``resolve``: how to find
-        the others (multi-agent)."""
+        """``observation_space``/``action_space``/``module_of``: the single-agent stream (its
+        action space is checked here: ValueError if unsupported); ``resolve(module_id)``:
+        (observation space, action space, RLModule) of the others (multi-agent)."""
         self.rate = rate
         self.send_every_s = send_every_s
         self.sender = sender
@@ -147,7 +153,7 @@ class StateSampler:
         self.streams: dict[str, _Stream] = {}
         self.unsupported: dict[str, str] = {}     # module id -> why it is left out
         if observation_space is not None:
-            self.streams[DEFAULT_MODULE] = _Stream(observation_space, action_space, module)
+            self.streams[DEFAULT_MODULE] = _Stream(observation_space, action_space, module_of)
         self.buffered = 0
         self._last_send = time.monotonic()
 
@@ -159,7 +165,8 @@ class StateSampler:
         st = self.streams.get(module_id)
         if st is None and module_id not in self.unsupported and self.resolve is not None:
             try:
-                st = self.streams[module_id] = _Stream(*self.resolve(module_id))
+                obs_space, act_space, module = self.resolve(module_id)
+                st = self.streams[module_id] = _Stream(obs_space, act_space, lambda: module)
             except Exception as e:
                 self.unsupported[module_id] = f"{type(e).__name__}: {e}"[:300]
         return st
