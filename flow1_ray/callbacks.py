@@ -11,6 +11,7 @@ import atexit
 import functools
 import logging
 import os
+import time
 from typing import Any, Callable
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -104,6 +105,7 @@ class Flow1Callbacks(RLlibCallback):
         run = self._run
         if run is None:
             return
+        t0 = time.perf_counter()
         t = self.OPTIONS.get_timeout_s
         keys = runner_keys(algorithm)
         if set(keys) - set(run.keys):
@@ -138,6 +140,8 @@ class Flow1Callbacks(RLlibCallback):
             "states": {"received": int(states.get("received", 0)), "snapshots": int(states.get("snapshots", 0)),
                        "heatmaps": int(rec.get("heatmaps", {}).get("written", 0))},
             "run_dir": str(run.run_dir),
+            # what this hook cost the iteration (the questions to the hub, the rules), so far
+            "driver_ms": round((time.perf_counter() - t0) * 1e3, 2),
         }
         result[RESULT_KEY] = out
         row = {"iteration": iteration,
@@ -146,7 +150,7 @@ class Flow1Callbacks(RLlibCallback):
                **{f"flow1/worker/{k}": v for k, v in out["worker"].items()},
                **{f"flow1/events/{k}": v for k, v in out["events"].items()},
                **{f"flow1/states/{k}": v for k, v in out["states"].items()},
-               "flow1/samples_dropped": out["samples_dropped"]}
+               "flow1/samples_dropped": out["samples_dropped"], "flow1/driver_ms": out["driver_ms"]}
         run.after_iteration(iteration, return_mean,
                             _float(result.get("env_runners", {}).get("num_episodes_lifetime")))
         try:
