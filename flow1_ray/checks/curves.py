@@ -13,6 +13,8 @@ runner's 10-episode dip that recovers is what a healthy PPO run does (measured: 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +50,12 @@ class _Point:
 class RunReturnDrop:
     """REWARD_DROP: the run's return lost a share of what it had gained, and stayed down.
 
-    A drop begins at the first iteration whose return falls below
-    ``best - (1 - reward_drop_ratio) * gain``, where ``gain`` is the best return minus the
+    ``best`` is the best level the run *held*: the highest median of
+    ``reward_drop_best_of`` consecutive iterations' returns, not the highest single reading
+    (the best of many noisy 100-episode means is high by luck: measured on a healthy APPO
+    CartPole run, a single 327 among readings of 220-305 made an ordinary oscillation look
+    like a 35 % drop). A drop begins at the first iteration whose return falls below
+    ``best - (1 - reward_drop_ratio) * gain``, where ``gain`` is the best level minus the
     return of the run's first full smoothing window (or ``|best|`` when the run never gained:
     then the drop is measured against the level itself). It is a finding only when it is
     *sustained*: every iteration since it began stayed below that line, for at least
@@ -67,6 +73,7 @@ class RunReturnDrop:
     iters_below: int = 0
     reported: bool = False
     history: list[_Point] = field(default_factory=list)
+    recent: deque = field(default_factory=deque)
 
     def line(self) -> float | None:
         """The return below which the run counts as dropped (None until judged)."""
@@ -85,10 +92,16 @@ class RunReturnDrop:
         self.history.append(p)
         if self.start is None:
             self.start = p.value
+        self.recent.append(p.value)
+        k = max(1, self.thresholds.reward_drop_best_of)
+        while len(self.recent) > k:
+            self.recent.popleft()
+        if len(self.recent) == k:
+            level = float(statistics.median(self.recent))
+            if self.best is None or level > self.best.value:
+                self.best = _Point(iteration, level, p.episodes)
         line = self.line()
         if line is None or p.value >= line:
-            if self.best is None or p.value > self.best.value:
-                self.best = p
             self.began, self.iters_below, self.reported = None, 0, False
             return None
         if self.began is None:
@@ -102,7 +115,8 @@ class RunReturnDrop:
         best, began = self.best, self.began
         return Finding(C.REWARD_DROP, (
             f"the run's episode return (RLlib's mean of the last {self.window} episodes, all training runners) "
-            f"fell from its best {best.value:.4g} (iteration {best.iteration}) to {p.value:.4g} and stayed below "
+            f"fell from the best level it held, {best.value:.4g} (median of {k} iterations to {best.iteration}), "
+            f"to {p.value:.4g} and stayed below "
             f"{line:.4g} for {self.iters_below} iterations and {int(p.episodes - began.episodes)} episodes "
             f"(since iteration {began.iteration}); expected >= best - {1 - th.reward_drop_ratio:.0%} of the gain "
             f"since the first window ({self.start:.4g} -> {best.value:.4g}): a sustained drop, not noise -- "
@@ -110,5 +124,5 @@ class RunReturnDrop:
             {"best": best.value, "best_iteration": best.iteration, "current": p.value, "line": line,
              "first_window_return": self.start, "drop_began_iteration": began.iteration,
              "iterations_below": self.iters_below, "episodes_below": int(p.episodes - began.episodes),
-             "ratio_threshold": th.reward_drop_ratio, "min_iterations": th.reward_drop_min_iters,
+             "ratio_threshold": th.reward_drop_ratio, "min_iterations": th.reward_drop_min_iters, "best_of": k,
              "window_episodes": self.window, "scope": "run"})

@@ -58,6 +58,7 @@ class Thresholds:
     reward_drop_span: int = 10               # episodes per block and in the recent window
     reward_drop_p_value: float = 0.001       # Mann-Whitney, best block vs recent, Bonferroni
     reward_drop_min_iters: int = 3           # a live run's drop must last this many iterations (and a window)
+    reward_drop_best_of: int = 5             # a live run's best = the best median of this many iterations
     # ACTION_PIPE
     squash_grad_min: float = 1e-3
     # RESOURCE (seed 000, 3.3): contention across a node's workers
