@@ -72,7 +72,7 @@ def busy_jiffies() -> int:
     return v[0] + v[1] + v[2] + v[5] + v[6]
 
 
-def settle(max_s: float = 30.0, quiet: float = 0.3) -> None:
+def settle(max_s: float = 10.0, quiet: float = 0.5) -> None:
     """Wait until the machine is quiet (all cores together use < ``quiet`` of one core for a
     second): Ray starts and ends worker processes around an algorithm's build and stop,
     which would land in whichever arm is timed next."""

@@ -1,7 +1,8 @@
 """The healthy-run corpus: clean runs recorded with Flow1Callbacks (scripts/record_healthy.py)
 must raise no WARN and no FAIL -- as recorded, and when today's rules are run again on the
 raw numbers they judged (the run's returns, each snapshot's action counts and policy
-statistics). A rule made noisier fails here before it cries wolf on a user's run."""
+statistics). A rule made noisier fails here before it cries wolf on a user's run; the one
+recorded run whose learning truly fell and stayed down must say so, once."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from flow1_ray.checks.state_action import (Snapshot, StateActionThresholds, deci
 
 CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
 RUNS = sorted(p.name for p in CORPUS.iterdir() if (p / "results.jsonl").exists()) if CORPUS.is_dir() else []
+
+#: What a clean-env run may rightly say. RLlib's default APPO on CartPole held a return of
+#: ~232 (iterations 10-14), fell to 123-172 for twenty iterations (~450 episodes) and only
+#: then recovered to 338: its learning was unstable, a true and sustained drop of the run's
+#: return that the user can act on (the learner curves say why). REWARD_DROP says so once.
+EXPECTED = {"appo": {C.REWARD_DROP}}
 
 
 def _results(name: str) -> list[dict]:
@@ -36,7 +43,7 @@ def test_recorded_events_hold_no_warn_or_fail(name):
     events = [json.loads(line) for line in (CORPUS / name / "events.jsonl").read_text().splitlines()]
     assert events, "a run records at least its state snapshots"
     loud = [(e["status"], e["code"], e["message"][:160]) for e in events if e["status"] != C.PASS]
-    assert loud == []
+    assert [code for _, code, _ in loud] == sorted(EXPECTED.get(name, set())), loud
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -47,8 +54,8 @@ def test_the_run_return_rule_replayed_is_silent(name):
         f = rule.add(int(r["training_iteration"]), result_number(r, "env_runners", "episode_return_mean"),
                      result_number(r, "env_runners", "num_episodes_lifetime"))
         if f is not None:
-            found.append(f.message)
-    assert found == []
+            found.append(f.code)
+    assert found == sorted(EXPECTED.get(name, set()) & {C.REWARD_DROP})
 
 
 def _snapshots(name: str) -> dict[str, list[dict]]:
