@@ -32,6 +32,17 @@ import time
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+
+def ci_of_median(ratios: list[float], reps: int = 5000, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of the median of paired ratios: how far this machine's noise
+    leaves the figure from what repeating the benchmark would give."""
+    import numpy as np
+
+    r = np.asarray(ratios, dtype=np.float64)
+    idx = np.random.default_rng(seed).integers(0, len(r), (reps, len(r)))
+    meds = np.median(r[idx], axis=1)
+    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+
 #: PPO presets: RLlib's defaults (a learner-heavy iteration), and a light learner (one
 #: epoch over a 2,000-step batch) where flow1's per-iteration costs weigh the most.
 PRESETS = {
@@ -150,8 +161,9 @@ def main() -> int:
     for n in names[1:]:
         for label, d in (("algo.train()", train), ("direct sample()", sample), ("CPU per step", cpu)):
             r = [x / y for x, y in zip(d[n], d[base])]
-            print(f"{n} / {base} {label:16s}: median {statistics.median(r):.3f} (min {min(r):.3f}, max {max(r):.3f}); "
-                  f"ratio of totals {sum(d[n]) / sum(d[base]):.3f}")
+            lo, hi = ci_of_median(r)
+            print(f"{n} / {base} {label:16s}: median {statistics.median(r):.3f} (95 % CI {lo:.3f}-{hi:.3f}; min "
+                  f"{min(r):.3f}, max {max(r):.3f}); ratio of totals {sum(d[n]) / sum(d[base]):.3f}")
     return 0
 
 
