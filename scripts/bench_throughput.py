@@ -83,6 +83,29 @@ def busy_jiffies() -> int:
     return v[0] + v[1] + v[2] + v[5] + v[6]
 
 
+def process_cpu() -> dict[str, float]:
+    """CPU seconds so far of this run's processes by role: the EnvRunners, flow1's actors
+    (``Flow1*``, ``NodeProbe``, ``StateClusterer``), this driver (which also hosts the
+    local Learner). Differences over the timed window say where flow1's cost lands."""
+    import psutil
+
+    out = {"runners": 0.0, "flow1 actors": 0.0, "driver": 0.0}
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "cmdline", "cpu_times"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            t = p.info["cpu_times"].user + p.info["cpu_times"].system
+        except (psutil.Error, TypeError, AttributeError):
+            continue
+        if p.info["pid"] == me:
+            out["driver"] += t
+        elif cmd.startswith("ray::") and "EnvRunner" in cmd.split()[0]:
+            out["runners"] += t
+        elif cmd.startswith(("ray::Flow1", "ray::NodeProbe", "ray::StateClusterer")):
+            out["flow1 actors"] += t
+    return out
+
+
 def settle(max_s: float = 10.0, quiet: float = 0.5) -> None:
     """Wait until the machine is quiet (all cores together use < ``quiet`` of one core for a
     second): Ray starts and ends worker processes around an algorithm's build and stop,
@@ -95,19 +118,21 @@ def settle(max_s: float = 10.0, quiet: float = 0.5) -> None:
             return
 
 
-def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float]:
+def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict[str, float]]:
     """(train() env steps/s, direct sample() env steps/s, machine CPU ms per 1000 env steps
-    in train()) of one freshly built algorithm."""
+    in train(), CPU ms per 1000 env steps in train() by process role) of one freshly built
+    algorithm."""
     tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
     algo = build(callbacks, a.preset, a.seed)
     try:
         algo.train()  # warm-up: actor start-up, first weights sync, torch's first calls
         settle()
-        steps, t0, j0 = 0, time.perf_counter(), busy_jiffies()
+        steps, t0, j0, p0 = 0, time.perf_counter(), busy_jiffies(), process_cpu()
         for _ in range(a.iterations):
             steps += int(algo.train()["env_runners"]["num_env_steps_sampled"])
         train_rate = steps / (time.perf_counter() - t0)
         cpu_ms = (busy_jiffies() - j0) * tick_ms / steps * 1000.0
+        roles = {k: (v - p0.get(k, 0.0)) * 1e6 / steps for k, v in process_cpu().items()}
         group = algo.env_runner_group
         sampled, t0 = 0, time.perf_counter()
         for _ in range(a.calls):
@@ -118,7 +143,7 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float]:
     finally:
         algo.stop()
     settle()
-    return train_rate, sample_rate, cpu_ms
+    return train_rate, sample_rate, cpu_ms, roles
 
 
 def main() -> int:
@@ -144,15 +169,18 @@ def main() -> int:
     train: dict[str, list[float]] = {n: [] for n in names}
     sample: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
+    roles: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     settle()
     for r in range(a.rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            t, s, c = measure(all_arms[name], a)
+            t, s, c, by_role = measure(all_arms[name], a)
             train[name].append(t)
             sample[name].append(s)
             cpu[name].append(c)
+            roles[name].append(by_role)
             print(f"round {r + 1} {name:22s} train() {t:7.0f} steps/s   sample() {s:7.0f} steps/s   "
-                  f"CPU {c:6.0f} ms / 1000 steps (train)", flush=True)
+                  f"CPU {c:6.0f} ms / 1000 steps (train): "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in by_role.items()), flush=True)
     ray.shutdown()
     base = names[0]
     print(f"\nPPO CartPole-v1, 2 EnvRunners, preset {a.preset} {PRESETS[a.preset] or '(RLlib defaults)'}, seed {a.seed}, "
@@ -164,6 +192,10 @@ def main() -> int:
             lo, hi = ci_of_median(r)
             print(f"{n} / {base} {label:16s}: median {statistics.median(r):.3f} (95 % CI {lo:.3f}-{hi:.3f}; min "
                   f"{min(r):.3f}, max {max(r):.3f}); ratio of totals {sum(d[n]) / sum(d[base]):.3f}")
+    print("\nCPU ms per 1000 env steps in train(), by process role (median over rounds):")
+    for n in names:
+        med = {k: statistics.median(x[k] for x in roles[n]) for k in roles[n][0]}
+        print(f"  {n:22s} " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()))
     return 0
 
 
