@@ -25,16 +25,7 @@ import time
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-
-def ci_of_median(ratios: list[float], reps: int = 5000, seed: int = 0) -> tuple[float, float]:
-    """95 % bootstrap interval of the median of paired ratios: how far this machine's noise
-    leaves the figure from what repeating the benchmark would give."""
-    import numpy as np
-
-    r = np.asarray(ratios, dtype=np.float64)
-    idx = np.random.default_rng(seed).integers(0, len(r), (reps, len(r)))
-    meds = np.median(r[idx], axis=1)
-    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+from bench_throughput import ci_of_median  # noqa: E402  (this folder is on sys.path when run)
 
 
 def main() -> int:

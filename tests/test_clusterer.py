@@ -224,6 +224,20 @@ def test_heatmap_writer_drops_when_behind_and_never_blocks(tmp_path):
     assert bad.drain(30) and bad.failed == 1 and "Error" in bad.last_error
 
 
+def test_a_warmed_heatmap_writer_writes_nothing_until_asked_then_renders(tmp_path):
+    """warm_up() starts the render thread early (the run's start pays matplotlib's import);
+    it must neither write a file nor change what a later job renders."""
+    w = HeatmapWriter(tmp_path)
+    w.warm_up()
+    w.warm_up()  # idempotent: one thread
+    assert w.drain(30) and not (tmp_path / "heatmaps").exists()
+    x, a, f, _ = blobs(per=300)
+    core = ClustererCore(n_clusters=6, backend="sklearn")
+    feed(core, x, a, f, batches=2)
+    assert w.submit(core.compute_snapshot(iteration=1).heatmap) and w.drain(60)
+    assert [p.name for p in (tmp_path / "heatmaps").glob("*.png")] == ["iter_000001.png"] and w.written == 1
+
+
 def test_recorder_writes_snapshot_rows_events_and_heatmap(tmp_path):
     x, a, f, _ = blobs(per=300)
     core = ClustererCore(n_clusters=6, backend="sklearn")

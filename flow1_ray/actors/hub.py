@@ -42,6 +42,8 @@ def make_hub_actor():
             self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
                                           opts["probe_interval_s"], opts["heartbeat_interval_s"],
                                           opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded)
+            if opts["state_actions"]:  # heatmaps will come (from here or a GPU clusterer)
+                self.recorder.heatmaps.warm_up()
             self.states = None
             if states:  # on CPU: scikit-learn unless the user chose torch's CPU path
                 backend = "sklearn" if opts["clusterer_backend"] == "auto" else opts["clusterer_backend"]

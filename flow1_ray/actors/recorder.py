@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from .. import codes as C
 from ..events import Event, events_to_table
-from ..store import CLUSTERS_DIR, EVENTS_DIR, LOG_FILE, METRICS_DIR, write_part
+from ..store import CLUSTERS_DIR, EVENTS_DIR, LOG_FILE, METRICS_DIR, warm_up, write_part
 from .heatmaps import HeatmapWriter
 
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
@@ -53,6 +53,7 @@ class RecorderCore:
         self._drop_event_at: dict[str, float] = {}
         self.flushes = 0
         self.crashed_pids: set[int] = set()   # processes whose env raised (ENV_CRASHED recorded)
+        warm_up()
 
     # -- intake --------------------------------------------------------------------------
     def add_events(self, events: list[dict]) -> int:
