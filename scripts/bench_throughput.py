@@ -58,6 +58,7 @@ def arms(output_dir: str) -> dict:
     common = dict(output_dir=output_dir, print_events=False)
     return {
         "plain": None,
+        "plain-again": None,   # an A/A control: the spread of the method when nothing differs
         "flow1": Flow1Callbacks.with_options(**common),
         "flow1-no-states": Flow1Callbacks.with_options(state_actions=False, **common),
         "flow1-no-live-checks": Flow1Callbacks.with_options(sample_rate=0.0, **common),
