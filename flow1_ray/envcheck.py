@@ -259,7 +259,23 @@ class _DriverBase:
         return True
 
     def _step(self) -> bool:
-        """One random-action step fed to the checker; False when the run must stop."""
+        """One random-action step, timed and fed to the checker; False when the run must stop."""
+        action = self._action()
+        t0 = time.perf_counter()
+        try:
+            out = self.env.step(action)
+        except Exception as e:
+            return self._step_crashed(e)
+        dt = time.perf_counter() - t0
+        self._consecutive = 0
+        return self._judge_step(action, out, dt)
+
+    def _action(self) -> Any:
+        """The random action (or per-agent dict of actions) of the next step."""
+        raise NotImplementedError
+
+    def _judge_step(self, action: Any, out: Any, dt: float) -> bool:
+        """What step() returned, to the checker; False when the run must stop."""
         raise NotImplementedError
 
     def _cleanup(self) -> None:
@@ -345,16 +361,11 @@ class _Driver(_DriverBase):
         if self.probe is not None:
             self.probe.restore()
 
-    def _step(self) -> bool:
-        env, rc, probe = self.env, self.rc, self.probe
-        action = env.action_space.sample()
-        t0 = time.perf_counter()
-        try:
-            out = env.step(action)
-        except Exception as e:
-            return self._step_crashed(e)
-        dt = time.perf_counter() - t0
-        self._consecutive = 0
+    def _action(self) -> Any:
+        return self.env.action_space.sample()
+
+    def _judge_step(self, action: Any, out: Any, dt: float) -> bool:
+        rc, probe = self.rc, self.probe
         if type(out) is tuple and len(out) == 5:
             obs, reward, terminated, truncated, info = out
         elif isinstance(out, tuple) and len(out) == 4:
@@ -403,16 +414,11 @@ class _MultiAgentDriver(_DriverBase):
             space.seed(self.seed + i)
         return True
 
-    def _step(self) -> bool:
-        env, rc = self.env, self.rc
-        actions = {aid: self.act_spaces[aid].sample() for aid in rc.agents_to_act()}
-        t0 = time.perf_counter()
-        try:
-            out = env.step(actions)
-        except Exception as e:
-            return self._step_crashed(e)
-        dt = time.perf_counter() - t0
-        self._consecutive = 0
+    def _action(self) -> Any:
+        return {aid: self.act_spaces[aid].sample() for aid in self.rc.agents_to_act()}
+
+    def _judge_step(self, actions: Any, out: Any, dt: float) -> bool:
+        rc = self.rc
         if not (type(out) is tuple and len(out) == 5):
             return self._unreadable_step(out)
         return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
