@@ -53,7 +53,6 @@ class RecorderCore:
         self._drop_event_at: dict[str, float] = {}
         self.flushes = 0
         self.crashed_pids: set[int] = set()   # processes whose env raised (ENV_CRASHED recorded)
-        warm_up()
 
     # -- intake --------------------------------------------------------------------------
     def add_events(self, events: list[dict]) -> int:
@@ -156,6 +155,10 @@ class RecorderService(RecorderCore):
 
     def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
         super().__init__(run_dir, run_id, flush_interval_s)
+        try:  # Arrow's one-off cost, paid while the run starts (a failure shows at the first flush)
+            warm_up()
+        except Exception:
+            pass
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-recorder")
         self._thread.start()
