@@ -72,7 +72,6 @@ class RunReturnDrop:
     began: _Point | None = None
     iters_below: int = 0
     reported: bool = False
-    history: list[_Point] = field(default_factory=list)
     recent: deque = field(default_factory=deque)
 
     def line(self) -> float | None:
@@ -89,7 +88,6 @@ class RunReturnDrop:
         if return_mean is None or episodes_lifetime is None or episodes_lifetime < self.window:
             return None
         p = _Point(iteration, float(return_mean), float(episodes_lifetime))
-        self.history.append(p)
         if self.start is None:
             self.start = p.value
         self.recent.append(p.value)
