@@ -21,6 +21,8 @@ _LAZY = {
     "load_events": "store",
     "load_metrics": "store",
     "load_clusters": "store",
+    "load_learner": "store",
+    "diagnose_curves": "diagnose",
     "analyze_state_actions": "clustering.state_action_map",
     "StateActionMap": "clustering.state_action_map",
 }

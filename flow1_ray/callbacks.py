@@ -45,6 +45,7 @@ class Flow1Callbacks(RLlibCallback):
         super().__init__()
         self._agents: dict[int, Any] = {}
         self._run = None
+        self._learner = None
         self.internal_errors = 0
         self.metrics_dropped = 0
 
@@ -78,10 +79,16 @@ class Flow1Callbacks(RLlibCallback):
         from .actors.run import Flow1Run, runner_keys
         from .worker.agent import LOCAL_RUN
 
-        window = getattr(getattr(algorithm, "config", None), "metrics_num_episodes_for_smoothing", 100)
-        run = self._run = Flow1Run(self.OPTIONS, return_window=int(window or 100))
+        run = self._run = Flow1Run(self.OPTIONS)
         LOCAL_RUN[str(os.getpid())] = run.run_id
         run.register(runner_keys(algorithm))
+        try:  # the learner side: tracing on every Learner, the curve rules on the driver
+            from .learner.watch import LearnerWatch
+
+            self._learner = LearnerWatch(algorithm, self.OPTIONS)
+            self._learner.run_id = run.run_id
+        except Exception as e:
+            self._internal_error("on_algorithm_init(learner)", e)
         # Trainable.stop() calls self.cleanup(): wrapping cleanup on the instance covers
         # algo.stop() and Tune's stop alike (Tune calls stop through the actor's class).
         original_cleanup = algorithm.cleanup
@@ -151,8 +158,16 @@ class Flow1Callbacks(RLlibCallback):
                **{f"flow1/events/{k}": v for k, v in out["events"].items()},
                **{f"flow1/states/{k}": v for k, v in out["states"].items()},
                "flow1/samples_dropped": out["samples_dropped"], "flow1/driver_ms": out["driver_ms"]}
-        run.after_iteration(iteration, return_mean,
-                            _float(result.get("env_runners", {}).get("num_episodes_lifetime")))
+        run.after_iteration(iteration, return_mean)
+        if self._learner is not None:
+            try:
+                out["learner"] = self._learner.after_iteration(result, iteration, lines,
+                                                               functools.partial(_send, run))
+                row.update(_learner_metrics(out["learner"]))
+            except Exception as e:
+                self._internal_error("on_train_result(learner)", e)
+            out["driver_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
+            row["flow1/driver_ms"] = out["driver_ms"]
         try:
             run.hub.add_metrics.remote(row)
         except ray.exceptions.PendingCallsLimitExceeded:  # the hub is behind: this row is lost, counted
@@ -182,6 +197,37 @@ class Flow1Callbacks(RLlibCallback):
                 self._run.hub.add_events.remote([ev.to_dict()])
         except Exception:
             pass
+
+
+def _send(run: Any, kind: str, payload: Any) -> Any:
+    """Deliver learner-side output to the run's Recorder: events and rows fire-and-forget
+    (dropped when the hub is behind), a snapshot waited for (its path goes in the event)."""
+    import ray
+
+    hub = run.hub
+    try:
+        if kind == "events":
+            hub.add_events.remote(payload)
+        elif kind == "learner_rows":
+            hub.add_learner_rows.remote(payload)
+        elif kind == "learner_snapshot":
+            return ray.get(hub.add_learner_snapshot.remote(*payload), timeout=run.opts.get_timeout_s * 5)
+    except ray.exceptions.PendingCallsLimitExceeded:
+        return None
+    return None
+
+
+def _learner_metrics(values: dict) -> dict:
+    """Flat ``flow1/learner/<module>/<name>`` numbers for the metrics table."""
+    out = {}
+    for mid, v in values.items():
+        if isinstance(v, dict) and mid not in ("tracing",):
+            for k, x in v.items():
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    out[f"flow1/learner/{mid}/{k}"] = float(x)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"flow1/learner/{mid}"] = float(v)
+    return out
 
 
 def _ask_all(asks: dict[str, Callable[[], Any] | None], timeout: float) -> dict[str, Any]:

@@ -140,16 +140,41 @@ REWARD_SCALE = _code("REWARD_SCALE", REWARD_STATS, WARN, "max |reward| < thresho
 REWARD_DROP = _code("REWARD_DROP", REWARD_STATS, WARN,
                     "recent mean episode return < 0.7 x the best block mean, and significant")
 
-# --- TRAIN_CURVES / GRADIENT_FLOW (learner side) ----------------------------------------
-ENTROPY_COLLAPSE = _code("ENTROPY_COLLAPSE", TRAIN_CURVES, WARN, "entropy / max entropy < 0.2 (FAIL < 0.05)")
-KL_TOO_LOW = _code("KL_TOO_LOW", TRAIN_CURVES, WARN, "mean KL < 0.005")
-KL_TOO_HIGH = _code("KL_TOO_HIGH", TRAIN_CURVES, WARN, "mean KL > 0.05")
-KL_SPIKE = _code("KL_SPIKE", TRAIN_CURVES, FAIL, "one iteration's KL > 10x the running median")
-POLICY_LOSS_STUCK = _code("POLICY_LOSS_STUCK", TRAIN_CURVES, WARN, "policy loss ~0 for N iterations")
-VALUE_DOMINATES = _code("VALUE_DOMINATES", TRAIN_CURVES, WARN, "vf_loss > 3x |policy_loss| and not falling")
-GRADIENT_VANISHING = _code("GRADIENT_VANISHING", GRADIENT_FLOW, WARN, "per-layer grad norm < 1e-3")
-GRADIENT_EXPLODING = _code("GRADIENT_EXPLODING", GRADIENT_FLOW, WARN, "per-layer grad norm > threshold")
-GRADIENT_ZERO = _code("GRADIENT_ZERO", GRADIENT_FLOW, FAIL, "per-layer grad norm exactly 0 (broken graph)")
+# --- TRAIN_CURVES / GRADIENT_FLOW (learner side; seed 004, checks/learner_curves.py) --------
+# Each curve finding needs two independent signals (the seed's cross-check), and says the
+# RLlib knob to turn with a value computed from the run's own config (checks/advice.py).
+ENTROPY_COLLAPSE = _code("ENTROPY_COLLAPSE", TRAIN_CURVES, WARN,
+                         "entropy / max entropy < 0.2 on 2 iterations (FAIL < 0.05) and falling steeply "
+                         "(slope fit) or with the return stalled or dropped")
+KL_TOO_LOW = _code("KL_TOO_LOW", TRAIN_CURVES, WARN,
+                   "median KL < 0.005 over 5 iterations while the entropy stays near its maximum and the "
+                   "return does not rise: updates do not move the policy")
+KL_TOO_HIGH = _code("KL_TOO_HIGH", TRAIN_CURVES, WARN,
+                    "median KL > 0.05 over 5 iterations, with the return stalled or the entropy falling steeply")
+KL_SPIKE = _code("KL_SPIKE", TRAIN_CURVES, FAIL,
+                 "one iteration's KL > 10x the running median (10x kl_target before 3 readings) and > 0.05")
+POLICY_LOSS_STUCK = _code("POLICY_LOSS_STUCK", TRAIN_CURVES, WARN,
+                          "|policy loss| < 1e-3 and KL < 5e-4 for 5 iterations: no effective policy gradient")
+VALUE_DOMINATES = _code("VALUE_DOMINATES", TRAIN_CURVES, WARN,
+                        "shared trunk (vf_share_layers): the value head's gradient into the shared layers "
+                        ">= 100x the policy head's, and vf_loss_coeff x vf_loss > 3x |policy_loss|")
+LR_DECAYED = _code("LR_DECAYED", TRAIN_CURVES, WARN,
+                   "the learning rate fell below 10% of its first value while the policy stopped moving "
+                   "(KL < 0.005) or the return stalled")
+LEARNER_SNAPSHOT = _code("LEARNER_SNAPSHOT", TRAIN_CURVES, PASS,
+                         "the latest train batch and per-layer gradient norms were saved under snapshots/ "
+                         "(after a return drop or a loss plateau)")
+GRADIENT_VANISHING = _code("GRADIENT_VANISHING", GRADIENT_FLOW, WARN,
+                           "a layer's gradient RMS < 1e-3 x the median layer's of its module, on 3 traces")
+GRADIENT_EXPLODING = _code("GRADIENT_EXPLODING", GRADIENT_FLOW, WARN,
+                           "a module's gradient norm > 100x its own running median (FAIL: NaN/inf gradients)")
+GRADIENT_ZERO = _code("GRADIENT_ZERO", GRADIENT_FLOW, FAIL,
+                      "a trained layer's gradient exactly 0 on 2 traces in a row (a broken graph), naming the layer")
+DORMANT_UNITS = _code("DORMANT_UNITS", GRADIENT_FLOW, WARN,
+                      "loss of plasticity: > 50% of a hidden layer's units dormant (normalised mean "
+                      "|activation| <= 0.025, Sokar et al. 2023) on 3 traces")
+GUARD_ACTION = _code("GUARD_ACTION", FLOW1, PASS,
+                     "on_fail: flow1 saved a checkpoint and/or stopped the run because of a FAIL")
 
 # --- WORKER / RESOURCE / MEMORY ---------------------------------------------------------
 WORKER_DIED = _code("WORKER_DIED", WORKER, FAIL, "an EnvRunner's lock was released: its process is gone")

@@ -10,6 +10,7 @@ from .clustering.backends import BACKENDS
 
 NAMESPACE = "flow1"
 STALL_ACTIONS = ("report", "kill")
+FAIL_ACTIONS = ("report", "checkpoint", "stop", "checkpoint+stop")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class Flow1Options:
     clusterer_backend: str = "auto"      # "auto" | "cuml" | "torch" | "sklearn"
     clusterer_num_gpus: float | None = None  # None: a 0.1 share of a GPU if one is free, else CPU
     heatmap_every: int = 10              # a snapshot (cluster rows, events, heatmap PNG) every N iterations
+    # the learner side (seed 004 curves; gradients and dormant units on every Learner)
+    learner_tracing: bool = True         # wrap each Learner's compute_gradients (no change to the algorithm)
+    grad_every: int = 50                 # trace one update in this many (and at once after a return drop)
+    snapshots_max: int = 5               # learner snapshots (batch + per-layer norms) kept per run ...
+    snapshot_rows: int = 4096            # ... at most this many rows per module ...
+    snapshot_max_mb: float = 64.0        # ... and this many MB each
+    loss_plateau_iters: int = 10         # a snapshot when a module's total loss made no new low for this long
+    on_fail: str = "report"              # "checkpoint" | "stop" | "checkpoint+stop": act on the first FAIL
 
     def __post_init__(self) -> None:
         if self.stall_action not in STALL_ACTIONS:
@@ -52,6 +61,11 @@ class Flow1Options:
                              f"{self.heatmap_every}")
         if self.state_send_interval_s < 0:
             raise ValueError(f"state_send_interval_s must be >= 0, got {self.state_send_interval_s}")
+        if self.on_fail not in FAIL_ACTIONS:
+            raise ValueError(f"on_fail must be one of {FAIL_ACTIONS}, got {self.on_fail!r}")
+        if self.grad_every < 1 or self.snapshots_max < 0 or self.snapshot_rows < 1:
+            raise ValueError(f"grad_every and snapshot_rows must be >= 1 and snapshots_max >= 0, got "
+                             f"{self.grad_every}, {self.snapshot_rows}, {self.snapshots_max}")
         if self.clusterer_num_gpus is not None and self.clusterer_num_gpus < 0:
             raise ValueError(f"clusterer_num_gpus must be >= 0 or None, got {self.clusterer_num_gpus}")
 

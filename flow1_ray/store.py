@@ -22,6 +22,8 @@ EVENTS_DIR = "events"
 METRICS_DIR = "metrics"
 CLUSTERS_DIR = "clusters"
 HEATMAPS_DIR = "heatmaps"
+LEARNER_DIR = "learner"
+SNAPSHOTS_DIR = "snapshots"
 LOG_FILE = "flow1.log"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -45,6 +47,35 @@ def write_part(table: pa.Table, directory: str | os.PathLike) -> Path:
     pq.write_table(table, tmp)
     os.replace(tmp, d / name)
     return d / name
+
+
+def write_learner_snapshot(run_dir: str | os.PathLike, name: str, snap: dict, max_bytes: int) -> Path | None:
+    """``snapshots/<name>/<module>/<column>.npy`` (``np.save`` without pickle) and
+    ``grad_rms.json``; nothing is written when the arrays pass ``max_bytes`` in all."""
+    import json
+
+    import numpy as np
+
+    modules = snap.get("modules") or {}
+    size = sum(int(np.asarray(a).nbytes) for cols in modules.values() for a in cols.values())
+    if size > max_bytes:
+        return None
+    d = Path(run_dir) / SNAPSHOTS_DIR / name
+    tmp = d.with_name("." + d.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for mid, cols in modules.items():
+        m = tmp / _safe(mid)
+        m.mkdir(exist_ok=True)
+        for col, arr in cols.items():
+            np.save(m / f"{_safe(col)}.npy", np.asarray(arr), allow_pickle=False)
+    meta = {k: v for k, v in snap.items() if k != "modules"}
+    (tmp / "snapshot.json").write_text(json.dumps(meta, default=float, indent=1), encoding="utf-8")
+    os.replace(tmp, d)
+    return d
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name)) or "_"
 
 
 def write_events(events: list[Event], run_dir: str | os.PathLike) -> Path | None:
@@ -93,6 +124,12 @@ def load_events(path: str | os.PathLike) -> pa.Table:
 def load_metrics(path: str | os.PathLike) -> pa.Table:
     """The per-iteration metrics table of a run directory."""
     return _read(path, METRICS_DIR, None)
+
+
+def load_learner(path: str | os.PathLike) -> pa.Table:
+    """The learner table of a run directory: per iteration, module and layer, the traced
+    gradient RMS and dormant share, and per module the curve numbers (entropy ratio, KL...)."""
+    return _read(path, LEARNER_DIR, None)
 
 
 def load_clusters(path: str | os.PathLike) -> pa.Table:

@@ -69,6 +69,14 @@ def make_hub_actor():
             self.recorder.add_metrics(row)
 
         @ray.method(concurrency_group="recorder")
+        def add_learner_rows(self, rows: list[dict]) -> None:
+            self.recorder.add_learner_rows(rows)
+
+        @ray.method(concurrency_group="recorder")
+        def add_learner_snapshot(self, name: str, snap: dict, max_count: int, max_bytes: int) -> str | None:
+            return self.recorder.add_learner_snapshot(name, snap, max_count, max_bytes)
+
+        @ray.method(concurrency_group="recorder")
         def add_snapshot(self, snap: dict) -> None:
             self.recorder.add_snapshot(snap)
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from .. import codes as C
 from ..events import Event, events_to_table
-from ..store import CLUSTERS_DIR, EVENTS_DIR, LOG_FILE, METRICS_DIR, warm_up, write_part
+from ..store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, warm_up, write_learner_snapshot, write_part
 from .heatmaps import HeatmapWriter
 
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
@@ -40,6 +40,8 @@ class RecorderCore:
         self._events: list[Event] = []
         self._metrics: list[dict] = []
         self._clusters: list[pa.Table] = []
+        self._learner: list[dict] = []
+        self.learner_snapshots: list[str] = []
         self.heatmaps = HeatmapWriter(self.run_dir)
         self.snapshots = 0
         self._lines: deque[tuple[int, str]] = deque(maxlen=LINES_KEPT)
@@ -80,6 +82,25 @@ class RecorderCore:
             else:
                 self.dropped_rows += 1
 
+    def add_learner_rows(self, rows: list[dict]) -> None:
+        """Per-iteration, per-module, per-layer learner numbers (the ``learner/`` table)."""
+        with self._lock:
+            room = MAX_PENDING_ROWS - len(self._learner)
+            self._learner.extend(dict(r) for r in rows[:max(0, room)])
+            self.dropped_rows += max(0, len(rows) - max(0, room))
+
+    def add_learner_snapshot(self, name: str, snap: dict, max_count: int, max_bytes: int) -> str | None:
+        """Write one learner snapshot (numpy arrays, no pickle) under ``snapshots/name``;
+        None when ``max_count`` snapshots exist already or it would pass ``max_bytes``."""
+        with self._lock:
+            if len(self.learner_snapshots) >= max_count:
+                return None
+        path = write_learner_snapshot(self.run_dir, name, snap, max_bytes)
+        if path is not None:
+            with self._lock:
+                self.learner_snapshots.append(str(path))
+        return None if path is None else str(path)
+
     def add_snapshot(self, snap: dict) -> None:
         """A StateClusterer snapshot: its cluster rows wait for the next flush, its events
         go to the log, its heatmap to the writer's queue (dropped and counted if full)."""
@@ -118,6 +139,9 @@ class RecorderCore:
                 events, self._events = self._events, []
                 metrics, self._metrics = self._metrics, []
                 clusters, self._clusters = self._clusters, []
+                learner, self._learner = self._learner, []
+            if learner:
+                write_part(pa.Table.from_pylist(learner), self.run_dir / LEARNER_DIR)
             if events:
                 write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
                 with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as f:
@@ -127,7 +151,7 @@ class RecorderCore:
             if clusters:
                 write_part(pa.concat_tables(clusters, promote_options="default"), self.run_dir / CLUSTERS_DIR)
             self.flushes += 1
-            return len(events) + len(metrics) + sum(t.num_rows for t in clusters)
+            return len(events) + len(metrics) + len(learner) + sum(t.num_rows for t in clusters)
 
     def crash_recorded(self, pid: int) -> bool:
         """Whether an ENV_CRASHED of this process has been recorded (the monitor asks before

@@ -61,13 +61,8 @@ def runner_keys(algorithm: Any) -> list[str]:
 class Flow1Run:
     """Driver-side handle on one run's actors."""
 
-    def __init__(self, opts: Flow1Options, return_window: int = 100) -> None:
-        """``return_window``: RLlib's metrics_num_episodes_for_smoothing, the number of
-        episodes behind each iteration's episode_return_mean."""
+    def __init__(self, opts: Flow1Options) -> None:
         import ray
-
-        from ..checks.curves import RunReturnDrop
-        from ..checks.thresholds import DEFAULT
 
         from .hub import make_hub_actor
 
@@ -102,15 +97,11 @@ class Flow1Run:
         self.iteration = 0               # the last training iteration seen
         self.snapshot_iteration = 0      # the iteration of the last snapshot asked for
         self.return_mean: float | None = None
-        self.return_drop = RunReturnDrop(DEFAULT.with_overrides(opts.thresholds), window=max(1, return_window))
 
-    def after_iteration(self, iteration: int, return_mean: float | None, episodes_lifetime: float | None = None) -> None:
-        """Judge the run's return (REWARD_DROP) and ask for a snapshot every
-        ``heatmap_every`` iterations (both fire-and-forget)."""
+    def after_iteration(self, iteration: int, return_mean: float | None) -> None:
+        """Ask for a state snapshot every ``heatmap_every`` iterations (fire-and-forget).
+        The run's return is judged with the learner curves (:mod:`flow1_ray.learner.watch`)."""
         self.iteration, self.return_mean = iteration, return_mean
-        drop = self.return_drop.add(iteration, return_mean, episodes_lifetime)
-        if drop is not None:
-            self.hub.add_events.remote([drop.to_event(run_id=self.run_id, iteration=iteration).to_dict()])
         if self.states is not None and iteration - self.snapshot_iteration >= self.opts.heatmap_every:
             import ray
 

@@ -83,6 +83,31 @@ class Thresholds:
     state_warn_snapshots: int = 2            # hold this share of the states at this many snapshots in a row ...
     decided_top_p: float = 0.8               # ... and (CHAOS/BLIND_SPOT) the policy is decided (top p >= this)
     decided_min_share: float = 0.2           # ... on at least this share of the states elsewhere
+    # TRAIN_CURVES (seed 004): the five curves; every finding needs a second, independent signal
+    return_ema_alpha: float = 0.99           # per-episode EMA of the return (seed: alpha 0.99)
+    return_stall_window: int = 5             # the return "stalled": its EMA rose less than ...
+    return_stall_gain: float = 0.02          # ... this share over this many iterations
+    entropy_collapse_ratio: float = 0.2      # entropy / max entropy below (2 iterations) ...
+    entropy_collapse_fail_ratio: float = 0.05  # ... (FAIL below this) ...
+    entropy_slope_window: int = 5            # ... and a least-squares slope over this many iterations ...
+    entropy_collapse_slope: float = 0.02     # ... of at most -this (share of the maximum per iteration)
+    entropy_high_ratio: float = 0.9          # KL_TOO_LOW: the policy still near its maximum entropy
+    kl_low: float = 0.005                    # seed: KL band 0.005-0.05 (0.01-0.03 ideal)
+    kl_high: float = 0.05
+    kl_window: int = 5                       # KL_TOO_LOW/HIGH judge the median of this many iterations
+    kl_spike_factor: float = 10.0            # KL_SPIKE: one iteration > this x the running median
+    policy_loss_zero: float = 1e-3           # POLICY_LOSS_STUCK: |policy loss| below ...
+    policy_loss_stuck_iters: int = 5         # ... (and KL < kl_low / 10) for this many iterations
+    value_loss_ratio: float = 3.0            # VALUE_DOMINATES: vf_loss_coeff x vf_loss > this x |policy loss| ...
+    value_grad_ratio: float = 100.0          # ... and the value head's gradient into the shared trunk > this x the policy head's
+    lr_floor_ratio: float = 0.1              # LR_DECAYED: lr below this share of its first value
+    # GRADIENT_FLOW (seed 001 3.3; Sokar et al. 2023): per-layer norms on the Learner
+    grad_vanishing_ratio: float = 1e-3       # a layer's gradient RMS < this x its module's median layer RMS
+    grad_exploding_factor: float = 100.0     # a module's gradient norm > this x its own running median
+    grad_persist_traces: int = 3             # vanishing / dormant findings need this many traces in a row
+    grad_zero_traces: int = 2                # GRADIENT_ZERO needs this many traces in a row
+    dormant_tau: float = 0.025               # a unit is dormant when its normalised mean |activation| <= tau
+    dormant_share: float = 0.5               # DORMANT_UNITS: more than this share of a layer's units
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> "Thresholds":
         """A copy with some fields replaced; unknown names are an error, not ignored.

@@ -1,0 +1,144 @@
+"""Per-layer gradient and plasticity rules over what flow1's Learner tracing reported.
+
+The tracing (:mod:`flow1_ray.learner.tracer`) logs, every ``grad_every`` updates, each
+layer's gradient RMS, the module's global norm, the count of non-finite gradients and each
+hidden layer's share of dormant units; RLlib carries them into
+``result["learners"][module]["flow1"]``. Thresholds are relative to the module itself: a
+healthy DQN's global norm is ~0.005 and a healthy APPO's ~43 (RLlib CartPole defaults,
+measured), so no absolute bound fits both. No Ray here.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import codes as C
+from . import advice as A
+from .findings import Finding
+from .thresholds import DEFAULT, Thresholds
+
+#: the key under ``result["learners"][module]`` where the tracing's numbers land
+TRACE_KEY = "flow1"
+
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x
+
+
+@dataclass
+class LayerRules:
+    """GRADIENT_ZERO / GRADIENT_VANISHING / GRADIENT_EXPLODING / DORMANT_UNITS for one module."""
+
+    module_id: str
+    knobs: A.Knobs = field(default_factory=A.Knobs)
+    thresholds: Thresholds = DEFAULT
+    zero_runs: dict = field(default_factory=dict)
+    small_runs: dict = field(default_factory=dict)
+    dormant_runs: dict = field(default_factory=dict)
+    norms: deque = field(default_factory=lambda: deque(maxlen=32))
+    reported: set = field(default_factory=set)
+
+    def add(self, iteration: int, stats: Mapping, extras: Mapping | None = None, lr: float | None = None) -> list[Finding]:
+        tr = stats.get(TRACE_KEY) if isinstance(stats, Mapping) else None
+        if not isinstance(tr, Mapping) or not (_num(tr.get("traces")) or 0) > 0:
+            return []
+        th, out = self.thresholds, []
+        rms = {k: _num(v) for k, v in (tr.get("grad_rms") or {}).items() if _num(v) is not None}
+        out += self._zero(rms)
+        out += self._vanishing(rms)
+        out += self._exploding(tr, lr)
+        out += self._dormant(tr.get("dormant") or {}, lr)
+        return out
+
+    def _once(self, key: str) -> bool:
+        if key in self.reported:
+            return False
+        self.reported.add(key)
+        return True
+
+    def _zero(self, rms: dict) -> list[Finding]:
+        th, out = self.thresholds, []
+        for layer, v in rms.items():
+            self.zero_runs[layer] = self.zero_runs.get(layer, 0) + 1 if v == 0.0 else 0
+        zero = sorted(layer for layer, n in self.zero_runs.items() if n >= th.grad_zero_traces)
+        if zero and self._once("zero:" + ",".join(zero)):
+            out.append(Finding(C.GRADIENT_ZERO, (
+                f"module {self.module_id!r}: the gradient of layer{'s' if len(zero) > 1 else ''} "
+                f"{', '.join(zero)} is exactly 0 on {th.grad_zero_traces} traced updates in a row while the "
+                f"module trains; expected a non-zero gradient on every trained layer: the loss does not reach "
+                f"{'them' if len(zero) > 1 else 'it'} (a detach, a multiplication by 0, a head cut from the "
+                f"graph) -- no knob fixes this, the model's forward does"),
+                {"module_id": self.module_id, "layers": zero, "traces_in_a_row": th.grad_zero_traces,
+                 "layers_traced": len(rms)}))
+        return out
+
+    def _vanishing(self, rms: dict) -> list[Finding]:
+        th, out = self.thresholds, []
+        live = [v for v in rms.values() if v > 0]
+        if len(live) < 2:
+            return out
+        med = statistics.median(live)
+        for layer, v in rms.items():
+            small = 0 < v < th.grad_vanishing_ratio * med
+            self.small_runs[layer] = self.small_runs.get(layer, 0) + 1 if small else 0
+            if self.small_runs[layer] >= th.grad_persist_traces and self._once("vanish:" + layer):
+                out.append(Finding(C.GRADIENT_VANISHING, (
+                    f"module {self.module_id!r}: layer {layer} gets a gradient RMS of {v:.3g}, "
+                    f"{v / med:.2g}x the module's median layer ({med:.3g}) on {self.small_runs[layer]} traces; "
+                    f"expected >= {th.grad_vanishing_ratio:g}x: the signal dies before it reaches this layer "
+                    f"(saturated activations, a tiny init scale) and it barely learns"),
+                    {"module_id": self.module_id, "layer": layer, "grad_rms": v, "median_layer_rms": med,
+                     "ratio_threshold": th.grad_vanishing_ratio}))
+        return out
+
+    def _exploding(self, tr: Mapping, lr: float | None) -> list[Finding]:
+        th, out = self.thresholds, []
+        bad = _num(tr.get("grad_nonfinite")) or 0
+        norm = _num(tr.get("grad_norm"))
+        if bad > 0 and self._once("nonfinite"):
+            knobs = A.explode_knobs(self.knobs, statistics.median(self.norms) if self.norms else 1.0)
+            out.append(Finding(C.GRADIENT_EXPLODING, (
+                f"module {self.module_id!r}: {int(bad)} gradient tensor(s) held NaN/inf on traced updates; "
+                f"expected finite gradients (RLlib zeroes them and goes on, the run learns nothing from that "
+                f"batch)" + A.advice_text(knobs)),
+                {"module_id": self.module_id, "nonfinite": int(bad), "knobs": [k.as_dict() for k in knobs]},
+                status=C.FAIL))
+        if norm is None or not math.isfinite(norm):
+            return out
+        if len(self.norms) >= 5:
+            med = statistics.median(self.norms)
+            if med > 0 and norm > th.grad_exploding_factor * med and self._once(f"explode:{len(self.norms)}"):
+                knobs = A.explode_knobs(self.knobs, med)
+                out.append(Finding(C.GRADIENT_EXPLODING, (
+                    f"module {self.module_id!r}: gradient norm {norm:.3g} is {norm / med:.0f}x its running median "
+                    f"({med:.3g}); expected <= {th.grad_exploding_factor:g}x" + A.advice_text(knobs)),
+                    {"module_id": self.module_id, "grad_norm": norm, "median": med,
+                     "factor_threshold": th.grad_exploding_factor, "knobs": [k.as_dict() for k in knobs]}))
+        self.norms.append(norm)
+        return out
+
+    def _dormant(self, dormant: Mapping, lr: float | None) -> list[Finding]:
+        th, out = self.thresholds, []
+        for layer, share in dormant.items():
+            s = _num(share)
+            if s is None:
+                continue
+            self.dormant_runs[layer] = self.dormant_runs.get(layer, 0) + 1 if s > th.dormant_share else 0
+            if self.dormant_runs[layer] >= th.grad_persist_traces and self._once("dormant:" + layer):
+                knobs = A.dormant_knobs(self.knobs, lr)
+                out.append(Finding(C.DORMANT_UNITS, (
+                    f"module {self.module_id!r}: {s:.0%} of the units of {layer} are dormant (normalised mean "
+                    f"|activation| <= {th.dormant_tau:g}) on {self.dormant_runs[layer]} traces; expected <= "
+                    f"{th.dormant_share:.0%}: the network is losing its capacity to learn (loss of plasticity, "
+                    f"Sokar et al. 2023)" + A.advice_text(knobs)),
+                    {"module_id": self.module_id, "layer": layer, "dormant_share": s, "tau": th.dormant_tau,
+                     "threshold": th.dormant_share, "knobs": [k.as_dict() for k in knobs]}))
+        return out

@@ -1,0 +1,350 @@
+"""The learner's curves, one RLModule at a time (seed 004: entropy, KL, the loss parts, the
+learning rate; the return comes from :mod:`.curves`).
+
+Every rule needs two independent signals before it speaks -- the seed's cross-check, and
+what keeps a healthy run silent: a low entropy ratio *and* a steep fall (or a return that
+stopped rising); a KL out of its band *and* a return or entropy that shows it matters. A
+rule reports once per incident and re-arms when its curve is back in range. Each finding
+names the knob to turn with a value computed from the run's config (:mod:`.advice`). No Ray.
+
+Measured on PPO CartPole (1 runner, 1,000-step batches, seed 0): defaults keep KL at
+0.003-0.025 and entropy 0.69 -> 0.54 over 15 iterations while the return climbs to ~180;
+``lr=0.05, num_epochs=10`` reads KL 0.40 then 1.84 and entropy 0.47 -> 0.001 by iteration 2.
+RLlib's default 4,000-step PPO ends at KL 0.004 with the return at 500 -- a converged
+policy, not a stuck one, which is why KL_TOO_LOW also asks for a high entropy and a flat return.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import codes as C
+from . import advice as A
+from .findings import Finding
+from .thresholds import DEFAULT, Thresholds
+
+
+@dataclass
+class Reading:
+    """One iteration's learner numbers for one module (None where RLlib did not report it)."""
+
+    iteration: int
+    env_steps: float | None = None
+    entropy: float | None = None
+    kl: float | None = None
+    policy_loss: float | None = None
+    vf_loss: float | None = None
+    total_loss: float | None = None
+    lr: float | None = None
+    entropy_coeff: float | None = None
+    grad_norm: float | None = None
+    vf_pi_trunk_ratio: float | None = None   # from flow1's learner tracing (shared trunk only)
+
+    @classmethod
+    def from_learner_stats(cls, iteration: int, stats: dict, env_steps: float | None = None,
+                           extras: dict | None = None) -> "Reading":
+        """``stats``: ``result["learners"][module_id]`` (RLlib 2.60 names)."""
+        def f(*names: str) -> float | None:
+            for n in names:
+                v = _finite(stats.get(n))
+                if v is not None:
+                    return v
+            return None
+
+        lr = f("default_optimizer_learning_rate", "curr_lr")
+        traced = stats.get("flow1")
+        extras = {**(traced if isinstance(traced, dict) else {}), **(extras or {})}
+        return cls(iteration=iteration, env_steps=env_steps, entropy=f("entropy"), kl=f("mean_kl_loss"),
+                   policy_loss=f("policy_loss"), vf_loss=f("vf_loss"), total_loss=f("total_loss"),
+                   lr=lr, entropy_coeff=f("curr_entropy_coeff"),
+                   grad_norm=f("gradients_default_optimizer_global_norm") or _finite(extras.get("grad_norm")),
+                   vf_pi_trunk_ratio=_finite(extras.get("vf_pi_trunk_ratio")))
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def max_entropy(action_space: Any) -> tuple[float | None, int, str]:
+    """The entropy a policy over ``action_space`` has at most, with the number of action
+    dimensions and how it is normalised: ``"discrete"`` (ratio = H / log n) or ``"box"``
+    (ratio = exp((H - H_max) / d): the action distribution's width per dimension as a share
+    of the box's -- a Gaussian has no maximum entropy, the box it is clipped to has).
+    (None, 0, "") when the space has no finite maximum."""
+    if action_space is None:
+        return None, 0, ""
+    try:
+        import gymnasium.spaces as S
+
+        if isinstance(action_space, S.Discrete):
+            return (math.log(action_space.n) if action_space.n > 1 else None), 1, "discrete"
+        if isinstance(action_space, S.MultiDiscrete):
+            h = float(np.sum(np.log(np.asarray(action_space.nvec, dtype=float))))
+            return (h if h > 0 else None), int(np.size(action_space.nvec)), "discrete"
+        if isinstance(action_space, S.MultiBinary):
+            d = int(np.prod(action_space.shape))
+            return d * math.log(2), d, "discrete"
+        if isinstance(action_space, S.Box):
+            width = np.asarray(action_space.high, dtype=float) - np.asarray(action_space.low, dtype=float)
+            if not np.all(np.isfinite(width)) or np.any(width <= 0):
+                return None, 0, ""
+            return float(np.sum(np.log(width))), int(width.size), "box"
+    except Exception:
+        return None, 0, ""
+    return None, 0, ""
+
+
+def _slope(values: list[float]) -> float:
+    """Least-squares slope per step of ``values`` (0 for fewer than 2)."""
+    if len(values) < 2:
+        return 0.0
+    x = np.arange(len(values), dtype=float)
+    return float(np.polyfit(x, np.asarray(values, dtype=float), 1)[0])
+
+
+@dataclass
+class RunContext:
+    """What the return says, for the cross-checks: stalled (its EMA rose < 2 % over the
+    window) and dropped (REWARD_DROP holds)."""
+
+    stalled: bool | None = None
+    dropped: bool = False
+    return_ema: float | None = None
+
+
+@dataclass
+class ModuleCurves:
+    """The curve rules of one RLModule; :meth:`add` one :class:`Reading` per iteration."""
+
+    module_id: str
+    knobs: A.Knobs = field(default_factory=A.Knobs)
+    thresholds: Thresholds = DEFAULT
+    action_space: Any = None
+    entropy_max: float | None = None
+    entropy_dims: int = 0
+    entropy_kind: str = ""
+    ratios: deque = field(default_factory=lambda: deque(maxlen=64))
+    kls: deque = field(default_factory=lambda: deque(maxlen=64))
+    stuck: int = 0
+    lr_first: float | None = None
+    first_entropies: list = field(default_factory=list)
+    armed: dict = field(default_factory=dict)
+    below: int = 0
+    trunk_ratios: deque = field(default_factory=lambda: deque(maxlen=8))
+    value_ratios: deque = field(default_factory=lambda: deque(maxlen=8))
+    grad_norms: deque = field(default_factory=lambda: deque(maxlen=64))
+    kl_measured: bool = False
+
+    def __post_init__(self) -> None:
+        if self.entropy_max is None:
+            self.entropy_max, self.entropy_dims, self.entropy_kind = max_entropy(self.action_space)
+
+    # -- the entropy ratio ---------------------------------------------------------------
+    def entropy_ratio(self, h: float) -> float | None:
+        """Entropy as a share of its maximum (see :func:`max_entropy`). Without a known
+        action space: H over the run's first reading when that reading is log n for an
+        integer n >= 2 (a fresh RLlib policy over n discrete actions is near uniform);
+        otherwise None (a continuous policy's scale cannot be guessed: the rule stays off)."""
+        if self.entropy_max is None and self.entropy_kind == "" and len(self.first_entropies) >= 1:
+            h0 = self.first_entropies[0]
+            n = round(math.exp(h0)) if h0 > 0.5 else 0
+            if n >= 2 and abs(h0 - math.log(n)) <= 0.03 * math.log(n):
+                self.entropy_max, self.entropy_dims, self.entropy_kind = math.log(n), 1, "discrete(first reading)"
+            else:
+                self.entropy_kind = "unknown"
+        if self.entropy_max is None:
+            return None
+        if self.entropy_kind == "box":
+            return min(1.0, math.exp((h - self.entropy_max) / max(1, self.entropy_dims)))
+        return max(0.0, h / self.entropy_max)
+
+    # -- one iteration -------------------------------------------------------------------
+    def add(self, r: Reading, run: RunContext) -> list[Finding]:
+        th, out = self.thresholds, []
+        if r.lr is not None and self.lr_first is None:
+            self.lr_first = r.lr
+        if r.grad_norm is not None:
+            self.grad_norms.append(r.grad_norm)
+        ratio = None
+        if r.entropy is not None:
+            if len(self.first_entropies) < 3:
+                self.first_entropies.append(r.entropy)
+            ratio = self.entropy_ratio(r.entropy)
+            if ratio is not None:
+                self.ratios.append(ratio)
+        slope = _slope(list(self.ratios)[-th.entropy_slope_window:]) if ratio is not None else None
+        steep = slope is not None and len(self.ratios) >= 2 and slope <= -th.entropy_collapse_slope
+        for rule in (self._entropy, self._kl, self._policy_loss, self._value, self._lr):
+            f = rule(r, run, ratio, slope, steep)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def _once(self, key: str, active: bool) -> bool:
+        """True the first time ``active`` holds since it last did not (one finding per incident)."""
+        if not active:
+            self.armed[key] = True
+            return False
+        if self.armed.get(key, True):
+            self.armed[key] = False
+            return True
+        return False
+
+    def _where(self) -> str:
+        return f"module {self.module_id!r}"
+
+    def _entropy(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
+        th = self.thresholds
+        if ratio is None:
+            return None
+        self.below = self.below + 1 if ratio < th.entropy_collapse_ratio else 0
+        second = steep or run.dropped or bool(run.stalled)
+        if not self._once("entropy", self.below >= 2 and second):
+            return None
+        status = C.FAIL if ratio < th.entropy_collapse_fail_ratio else C.WARN
+        knobs = A.entropy_knobs(self.knobs, r.entropy_coeff, r.lr)
+        why = (f"falling at {slope:+.3f} of the maximum per iteration (fit over the last "
+               f"{min(len(self.ratios), th.entropy_slope_window)})" if steep else
+               "with the return " + ("dropped" if run.dropped else "stalled"))
+        return Finding(C.ENTROPY_COLLAPSE, (
+            f"{self._where()}: policy entropy {r.entropy:.4g} is {ratio:.1%} of its maximum "
+            f"({self.entropy_max:.4g}, {self.entropy_kind}) on {self.below} iterations, {why}; expected >= "
+            f"{th.entropy_collapse_ratio:.0%} (seed: 30-60% healthy): the policy is collapsing onto few actions "
+            f"and stops exploring" + A.advice_text(knobs)),
+            {"module_id": self.module_id, "entropy": r.entropy, "entropy_ratio": ratio, "entropy_max": self.entropy_max,
+             "normalised_by": self.entropy_kind, "slope_per_iteration": slope, "return_stalled": run.stalled,
+             "return_dropped": run.dropped, "threshold": th.entropy_collapse_ratio,
+             "fail_below": th.entropy_collapse_fail_ratio, "slope_threshold": -th.entropy_collapse_slope,
+             "knobs": [k.as_dict() for k in knobs]}, status=status)
+
+    def _kl(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
+        th = self.thresholds
+        if r.kl is None or self.knobs.use_kl_loss is False:
+            return None
+        if r.kl != 0.0:
+            self.kl_measured = True
+        if not self.kl_measured:  # RLlib logs 0.0 when it does not compute the KL (APPO's default)
+            return None
+        previous = list(self.kls)[-th.kl_window:]
+        self.kls.append(max(0.0, r.kl))
+        kl = max(0.0, r.kl)
+        # KL_SPIKE: against the run's own median once it has one, before that against kl_target
+        ref = statistics.median(previous) if len(previous) >= 3 else (self.knobs.kl_target or 0.01)
+        spike = kl > th.kl_spike_factor * max(ref, 1e-12) and kl > th.kl_high
+        if self._once("kl_spike", spike):
+            knobs = A.spike_knobs(self.knobs, r.lr, kl, _median(self.grad_norms))
+            basis = "the median of the previous iterations" if len(previous) >= 3 else "kl_target"
+            return Finding(C.KL_SPIKE, (
+                f"{self._where()}: KL between the old and the new policy jumped to {kl:.4g} in one iteration, "
+                f"{kl / max(ref, 1e-12):.0f}x {basis} ({ref:.4g}); expected <= {th.kl_spike_factor:g}x: the policy "
+                f"leapt in one update -- a step far too large, or a bug (log-probs of the wrong actions, an "
+                f"advantage that carries gradients)" + A.advice_text(knobs)),
+                {"module_id": self.module_id, "kl": kl, "reference": ref, "reference_basis": basis,
+                 "factor": kl / max(ref, 1e-12), "threshold_factor": th.kl_spike_factor, "kl_high": th.kl_high,
+                 "knobs": [k.as_dict() for k in knobs]})
+        window = list(self.kls)[-th.kl_window:]
+        if len(window) < th.kl_window:
+            return None
+        med = statistics.median(window)
+        high = med > th.kl_high and (bool(run.stalled) or run.dropped or steep)
+        if self._once("kl_high", high):
+            knobs = A.kl_high_knobs(self.knobs, r.lr, med)
+            return Finding(C.KL_TOO_HIGH, (
+                f"{self._where()}: median KL {med:.4g} over the last {len(window)} iterations; expected "
+                f"{th.kl_low:g}-{th.kl_high:g} (seed: 0.01-0.03 ideal), with the return "
+                f"{'dropped' if run.dropped else 'stalled' if run.stalled else 'rising'}"
+                f"{' and the entropy falling fast' if steep else ''}: each update moves the policy too far"
+                + A.advice_text(knobs)),
+                {"module_id": self.module_id, "kl_median": med, "window": len(window), "kl_high": th.kl_high,
+                 "return_stalled": run.stalled, "entropy_slope": slope, "knobs": [k.as_dict() for k in knobs]})
+        low = (med < th.kl_low and ratio is not None and ratio >= th.entropy_high_ratio and run.stalled is True
+               and not self._stuck_now(th))
+        if self._once("kl_low", low):
+            knobs = [x for x in [A.raise_lr(self.knobs, r.lr, med, "larger steps")] if x]
+            return Finding(C.KL_TOO_LOW, (
+                f"{self._where()}: median KL {med:.4g} over the last {len(window)} iterations with the entropy "
+                f"still at {ratio:.0%} of its maximum and the return not rising; expected KL >= {th.kl_low:g}: "
+                f"the updates barely move the policy (a step size or a clip too small)" + A.advice_text(knobs)),
+                {"module_id": self.module_id, "kl_median": med, "entropy_ratio": ratio, "kl_low": th.kl_low,
+                 "return_stalled": run.stalled, "knobs": [k.as_dict() for k in knobs]})
+        return None
+
+    def _stuck_now(self, th: Thresholds) -> bool:
+        return self.stuck >= th.policy_loss_stuck_iters
+
+    def _policy_loss(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
+        th = self.thresholds
+        if r.policy_loss is None or r.kl is None or not self.kl_measured:
+            return None
+        flat = abs(r.policy_loss) < th.policy_loss_zero and abs(r.kl) < th.kl_low / 10
+        self.stuck = self.stuck + 1 if flat else 0
+        if not self._once("stuck", self._stuck_now(th)):
+            return None
+        knobs = A.stuck_knobs(self.knobs, r.lr)
+        return Finding(C.POLICY_LOSS_STUCK, (
+            f"{self._where()}: |policy loss| < {th.policy_loss_zero:g} and KL < {th.kl_low / 10:g} on {self.stuck} "
+            f"iterations in a row (now {r.policy_loss:.3g}, KL {r.kl:.3g}); expected a surrogate that moves: "
+            f"every ratio is clipped or the advantages carry no signal" + A.advice_text(knobs)),
+            {"module_id": self.module_id, "policy_loss": r.policy_loss, "kl": r.kl, "iterations": self.stuck,
+             "knobs": [k.as_dict() for k in knobs]})
+
+    def _value(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
+        """Only a shared trunk can be swamped: with separate networks Adam scales each
+        network's step on its own (measured: vf_loss_coeff=1000 there learns to 474)."""
+        th, k = self.thresholds, self.knobs
+        if k.vf_share_layers is not True or r.vf_loss is None or r.policy_loss is None:
+            return None
+        coeff = k.vf_loss_coeff if k.vf_loss_coeff is not None else 1.0
+        self.value_ratios.append(coeff * r.vf_loss / max(abs(r.policy_loss), 1e-8))
+        if r.vf_pi_trunk_ratio is not None:
+            self.trunk_ratios.append(r.vf_pi_trunk_ratio)
+        n = 3
+        if len(self.trunk_ratios) < n or len(self.value_ratios) < n:
+            return None
+        grad = statistics.median(list(self.trunk_ratios)[-n:])
+        loss = statistics.median(list(self.value_ratios)[-n:])
+        if not self._once("value", grad >= th.value_grad_ratio and loss >= th.value_loss_ratio):
+            return None
+        knobs = A.value_knobs(k, grad)
+        return Finding(C.VALUE_DOMINATES, (
+            f"{self._where()}: in the shared trunk (vf_share_layers=True) the value head's gradient is {grad:.3g}x "
+            f"the policy head's (median of the last {n} traces) and vf_loss_coeff x vf_loss is {loss:.3g}x "
+            f"|policy loss|; expected < {th.value_grad_ratio:g}x: the shared layers learn the value only and the "
+            f"policy rides on features it did not shape" + A.advice_text(knobs)),
+            {"module_id": self.module_id, "trunk_grad_ratio": grad, "loss_ratio": loss,
+             "vf_loss_coeff": coeff, "threshold_grad": th.value_grad_ratio, "threshold_loss": th.value_loss_ratio,
+             "knobs": [x.as_dict() for x in knobs]})
+
+    def _lr(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
+        th = self.thresholds
+        if r.lr is None or not self.lr_first:
+            return None
+        window = list(self.kls)[-th.kl_window:]
+        stopped = (len(window) >= th.kl_window and statistics.median(window) < th.kl_low) if self.kl_measured \
+            else bool(run.stalled)
+        decayed = r.lr < th.lr_floor_ratio * self.lr_first and stopped and bool(run.stalled)
+        if not self._once("lr", decayed):
+            return None
+        knobs = A.lr_floor_knobs(self.knobs, self.lr_first, int(r.env_steps) if r.env_steps else None)
+        return Finding(C.LR_DECAYED, (
+            f"{self._where()}: the learning rate decayed to {r.lr:.3g}, {r.lr / self.lr_first:.1%} of its first value "
+            f"{self.lr_first:.3g}, while {'the policy stopped moving (KL < ' + format(th.kl_low, 'g') + ')' if self.kl_measured else 'the return stalled'}; "
+            f"expected >= {th.lr_floor_ratio:.0%} until the return plateaus (seed: a schedule to ~0 freezes the "
+            f"critic)" + A.advice_text(knobs)),
+            {"module_id": self.module_id, "lr": r.lr, "lr_first": self.lr_first, "floor_ratio": th.lr_floor_ratio,
+             "knobs": [k.as_dict() for k in knobs]})
+
+
+def _median(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None

@@ -1,0 +1,305 @@
+"""Learner tracing: per-layer gradients, dormant units and the value/policy split of a shared
+trunk, measured inside RLlib's Learner without changing the user's algorithm.
+
+RLlib 2.60 has no callback on the Learner. ``install`` (run on every Learner through
+``learner_group.foreach_learner`` from ``on_algorithm_init``: in the driver with
+``num_learners=0``, in each learner actor otherwise) wraps the instance's
+``compute_gradients`` -- the one call every torch Learner (PPO, APPO, IMPALA, DQN, SAC)
+makes once per update with the gradients in hand -- and ``compute_losses`` (to keep a
+reference to the latest train batch for snapshots). Every ``grad_every`` updates one update
+is *traced*: forward hooks, installed just before it and removed right after, record each
+activation layer's mean |activation| per unit and alias the inputs of the policy and value
+heads so that each head's gradient into the shared embedding is seen on its own; then each
+layer's gradient RMS is computed in one stacked reduction. The numbers go through the
+Learner's own MetricsLogger (``result["learners"][module]["flow1"]``), so no extra RPC.
+Untraced updates pay one counter increment. Any error turns tracing off for that Learner;
+it never reaches RLlib.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import deque
+from typing import Any
+
+logger = logging.getLogger("flow1_ray")
+
+ATTR = "_flow1_tracer"
+ALL_MODULES = "__all_modules__"
+#: activation modules whose outputs are the "units" of the dormant-neuron measure
+_ACTIVATIONS = ("ReLU", "Tanh", "ELU", "LeakyReLU", "SiLU", "GELU", "Sigmoid", "Softplus", "Mish", "SELU",
+                "CELU", "Hardtanh", "ReLU6", "PReLU", "Swish")
+SNAPSHOT_COLUMNS = ("obs", "actions", "rewards", "advantages", "value_targets", "terminateds", "truncateds")
+
+
+def _layer_of(param_name: str) -> str:
+    """``encoder.actor_encoder.net.mlp.0.weight`` -> ``encoder.actor_encoder.net.mlp.0``."""
+    head, _, last = param_name.rpartition(".")
+    return head if head and last in ("weight", "bias") else param_name
+
+
+class LearnerTracer:
+    """The tracing state of one Learner."""
+
+    def __init__(self, learner: Any, grad_every: int = 50, dormant_tau: float = 0.025) -> None:
+        self.learner = learner
+        self.grad_every = max(1, int(grad_every))
+        self.tau = float(dormant_tau)
+        self.calls = 0
+        self.traces = 0
+        self.errors = 0
+        self.enabled = True
+        self.lock = threading.Lock()
+        self.names: dict[int, tuple[str, str]] = {}   # id(param) -> (module_id, layer)
+        self.hooks: list = []
+        self.acts: dict[tuple[str, str], list] = {}    # (module, layer) -> [sum |h| per unit, rows]
+        self.head_grads: dict[tuple[str, str], float] = {}
+        self.last_batch: Any = None
+        self.last_norms: dict[str, dict[str, float]] = {}
+        self.trace_now = False
+        self.force = False
+        self.shared: dict[str, bool] = {}
+        self.history: deque = deque(maxlen=16)
+        self._orig_grads = learner.compute_gradients
+        self._orig_losses = learner.compute_losses
+
+    # -- installation ----------------------------------------------------------------------
+    def install(self) -> None:
+        self.learner.compute_gradients = self._compute_gradients
+        self.learner.compute_losses = self._compute_losses
+        self._map_params()
+        self._arm()  # the first update is traced
+
+    def uninstall(self) -> None:
+        self._disarm()
+        self.learner.compute_gradients = self._orig_grads
+        self.learner.compute_losses = self._orig_losses
+
+    def _modules(self) -> dict[str, Any]:
+        module = self.learner.module
+        try:
+            return {mid: module[mid] for mid in module.keys()}
+        except Exception:
+            return {"default_policy": module}
+
+    def _map_params(self) -> None:
+        self.names = {}
+        for mid, m in self._modules().items():
+            try:
+                for name, p in m.named_parameters():
+                    self.names[id(p)] = (mid, _layer_of(name))
+                cfg = getattr(m, "model_config", None) or {}
+                shared = cfg.get("vf_share_layers") if isinstance(cfg, dict) else getattr(cfg, "vf_share_layers", None)
+                self.shared[mid] = bool(shared)
+            except Exception:
+                continue
+
+    # -- hooks around one traced update ----------------------------------------------------
+    def _arm(self) -> None:
+        """Forward hooks for the next update: activation statistics and head-input aliases."""
+        import torch.nn as nn
+
+        self.acts, self.head_grads = {}, {}
+        for mid, m in self._modules().items():
+            if not isinstance(m, nn.Module):
+                continue
+            for name, sub in m.named_modules():
+                if type(sub).__name__ in _ACTIVATIONS:
+                    self.hooks.append(sub.register_forward_hook(self._act_hook(mid, name)))
+            for head in ("pi", "vf"):
+                sub = getattr(m, head, None)
+                if isinstance(sub, nn.Module):
+                    self.hooks.append(sub.register_forward_pre_hook(self._head_hook(mid, head)))
+        self.trace_now = True
+
+    def _disarm(self) -> None:
+        for h in self.hooks:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.hooks = []
+        self.trace_now = False
+
+    def _act_hook(self, mid: str, layer: str):
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            try:
+                h = output.detach()
+                if h.dim() < 2:
+                    return
+                unit = 1 if h.dim() == 4 else h.dim() - 1   # conv channels, else the last axis
+                dims = [d for d in range(h.dim()) if d != unit]
+                per_unit = h.abs().mean(dim=dims)
+                rows = h.numel() // max(1, per_unit.numel())
+                acc = self.acts.get((mid, layer))
+                if acc is None:
+                    self.acts[(mid, layer)] = [per_unit * rows, rows]
+                else:
+                    acc[0] = acc[0] + per_unit * rows
+                    acc[1] += rows
+            except Exception:
+                pass
+        return hook
+
+    def _head_hook(self, mid: str, head: str):
+        def pre(module: Any, args: tuple) -> tuple | None:
+            try:
+                x = args[0] if args else None
+                if x is None or not getattr(x, "requires_grad", False):
+                    return None
+                y = x.view_as(x)
+
+                def grab(g: Any) -> None:
+                    self.head_grads[(mid, head)] = self.head_grads.get((mid, head), 0.0) + float(g.detach().norm())
+                y.register_hook(grab)
+                return (y,) + tuple(args[1:])
+            except Exception:
+                return None
+        return pre
+
+    # -- the wrapped Learner methods -------------------------------------------------------
+    def _compute_losses(self, *args: Any, **kwargs: Any) -> Any:
+        batch = kwargs.get("batch")
+        if batch is None and len(args) > 1:
+            batch = args[1]
+        self.last_batch = batch
+        return self._orig_losses(*args, **kwargs)
+
+    def _compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
+        grads = self._orig_grads(loss_per_module, **kwargs)
+        if not self.enabled:
+            return grads
+        try:
+            self.calls += 1
+            if self.trace_now:
+                self._disarm()
+                self._trace(grads, [m for m in loss_per_module if m != ALL_MODULES])
+            if self.force or self.calls % self.grad_every == self.grad_every - 1 or self.grad_every == 1:
+                self.force = False
+                self._arm()
+        except Exception as e:  # tracing must never stop an update
+            self.errors += 1
+            self.enabled = False
+            self._disarm()
+            logger.warning("flow1: learner tracing turned off after an error: %s: %s", type(e).__name__, e)
+        return grads
+
+    def _trace(self, grads: dict, trained: list) -> None:
+        import torch
+
+        trained_set = set(trained)
+        sq: dict[tuple[str, str], list] = {}
+        nonfinite: dict[str, int] = {}
+        for ref, g in grads.items():
+            where = self.names.get(id(ref))
+            if where is None:
+                self._map_params()
+                where = self.names.get(id(ref))
+                if where is None:
+                    continue
+            mid, layer = where
+            if mid not in trained_set:
+                continue
+            entry = sq.setdefault((mid, layer), [[], 0])
+            if g is None:
+                entry[1] += ref.numel()
+                continue
+            entry[0].append(g.detach().float().pow(2).sum())
+            entry[1] += g.numel()
+        if not sq:
+            return
+        keys = list(sq)
+        zero = torch.zeros(())
+        totals = torch.stack([torch.stack(sq[k][0]).sum() if sq[k][0] else zero for k in keys]).cpu().tolist()
+        out: dict[str, dict] = {}
+        for (mid, layer), total in zip(keys, totals):
+            o = out.setdefault(mid, {"grad_rms": {}, "sumsq": 0.0, "nonfinite": 0})
+            if not math.isfinite(total):
+                o["nonfinite"] += 1
+                continue
+            o["grad_rms"][layer] = math.sqrt(total / max(1, sq[(mid, layer)][1]))
+            o["sumsq"] += total
+        for (mid, layer), (acc, rows) in self.acts.items():
+            if mid not in out:
+                continue
+            mean = acc / max(1, rows)
+            avg = float(mean.mean())
+            share = float((mean <= self.tau * avg).float().mean()) if avg > 0 else 1.0
+            out[mid].setdefault("dormant", {})[layer] = share
+        for mid in out:
+            vf, pi = self.head_grads.get((mid, "vf")), self.head_grads.get((mid, "pi"))
+            if vf is not None and pi is not None and pi > 0 and self.shared.get(mid):
+                out[mid]["vf_pi_trunk_ratio"] = vf / pi
+            head_vf = [v for k, v in out[mid]["grad_rms"].items() if k.split(".")[0] == "vf"]
+            head_pi = [v for k, v in out[mid]["grad_rms"].items() if k.split(".")[0] == "pi"]
+            if head_vf and head_pi and sum(head_pi) > 0:
+                out[mid]["vf_pi_head_ratio"] = sum(head_vf) / sum(head_pi)
+        self.traces += 1
+        self._log(out)
+        with self.lock:
+            self.last_norms = {mid: dict(o["grad_rms"]) for mid, o in out.items()}
+
+    def _log(self, out: dict) -> None:
+        m = self.learner.metrics
+        for mid, o in out.items():
+            m.log_value((mid, "flow1", "traces"), 1, reduce="sum")
+            m.log_value((mid, "flow1", "grad_norm"), math.sqrt(o["sumsq"]), window=1)
+            m.log_value((mid, "flow1", "grad_nonfinite"), o["nonfinite"], reduce="sum")
+            for layer, v in o["grad_rms"].items():
+                m.log_value((mid, "flow1", "grad_rms", layer), v, window=1)
+            for layer, v in o.get("dormant", {}).items():
+                m.log_value((mid, "flow1", "dormant", layer), v, window=1)
+            for key in ("vf_pi_trunk_ratio", "vf_pi_head_ratio"):
+                if key in o:
+                    m.log_value((mid, "flow1", key), o[key], window=1)
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def snapshot(self, max_rows: int = 4096) -> dict:
+        """The latest train batch's columns (numpy, at most ``max_rows`` rows per module) and
+        the latest per-layer gradient RMS; the next update is traced too."""
+        import numpy as np
+
+        self.force = True
+        out: dict = {"modules": {}, "grad_rms": {}, "traces": self.traces}
+        with self.lock:
+            out["grad_rms"] = {m: dict(v) for m, v in self.last_norms.items()}
+        batch = self.last_batch
+        if not isinstance(batch, dict):
+            return out
+        for mid, cols in batch.items():
+            if not isinstance(cols, dict):
+                continue
+            got = {}
+            for key in SNAPSHOT_COLUMNS:
+                v = cols.get(key)
+                if v is None or not hasattr(v, "detach") and not isinstance(v, np.ndarray):
+                    continue
+                arr = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+                if arr.dtype == object:
+                    continue
+                got[key] = np.ascontiguousarray(arr[:max_rows])
+            if got:
+                out["modules"][str(mid)] = got
+        return out
+
+    def status(self) -> dict:
+        return {"calls": self.calls, "traces": self.traces, "errors": self.errors, "enabled": self.enabled,
+                "grad_every": self.grad_every}
+
+
+def install(learner: Any, grad_every: int = 50, dormant_tau: float = 0.025) -> dict:
+    """Install (once) the tracing on ``learner``; returns its status. Idempotent: a learner
+    actor that Ray restarted comes back without it, and the driver calls this again."""
+    tracer = getattr(learner, ATTR, None)
+    if tracer is None:
+        tracer = LearnerTracer(learner, grad_every, dormant_tau)
+        tracer.install()
+        setattr(learner, ATTR, tracer)
+    return tracer.status()
+
+
+def take_snapshot(learner: Any, max_rows: int = 4096) -> dict:
+    tracer = getattr(learner, ATTR, None)
+    return tracer.snapshot(max_rows) if tracer is not None else {}

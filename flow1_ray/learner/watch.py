@@ -1,0 +1,233 @@
+"""The driver side of the learner diagnostics: install the tracing on every Learner, judge
+each iteration's curves, keep the ``learner/`` table, take snapshots, and act on a FAIL.
+
+Runs inside ``Flow1Callbacks.on_algorithm_init`` / ``on_train_result`` (the Algorithm's
+process). Every call that reaches a Learner actor has a timeout; every step is guarded by
+the caller, so a failure here costs a diagnosis, never the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .. import codes as C
+from ..checks.thresholds import DEFAULT
+from ..diagnose import CurveDiagnosis, _section
+from ..events import Event
+from ..options import Flow1Options
+from . import tracer as T
+
+logger = logging.getLogger("flow1_ray")
+
+#: reinstall the tracing on remote Learners this often (a restarted actor comes back bare)
+REINSTALL_EVERY = 10
+_FAIL_LINE = re.compile(r"\|\s*FAIL\s*\|\s*(\S+)")
+
+
+class LearnerWatch:
+    def __init__(self, algorithm: Any, opts: Flow1Options) -> None:
+        self.opts = opts
+        self.th = DEFAULT.with_overrides(opts.thresholds)
+        self.algorithm = algorithm
+        self.status: dict = {}
+        spaces = self.install()
+        self.diagnosis = CurveDiagnosis(config=getattr(algorithm, "config", None), action_space=spaces or None,
+                                        thresholds=self.th)
+        self.snapshots = 0
+        self.loss_best: dict[str, tuple[float, int]] = {}
+        self.plateau_reported: set[str] = set()
+        self.guard_done = False
+        self.stop_reason: str | None = None
+
+    # -- the tracing on the Learners -------------------------------------------------------
+    def install(self) -> dict:
+        """Install on every Learner (idempotent); returns {module_id: action_space}."""
+        if not self.opts.learner_tracing:
+            return self._spaces_only()
+        group = getattr(self.algorithm, "learner_group", None)
+        if group is None:
+            return {}
+        fn = functools.partial(_install_and_spaces, grad_every=self.opts.grad_every, tau=self.th.dormant_tau)
+        spaces: dict = {}
+        for r in _results(group.foreach_learner(fn, timeout_seconds=self.opts.get_timeout_s * 5)):
+            self.status = r.get("status", {})
+            spaces.update(r.get("spaces", {}))
+        return spaces
+
+    def _spaces_only(self) -> dict:
+        group = getattr(self.algorithm, "learner_group", None)
+        if group is None:
+            return {}
+        out: dict = {}
+        for r in _results(group.foreach_learner(_spaces, timeout_seconds=self.opts.get_timeout_s * 5)):
+            out.update(r)
+        return out
+
+    # -- one iteration ---------------------------------------------------------------------
+    def after_iteration(self, result: dict, iteration: int, new_lines: list[str], send: Any) -> dict:
+        """Judge, record, snapshot and guard; returns ``result["flow1"]["learner"]``.
+        ``send(kind, payload)`` delivers to the run's Recorder (fire-and-forget)."""
+        group = getattr(self.algorithm, "learner_group", None)
+        if self.opts.learner_tracing and group is not None and not group.is_local and \
+                iteration % REINSTALL_EVERY == 0:
+            self.install()
+        events = self.diagnosis.add(result)
+        rows = self._rows(result, iteration)
+        if rows:
+            send("learner_rows", rows)
+        triggers = [f"{e.code.lower()}" for e in events if e.code == C.REWARD_DROP]
+        triggers += self._plateaus(result, iteration)
+        if triggers and self.snapshots < self.opts.snapshots_max:
+            ev = self._snapshot(iteration, triggers[0], send)
+            if ev is not None:
+                events.append(ev)
+        if events:
+            send("events", [e.to_dict() for e in events])
+        fails = [e.code for e in events if e.status == C.FAIL]
+        fails += [m.group(1) for line in new_lines for m in [_FAIL_LINE.search(line)] if m]
+        if fails and self.opts.on_fail != "report" and not self.guard_done:
+            ev = self._guard(fails[0], iteration)
+            if ev is not None:
+                send("events", [ev.to_dict()])
+        if self.stop_reason is not None:
+            result["done"] = True
+        values = self.diagnosis.values()
+        values["tracing"] = dict(self.status)
+        values["snapshots"] = self.snapshots
+        if self.stop_reason is not None:
+            values["stopped_by"] = self.stop_reason
+        return values
+
+    def _rows(self, result: dict, iteration: int) -> list[dict]:
+        rows = []
+        learners = _section(result, "learners")
+        for mid, stats in learners.items():
+            if mid == "__all_modules__" or not isinstance(stats, dict):
+                continue
+            base = {"iteration": iteration, "module_id": str(mid)}
+            curves = self.diagnosis.last.get(mid, {})
+            rows.append({**base, "layer": None, "kind": "module",
+                         **{k: _f(stats.get(k)) for k in ("entropy", "mean_kl_loss", "policy_loss", "vf_loss",
+                                                          "total_loss", "default_optimizer_learning_rate")},
+                         "entropy_ratio": _f(curves.get("entropy_ratio")),
+                         "grad_norm": _f((stats.get("flow1") or {}).get("grad_norm")),
+                         "vf_pi_trunk_ratio": _f((stats.get("flow1") or {}).get("vf_pi_trunk_ratio")),
+                         "vf_pi_head_ratio": _f((stats.get("flow1") or {}).get("vf_pi_head_ratio"))})
+            tr = stats.get("flow1") or {}
+            dormant = tr.get("dormant") or {}
+            for layer, v in (tr.get("grad_rms") or {}).items():
+                rows.append({**base, "layer": layer, "kind": "grad", "grad_rms": _f(v)})
+            for layer, v in dormant.items():
+                rows.append({**base, "layer": layer, "kind": "activation", "dormant_share": _f(v)})
+        return rows
+
+    def _plateaus(self, result: dict, iteration: int) -> list[str]:
+        """seed 002: snapshot when a module's total loss stops falling (no new low for
+        ``loss_plateau_iters`` iterations); once per module until it falls again."""
+        out = []
+        for mid, stats in _section(result, "learners").items():
+            if mid == "__all_modules__" or not isinstance(stats, dict):
+                continue
+            loss = _f(stats.get("total_loss"))
+            if loss is None:
+                continue
+            best = self.loss_best.get(mid)
+            if best is None or loss < best[0]:
+                self.loss_best[mid] = (loss, iteration)
+                self.plateau_reported.discard(mid)
+            elif iteration - best[1] >= self.opts.loss_plateau_iters and mid not in self.plateau_reported:
+                self.plateau_reported.add(mid)
+                out.append(f"loss_plateau-{mid}")
+        return out
+
+    def _snapshot(self, iteration: int, trigger: str, send: Any) -> Event | None:
+        group = getattr(self.algorithm, "learner_group", None)
+        if group is None or not self.opts.learner_tracing:
+            return None
+        fn = functools.partial(T.take_snapshot, max_rows=self.opts.snapshot_rows)
+        got = _results(group.foreach_learner(fn, timeout_seconds=self.opts.get_timeout_s * 5))
+        if not got or not got[0]:
+            return None
+        snap = {**got[0], "iteration": iteration, "trigger": trigger}
+        name = f"iter_{iteration:06d}-{trigger}"
+        path = send("learner_snapshot", (name, snap, self.opts.snapshots_max, int(self.opts.snapshot_max_mb * 2**20)))
+        if not path:
+            return None
+        self.snapshots += 1
+        cols = {m: sorted(c) for m, c in snap.get("modules", {}).items()}
+        return Event(C.LEARNER_SNAPSHOT, (
+            f"after {trigger.replace('_', ' ')} at iteration {iteration}: the latest train batch "
+            f"({', '.join(f'{m}: {len(c)} columns' for m, c in cols.items()) or 'no batch'}) and the per-layer "
+            f"gradient RMS saved to {path}"),
+            {"path": path, "trigger": trigger, "columns": cols, "rows_max": self.opts.snapshot_rows},
+            iteration=iteration)
+
+    def _guard(self, code: str, iteration: int) -> Event | None:
+        """on_fail: a checkpoint beside the run directory and/or a clean stop (Tune stops a
+        trial whose result says ``done``)."""
+        self.guard_done = True
+        action = self.opts.on_fail
+        did, path = [], None
+        if "checkpoint" in action:
+            run_dir = Path(self.opts.resolved_output_dir())
+            path = str(run_dir / f"{self._run_id()}-checkpoint-iter{iteration:06d}")
+            try:
+                self.algorithm.save_to_path(path)
+                did.append(f"saved a checkpoint to {path}")
+            except Exception as e:
+                did.append(f"could not save a checkpoint ({type(e).__name__}: {e})")
+                path = None
+        if "stop" in action:
+            self.stop_reason = code
+            did.append("stopped the run (result['done'] = True)")
+        return Event(C.GUARD_ACTION, f"on_fail={action!r}: {code} at iteration {iteration}: " + "; ".join(did),
+                     {"on_fail": action, "finding": code, "checkpoint": path, "stopped": "stop" in action},
+                     iteration=iteration)
+
+    def _run_id(self) -> str:
+        return getattr(self, "run_id", "") or "flow1"
+
+
+def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025) -> dict:
+    return {"status": T.install(learner, grad_every, tau), "spaces": _spaces(learner)}
+
+
+def _spaces(learner: Any) -> dict:
+    out = {}
+    try:
+        module = learner.module
+        for mid in module.keys():
+            space = getattr(module[mid], "action_space", None)
+            if space is not None:
+                out[str(mid)] = space
+    except Exception:
+        pass
+    return out
+
+
+def _results(res: Any) -> list:
+    """The values of a foreach_learner call (RemoteCallResults or a list), errors dropped."""
+    out = []
+    try:
+        for r in res:
+            if hasattr(r, "ok"):
+                if r.ok:
+                    out.append(r.get())
+            else:
+                out.append(r)
+    except Exception:
+        pass
+    return out
+
+
+def _f(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
