@@ -1,4 +1,4 @@
-"""The ``flow1`` command: ``check``, ``train``, ``report``.
+"""The ``flow1`` command: ``check``, ``train``, ``report``, ``diagnose``.
 
 Exit codes: 0 no FAIL, 1 FAIL (or WARN with ``--fail-on WARN``), 2 usage or input error.
 A :class:`Flow1InputError` becomes one line on stderr, never a traceback.
@@ -43,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--output-dir", metavar="DIR", help="where run directories go (default ./flow1_runs)")
     t.add_argument("--stall-timeout", type=float, default=5.0, help="seconds without a step = stalled (default 5)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    d = sub.add_parser("diagnose", help="read a finished run's result.json (Tune/RLlib, no flow1 needed) "
+                                        "through the learner-curve rules")
+    d.add_argument("path", help="a result.json (one RLlib result per line) or the directory holding it")
+    d.add_argument("--env", help="registered env id whose action space sets the entropy maximum "
+                                 "(default: the run config's env, when it is a registered id)")
+    d.add_argument("--thresholds", metavar="PATH", help="JSON object overriding default thresholds")
+    d.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    d.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
     r = sub.add_parser("report", help="summarise a run directory from its Parquet files (no Ray needed)")
     r.add_argument("run_dir")
     r.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
@@ -70,6 +78,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
     human = console(sys.stderr if args.json == "-" else None)
     print_events(human, [e for e in report.events if e.status != C.PASS or e.advisory])
     print_run_report(human, report)
+    _write_json(args.json, report.to_json())
+    return report.exit_code(args.fail_on)
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from .checks.thresholds import Thresholds
+    from .diagnose import action_space_of, diagnose_curves, read_results
+    from .report.model import Report
+    from .report.render import console, print_events
+
+    th = Thresholds.from_file(args.thresholds) if args.thresholds else None
+    results, config = read_results(args.path)
+    env = args.env or (config or {}).get("env")
+    space = action_space_of(env, required=bool(args.env)) if isinstance(env, str) and env else None
+    events = diagnose_curves(results, config=config, action_space=space, thresholds=th)
+    report = Report(target=str(args.path), events=events,
+                    summary={"iterations": len(results), "config": "found" if config else "none (advice without "
+                             "current values)", "action_space": str(space) if space is not None else "unknown"})
+    human = console(sys.stderr if args.json == "-" else None)
+    print_events(human, events)
+    loud = [e for e in events if e.status != C.PASS]
+    human.print(f"flow1 diagnose: {len(results)} iterations read, {len(loud)} finding(s)"
+                f"{'' if config else ' (no config in the results: advice has no current values)'}")
     _write_json(args.json, report.to_json())
     return report.exit_code(args.fail_on)
 
@@ -135,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_train(args)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "diagnose":
+            return _cmd_diagnose(args)
     except Flow1InputError as e:
         print(f"flow1: error: {e}", file=sys.stderr)
         return EXIT_USAGE

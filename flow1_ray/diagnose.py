@@ -193,6 +193,26 @@ def read_results(path: str | Path) -> tuple[list[dict], dict | None]:
     return results, config
 
 
+def action_space_of(env_id: str, required: bool = False) -> Any:
+    """The action space of a registered gymnasium env (made and closed at once); None when
+    it cannot be made, unless ``required`` (the user named it): then a clear error."""
+    import gymnasium as gym
+
+    try:
+        env = gym.make(env_id)
+    except Exception as e:
+        if required:
+            raise Flow1InputError(f"cannot make env {env_id!r} for its action space: {type(e).__name__}: {e}") from None
+        return None
+    try:
+        return env.action_space
+    finally:
+        try:
+            env.close()
+        except Exception:
+            pass
+
+
 def _section(result: Mapping, key: str) -> dict:
     """``result[key]`` as a nested dict, also when Tune flattened it to ``key/a/b`` keys."""
     v = result.get(key)

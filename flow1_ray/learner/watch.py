@@ -26,6 +26,11 @@ logger = logging.getLogger("flow1_ray")
 
 #: reinstall the tracing on remote Learners this often (a restarted actor comes back bare)
 REINSTALL_EVERY = 10
+#: the learner/ table: one row per module ("module": its curves), per layer ("grad") and per
+#: activation layer ("activation") and iteration; columns a row does not have are null
+LEARNER_COLUMNS = ("iteration", "module_id", "kind", "layer", "entropy", "entropy_ratio", "mean_kl_loss",
+                   "policy_loss", "vf_loss", "total_loss", "default_optimizer_learning_rate", "grad_norm",
+                   "vf_pi_trunk_ratio", "vf_pi_head_ratio", "grad_rms", "dormant_share")
 _FAIL_LINE = re.compile(r"\|\s*FAIL\s*\|\s*(\S+)")
 
 
@@ -124,7 +129,7 @@ class LearnerWatch:
                 rows.append({**base, "layer": layer, "kind": "grad", "grad_rms": _f(v)})
             for layer, v in dormant.items():
                 rows.append({**base, "layer": layer, "kind": "activation", "dormant_share": _f(v)})
-        return rows
+        return [{c: r.get(c) for c in LEARNER_COLUMNS} for r in rows]
 
     def _plateaus(self, result: dict, iteration: int) -> list[str]:
         """seed 002: snapshot when a module's total loss stops falling (no new low for

@@ -1,0 +1,188 @@
+"""The learner-curve rules (seed 004) on short synthetic runs: each fires on its symptom only
+with its second signal, names a knob computed from the run's config, and stays silent on
+the recorded healthy runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from flow1_ray import codes as C
+from flow1_ray import diagnose_curves
+from flow1_ray.checks.advice import Knobs
+from flow1_ray.checks.gradients import LayerRules
+from flow1_ray.checks.learner_curves import max_entropy
+
+CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
+LOG2 = math.log(2)
+PPO = {"lr": 5e-5, "entropy_coeff": 0.0, "num_epochs": 30, "clip_param": 0.3, "kl_target": 0.01,
+       "vf_loss_coeff": 1.0, "lambda": 1.0, "use_kl_loss": True, "model_config": {"vf_share_layers": False}}
+
+
+def _run(points: list[dict], returns: list[float] | None = None, episodes: int = 20) -> list[dict]:
+    """Result dicts of a run: ``points`` are per-iteration learner stats of default_policy."""
+    out = []
+    for i, p in enumerate(points):
+        ret = returns[i] if returns else 20.0 + 10 * i
+        out.append({"training_iteration": i + 1, "num_env_steps_sampled_lifetime": 1000 * (i + 1),
+                    "env_runners": {"episode_return_mean": ret, "num_episodes": episodes,
+                                    "num_episodes_lifetime": episodes * (i + 1)},
+                    "learners": {"default_policy": dict(p), "__all_modules__": {"num_env_steps_trained": 1000}}})
+    return out
+
+
+def _codes(events, status=C.WARN):
+    return [e.code for e in events if C.STATUS_RANK[e.status] >= C.STATUS_RANK[status]]
+
+
+def _healthy(n: int = 12) -> list[dict]:
+    return [{"entropy": LOG2 * (1 - 0.01 * i), "mean_kl_loss": 0.01 + 0.002 * (i % 3), "policy_loss": 0.05 * (-1) ** i,
+             "vf_loss": 9.5, "total_loss": 9.6, "default_optimizer_learning_rate": 5e-5} for i in range(n)]
+
+
+def test_a_healthy_learning_run_is_silent():
+    assert diagnose_curves(_run(_healthy()), config=PPO, action_space=gym.spaces.Discrete(2)) == []
+
+
+def test_entropy_collapse_needs_the_steep_fall_and_names_entropy_coeff_from_the_config():
+    pts = [{**p, "default_optimizer_learning_rate": 0.05} for p in
+           _healthy(3) + [{**_healthy(1)[0], "entropy": e} for e in (0.3, 0.1, 0.02, 0.01)]]
+    ev = diagnose_curves(_run(pts), config={**PPO, "lr": 0.05}, action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.ENTROPY_COLLAPSE]
+    assert f.status == C.FAIL and f.evidence["entropy_ratio"] < 0.05
+    knobs = {k["knob"]: k for k in f.evidence["knobs"]}
+    assert knobs["entropy_coeff"]["current"] == 0.0 and knobs["entropy_coeff"]["value"] == 0.01
+    assert knobs["lr"]["current"] == 0.05 and knobs["lr"]["value"] == 0.005
+    assert "config.training(entropy_coeff=0.01)" in f.message
+
+
+def test_a_low_but_flat_entropy_on_a_rising_return_is_a_converged_policy_not_a_collapse():
+    pts = [{**_healthy(1)[0], "entropy": 0.1} for _ in range(12)]
+    ev = diagnose_curves(_run(pts, returns=[50 + 40 * i for i in range(12)]), config=PPO,
+                         action_space=gym.spaces.Discrete(2))
+    assert C.ENTROPY_COLLAPSE not in _codes(ev)
+
+
+def test_entropy_is_normalised_by_the_action_space():
+    assert max_entropy(gym.spaces.Discrete(4))[0] == pytest.approx(math.log(4))
+    assert max_entropy(gym.spaces.MultiDiscrete([2, 3]))[0] == pytest.approx(math.log(6))
+    h, d, kind = max_entropy(gym.spaces.Box(-2, 2, (3,)))
+    assert kind == "box" and d == 3 and h == pytest.approx(3 * math.log(4))
+    assert max_entropy(gym.spaces.Box(-math.inf, math.inf, (2,)))[0] is None
+
+
+def test_kl_spike_is_a_fail_with_a_smaller_lr_computed_from_the_current_one():
+    pts = [{**p, "default_optimizer_learning_rate": 3e-4} for p in _healthy(8)]
+    pts[6] = {**pts[6], "mean_kl_loss": 0.4}
+    ev = diagnose_curves(_run(pts), config={**PPO, "lr": 3e-4}, action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.KL_SPIKE]
+    assert f.status == C.FAIL and f.iteration == 7
+    lr = {k["knob"]: k for k in f.evidence["knobs"]}["lr"]
+    assert lr["current"] == 3e-4 and lr["value"] == pytest.approx(3e-4 * math.sqrt(0.015 / 0.4), rel=0.05)
+
+
+def test_kl_too_high_needs_a_stalled_return():
+    pts = [{**p, "mean_kl_loss": 0.08} for p in _healthy(10)]
+    assert C.KL_TOO_HIGH not in _codes(diagnose_curves(_run(pts), config=PPO, action_space=gym.spaces.Discrete(2)))
+    flat = [60, 80, 100, 90, 70, 60, 58, 55, 57, 56]
+    ev = diagnose_curves(_run(pts, returns=flat), config=PPO, action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.KL_TOO_HIGH]
+    assert {k["knob"] for k in f.evidence["knobs"]} >= {"lr", "clip_param", "num_epochs"}
+    assert {k["knob"]: k for k in f.evidence["knobs"]}["num_epochs"]["value"] == 10
+
+
+def test_kl_too_low_only_while_the_policy_stays_near_random_and_the_return_is_flat():
+    pts = [{**p, "mean_kl_loss": 0.001, "entropy": LOG2 * 0.98} for p in _healthy(10)]
+    ev = diagnose_curves(_run(pts, returns=[20.0] * 10), config=PPO, action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.KL_TOO_LOW]
+    assert {k["knob"]: k for k in f.evidence["knobs"]}["lr"]["value"] > 5e-5
+    # the same KL on a converged policy (low entropy, return at its best) is silent
+    conv = [{**p, "mean_kl_loss": 0.001, "entropy": LOG2 * 0.5} for p in _healthy(10)]
+    assert diagnose_curves(_run(conv, returns=[500.0] * 10), config=PPO, action_space=gym.spaces.Discrete(2)) == []
+
+
+def test_kl_rules_stay_off_when_rllib_does_not_compute_the_kl():
+    pts = [{**p, "mean_kl_loss": 0.0} for p in _healthy(10)]
+    assert diagnose_curves(_run(pts, returns=[20.0] * 10), config=PPO, action_space=gym.spaces.Discrete(2)) == []
+
+
+def test_policy_loss_stuck_names_lambda_when_gae_lambda_is_high():
+    pts = [{**p, "mean_kl_loss": 1e-5, "policy_loss": 1e-5, "entropy": LOG2 * 0.7} for p in _healthy(8)]
+    ev = diagnose_curves(_run(pts), config=PPO, action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.POLICY_LOSS_STUCK]
+    assert {k["knob"]: k for k in f.evidence["knobs"]}["lambda_"]["value"] == 0.95
+
+
+def test_value_dominates_only_in_a_shared_trunk_and_scales_vf_loss_coeff():
+    pts = [{**p, "vf_loss": 9.0, "policy_loss": 0.05, "flow1": {"vf_pi_trunk_ratio": 3000.0}} for p in _healthy(6)]
+    separate = {**PPO, "vf_loss_coeff": 1000.0}
+    assert diagnose_curves(_run(pts), config=separate, action_space=gym.spaces.Discrete(2)) == []
+    shared = {**separate, "model_config": {"vf_share_layers": True}}
+    (f,) = [e for e in diagnose_curves(_run(pts), config=shared, action_space=gym.spaces.Discrete(2))
+            if e.code == C.VALUE_DOMINATES]
+    knob = {k["knob"]: k for k in f.evidence["knobs"]}["vf_loss_coeff"]
+    assert knob["current"] == 1000.0 and knob["value"] == pytest.approx(3.3, rel=0.05)
+    # a shared trunk at RLlib's default coefficient: measured ratio ~2.5-3.7, silent
+    calm = [{**p, "flow1": {"vf_pi_trunk_ratio": 3.0}} for p in pts]
+    assert diagnose_curves(_run(calm), config={**PPO, "model_config": {"vf_share_layers": True}},
+                           action_space=gym.spaces.Discrete(2)) == []
+
+
+def test_lr_decayed_to_nothing_while_the_policy_stopped_moving_proposes_a_floor():
+    pts = [{**p, "default_optimizer_learning_rate": 3e-4 * (0.5 ** i), "mean_kl_loss": 0.001 if i > 3 else 0.01}
+           for i, p in enumerate(_healthy(12))]
+    rets = [20, 60, 100, 140, 130, 120, 110, 105, 100, 100, 100, 100]
+    ev = diagnose_curves(_run(pts, returns=rets, episodes=100), config={**PPO, "lr": [[0, 3e-4], [12000, 0.0]]},
+                         action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.LR_DECAYED]
+    assert f.evidence["lr_first"] == 3e-4 and "lr=[[0, 0.0003]" in f.message
+
+
+def test_knobs_read_a_live_config_object_and_its_dict_alike():
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    cfg = PPOConfig().training(lr=1e-3, vf_loss_coeff=5.0).rl_module(
+        model_config=DefaultModelConfig(vf_share_layers=True))
+    for source in (cfg, cfg.to_dict()):
+        k = Knobs.from_config(source)
+        assert (k.lr, k.vf_loss_coeff, k.vf_share_layers, k.kl_target) == (1e-3, 5.0, True, 0.01)
+
+
+def test_gradient_rules_name_the_layer():
+    rules = LayerRules("default_policy")
+    fired = []
+    for it in range(3):
+        stats = {"flow1": {"traces": 5, "grad_norm": 1.0, "grad_nonfinite": 0,
+                           "grad_rms": {"encoder.mlp.0": 0.01, "encoder.mlp.2": 0.02, "pi.net.mlp.0": 0.0,
+                                        "vf.net.mlp.0": 0.05},
+                           "dormant": {"encoder.mlp.1": 0.1}}}
+        fired += rules.add(it, stats)
+    (f,) = fired
+    assert f.code == C.GRADIENT_ZERO and f.evidence["layers"] == ["pi.net.mlp.0"] and f.status == C.FAIL
+    rules = LayerRules("m")
+    out = []
+    for it in range(8):
+        norm = 1e6 if it == 7 else 1.0 + 0.1 * it
+        out += rules.add(it, {"flow1": {"traces": 1, "grad_norm": norm, "grad_nonfinite": 0,
+                                        "grad_rms": {"a": 0.1, "b": 0.1, "c": 1e-6},
+                                        "dormant": {"a.act": 0.9}}})
+    assert sorted(f.code for f in out) == [C.DORMANT_UNITS, C.GRADIENT_EXPLODING, C.GRADIENT_VANISHING]
+
+
+def _corpus(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPUS / name / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name, space", [("ppo-default", gym.spaces.Discrete(2)), ("appo", gym.spaces.Discrete(2)),
+                                         ("dqn", gym.spaces.Discrete(2)), ("sac", gym.spaces.Box(-2, 2, (1,))),
+                                         ("multi-agent-ppo", gym.spaces.Discrete(2))])
+def test_the_recorded_healthy_runs_stay_silent(name, space):
+    """RLlib's defaults for each algorithm (the configs the corpus was recorded with)."""
+    ev = diagnose_curves(_corpus(name), action_space=space)
+    expected = [C.REWARD_DROP] if name == "appo" else []   # test_healthy_runs.py: APPO's real fall
+    assert _codes(ev) == expected, [(e.code, e.message[:200]) for e in ev]

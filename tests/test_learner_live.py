@@ -1,0 +1,150 @@
+"""The learner side on real, short RLlib runs made sick on purpose (PPO CartPole, seed 0),
+and `flow1 diagnose` on the result.json of a plain Tune run made without flow1.
+
+Each sick run must be named with its code and a knob value computed from *that* run's
+config; the healthy run must stay silent while its Learner is traced (num_learners=1: the
+tracing lives in the learner actor)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flow1_ray import Flow1Callbacks, load_events, load_learner
+from flow1_ray import codes as C
+
+pytestmark = pytest.mark.slow
+
+
+def _ppo(cb, **training):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
+            .env_runners(num_env_runners=1, sample_timeout_s=20)
+            .training(train_batch_size_per_learner=1000, **training))
+
+
+def _train(config, iterations: int) -> tuple[list[dict], list[dict], Path]:
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(iterations)]
+    finally:
+        algo.stop()
+    run_dir = Path(results[-1]["flow1"]["run_dir"])
+    return results, load_events(run_dir).to_pylist(), run_dir
+
+
+def _one(events: list[dict], code: str) -> dict:
+    found = [e for e in events if e["code"] == code]
+    assert len(found) == 1, [(e["code"], e["message"][:160]) for e in events]
+    return {**found[0], "evidence": json.loads(found[0]["evidence"])}
+
+
+def _knob(event: dict, name: str) -> dict:
+    return {k["knob"]: k for k in event["evidence"]["knobs"]}[name]
+
+
+def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_stops(ray_session, tmp_path):
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, on_fail="checkpoint+stop",
+                                     state_actions=False)
+    results, events, run_dir = _train(_ppo(cb, lr=0.05, num_epochs=10), 4)
+    spike = _one(events, C.KL_SPIKE)
+    assert spike["status"] == C.FAIL and spike["iteration"] == 1
+    lr = _knob(spike, "lr")
+    kl = spike["evidence"]["kl"]
+    assert lr["current"] == 0.05 and lr["value"] == pytest.approx(0.05 * max(0.05, min(0.5, (0.015 / kl) ** 0.5)),
+                                                                  rel=0.05)
+    collapse = _one(events, C.ENTROPY_COLLAPSE)
+    assert collapse["evidence"]["entropy_ratio"] < 0.2 and collapse["evidence"]["normalised_by"] == "discrete"
+    assert _knob(collapse, "entropy_coeff")["value"] == 0.01 and "entropy_coeff=0.01" in collapse["message"]
+    # on_fail: a checkpoint beside the run directory, and every result from the FAIL on says done
+    guard = _one(events, C.GUARD_ACTION)
+    assert guard["evidence"]["finding"] == C.KL_SPIKE and Path(guard["evidence"]["checkpoint"]).is_dir()
+    assert Path(guard["evidence"]["checkpoint"]).parent == run_dir.parent
+    assert [r.get("done") for r in results] == [True] * 4
+    assert results[0]["flow1"]["learner"]["stopped_by"] == C.KL_SPIKE
+
+
+def test_a_zeroed_policy_head_is_named_gradient_zero(ray_session, tmp_path):
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from sick_modules import ZeroedPolicyHead
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, grad_every=10,
+                                     state_actions=False)
+    config = _ppo(cb, num_epochs=2).rl_module(rl_module_spec=RLModuleSpec(module_class=ZeroedPolicyHead))
+    results, events, run_dir = _train(config, 3)
+    zero = _one(events, C.GRADIENT_ZERO)
+    layers = zero["evidence"]["layers"]
+    # the cut head and the actor encoder below it (it feeds only that head); the critic still learns
+    assert zero["status"] == C.FAIL and "pi.net.mlp.0" in layers, zero["evidence"]
+    assert all(layer.startswith(("pi.", "encoder.actor_encoder.")) for layer in layers), layers
+    rows = load_learner(run_dir).to_pylist()
+    assert any(r["kind"] == "grad" and r["layer"].startswith("pi.") and r["grad_rms"] == 0.0 for r in rows)
+
+
+def test_a_value_loss_swamping_a_shared_trunk_is_value_dominates(ray_session, tmp_path):
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, grad_every=10,
+                                     state_actions=False)
+    config = _ppo(cb, vf_loss_coeff=1000.0, num_epochs=2).rl_module(
+        model_config=DefaultModelConfig(vf_share_layers=True))
+    results, events, _ = _train(config, 4)
+    value = _one(events, C.VALUE_DOMINATES)
+    assert value["evidence"]["trunk_grad_ratio"] >= 100
+    knob = _knob(value, "vf_loss_coeff")
+    assert knob["current"] == 1000.0 and knob["value"] == pytest.approx(
+        1000.0 * 10 / value["evidence"]["trunk_grad_ratio"], rel=0.05)
+    assert not [e for e in events if e["status"] != C.PASS and e["code"] != C.VALUE_DOMINATES]
+
+
+def test_a_healthy_run_traced_in_a_learner_actor_is_silent(ray_session, tmp_path):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, grad_every=10,
+                                     state_actions=False)
+    config = (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
+              .env_runners(num_env_runners=0).learners(num_learners=1)
+              .training(train_batch_size_per_learner=1000, num_epochs=3))
+    results, events, run_dir = _train(config, 4)
+    assert [e for e in events if e["status"] != C.PASS] == []
+    traced = results[-1]["learners"]["default_policy"]["flow1"]
+    assert traced["traces"] > 0 and traced["grad_norm"] > 0 and traced["grad_rms"] and traced["dormant"]
+    mine = results[-1]["flow1"]["learner"]
+    assert 0.5 < mine["default_policy"]["entropy_ratio"] <= 1.0 and mine["return_ema"] > 0
+    kinds = {r["kind"] for r in load_learner(run_dir).to_pylist()}
+    assert kinds == {"module", "grad", "activation"}
+
+
+def test_flow1_diagnose_reads_a_plain_tune_result_json(ray_session, tmp_path, cli_env):
+    from ray import tune
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    config = (PPOConfig().environment("CartPole-v1").debugging(seed=0).env_runners(num_env_runners=1)
+              .training(train_batch_size_per_learner=1000, lr=0.05, num_epochs=10))
+    tune.Tuner("PPO", param_space=config, run_config=tune.RunConfig(
+        storage_path=str(tmp_path), name="plain", stop={"training_iteration": 3}, verbose=0)).fit()
+    (result_json,) = tmp_path.glob("plain/*/result.json")
+
+    def diagnose(*args):
+        return subprocess.run([sys.executable, "-m", "flow1_ray", "diagnose", *args], capture_output=True,
+                              text=True, env=cli_env, timeout=120)
+
+    sick = diagnose(str(result_json))
+    assert sick.returncode == 1, sick.stderr
+    assert "KL_SPIKE" in sick.stdout and "config.training(lr=" in sick.stdout
+    assert "Traceback" not in sick.stderr
+    healthy = tmp_path / "healthy.json"
+    corpus = Path(__file__).resolve().parent / "data" / "healthy" / "ppo-default" / "results.jsonl"
+    healthy.write_text(corpus.read_text())
+    ok = diagnose(str(healthy), "--env", "CartPole-v1")
+    assert ok.returncode == 0 and "0 finding(s)" in ok.stdout, ok.stdout + ok.stderr
+    for bad, text in ((tmp_path / "missing.json", None), (tmp_path / "bad.json", "{not json")):
+        if text is not None:
+            bad.write_text(text)
+        out = diagnose(str(bad))
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
