@@ -1,8 +1,9 @@
 """flow1_ray: why an RLlib run trains but does not learn, and which workers died or hung.
 
 ``check_env`` judges an env's contracts on every step of a rollout without training;
-``Flow1Callbacks`` watches a live RLlib run; ``load_events`` reads a run directory's
-findings back as an Arrow table. Names are imported on first use, so that a process that
+``Flow1Callbacks`` watches a live RLlib run, its EnvRunners and its Learners;
+``diagnose_curves`` reads a run's learner curves from its result dicts (live or a finished
+run's result.json); ``load_events`` reads a run directory's findings back as an Arrow table. Names are imported on first use, so that a process that
 needs one part (a node probe, ``flow1 report``) does not pay for the others.
 """
 

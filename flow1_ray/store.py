@@ -113,7 +113,9 @@ def _read(path: str | os.PathLike, sub: str, schema: pa.Schema | None) -> pa.Tab
         raise Flow1InputError(f"cannot read {sub} under {p}: {e}") from None
     if schema is not None:
         tables = [t.select(schema.names).cast(schema) for t in tables]
-    return pa.concat_tables(tables, promote_options="default")
+    # parts written at different times may differ in columns (null-filled) and in a number
+    # column's width (int -> double): "permissive" unifies both
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def load_events(path: str | os.PathLike) -> pa.Table:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flow1_ray import Flow1Callbacks, load_events, load_learner
@@ -105,13 +106,25 @@ def test_a_value_loss_swamping_a_shared_trunk_is_value_dominates(ray_session, tm
 def test_a_healthy_run_traced_in_a_learner_actor_is_silent(ray_session, tmp_path):
     from ray.rllib.algorithms.ppo import PPOConfig
 
+    """Also the issue's calibration: vf_loss_coeff=1000 with separate value and policy networks
+    learns (Adam scales each network on its own) and must stay silent. A loss plateau of one
+    iteration triggers the snapshots here (bounded to 2), taken from the learner actor."""
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, grad_every=10,
-                                     state_actions=False)
+                                     state_actions=False, loss_plateau_iters=1, snapshots_max=2, snapshot_rows=256)
     config = (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
               .env_runners(num_env_runners=0).learners(num_learners=1)
-              .training(train_batch_size_per_learner=1000, num_epochs=3))
-    results, events, run_dir = _train(config, 4)
+              .training(train_batch_size_per_learner=1000, num_epochs=3, vf_loss_coeff=1000.0, lr=1e-3))
+    results, events, run_dir = _train(config, 5)
     assert [e for e in events if e["status"] != C.PASS] == []
+    snaps = [e for e in events if e["code"] == C.LEARNER_SNAPSHOT]
+    assert 1 <= len(snaps) <= 2 and len(list((run_dir / "snapshots").iterdir())) == len(snaps)
+    for e in snaps:
+        d = Path(json.loads(e["evidence"])["path"])
+        obs = np.load(d / "default_policy" / "obs.npy", allow_pickle=False)
+        adv = np.load(d / "default_policy" / "advantages.npy", allow_pickle=False)
+        assert obs.shape[1:] == (4,) and 0 < len(obs) <= 256 and len(adv) == len(obs)
+        meta = json.loads((d / "snapshot.json").read_text())
+        assert meta["trigger"].startswith("loss_plateau") and meta["grad_rms"]["default_policy"]
     traced = results[-1]["learners"]["default_policy"]["flow1"]
     assert traced["traces"] > 0 and traced["grad_norm"] > 0 and traced["grad_rms"] and traced["dormant"]
     mine = results[-1]["flow1"]["learner"]
@@ -148,3 +161,17 @@ def test_flow1_diagnose_reads_a_plain_tune_result_json(ray_session, tmp_path, cl
             bad.write_text(text)
         out = diagnose(str(bad))
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+
+
+def test_under_tune_on_fail_stop_ends_the_trial_at_the_first_fail(ray_session, tmp_path):
+    from ray import tune
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path / "flow1"), print_events=False, on_fail="stop",
+                                     state_actions=False)
+    config = _ppo(cb, lr=0.05, num_epochs=10)
+    tune.Tuner("PPO", param_space=config, run_config=tune.RunConfig(
+        storage_path=str(tmp_path), name="guarded", stop={"training_iteration": 5}, verbose=0)).fit()
+    (result_json,) = tmp_path.glob("guarded/*/result.json")
+    lines = [json.loads(x) for x in result_json.read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["done"] is True
+    assert lines[0]["flow1"]["learner"]["stopped_by"] == C.KL_SPIKE

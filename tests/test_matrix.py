@@ -95,7 +95,7 @@ def _training_pids(algo) -> dict[int, int]:
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_path, setup):
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, heatmap_every=1,
-                                     state_send_interval_s=0.0)
+                                     state_send_interval_s=0.0, grad_every=2)
     config = SETUPS[setup](cb).fault_tolerance(restart_failed_env_runners=True,
                                                delay_between_env_runner_restarts_s=1.0)
     algo = config.build_algo()
@@ -104,6 +104,11 @@ def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_pat
         flow1 = results[-1]["flow1"]
         assert flow1["worker"]["alive"] >= 1 and flow1["worker"]["dead"] == 0, flow1
         assert flow1["internal_errors"] == 0
+        # the Learner tracing ran on this algorithm's torch Learner (driver or learner actor)
+        traced = {mid for r in results for mid, v in r["learners"].items()
+                  if isinstance(v, dict) and (v.get("flow1") or {}).get("traces", 0) > 0}
+        trained = {mid for mid in results[-1]["learners"] if mid != "__all_modules__"}
+        assert traced == trained and trained, (traced, trained)
         run = Run(results[-1])
         events = run.wait_events(lambda e: any(x["code"] == C.STATE_SNAPSHOT for x in e), timeout=30)
         loud = [(e["status"], e["code"], e["message"][:200]) for e in events if e["status"] != C.PASS]

@@ -146,8 +146,10 @@ class RecorderCore:
                 write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
                 with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as f:
                     f.writelines(e.log_line() + "\n" for e in events)
-            if metrics:
-                write_part(pa.Table.from_pylist(metrics), self.run_dir / METRICS_DIR)
+            if metrics:  # rows may differ in keys (a module's traced numbers come and go): all kept
+                keys = list(dict.fromkeys(k for r in metrics for k in r))
+                write_part(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in metrics]),
+                           self.run_dir / METRICS_DIR)
             if clusters:
                 write_part(pa.concat_tables(clusters, promote_options="default"), self.run_dir / CLUSTERS_DIR)
             self.flushes += 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -50,9 +51,11 @@ class LearnerTracer:
         self.calls = 0
         self.traces = 0
         self.errors = 0
+        self.spent_s = 0.0   # the tracing's own time: hooks, reductions, logging (its cost, measured)
         self.enabled = True
         self.lock = threading.Lock()
         self.names: dict[int, tuple[str, str]] = {}   # id(param) -> (module_id, layer)
+        self.foreign: set[int] = set()   # optimizer params outside the modules (SAC's log-alpha)
         self.hooks: list = []
         self.acts: dict[tuple[str, str], list] = {}    # (module, layer) -> [sum |h| per unit, rows]
         self.head_grads: dict[tuple[str, str], float] = {}
@@ -66,11 +69,12 @@ class LearnerTracer:
         self._orig_losses = learner.compute_losses
 
     # -- installation ----------------------------------------------------------------------
-    def install(self) -> None:
+    def install(self, trace_first: bool = True) -> None:
         self.learner.compute_gradients = self._compute_gradients
         self.learner.compute_losses = self._compute_losses
         self._map_params()
-        self._arm()  # the first update is traced
+        if trace_first:
+            self._arm()  # the first update is traced
 
     def uninstall(self) -> None:
         self._disarm()
@@ -125,6 +129,7 @@ class LearnerTracer:
 
     def _act_hook(self, mid: str, layer: str):
         def hook(module: Any, inputs: Any, output: Any) -> None:
+            t0 = time.perf_counter()
             try:
                 h = output.detach()
                 if h.dim() < 2:
@@ -141,10 +146,12 @@ class LearnerTracer:
                     acc[1] += rows
             except Exception:
                 pass
+            self.spent_s += time.perf_counter() - t0
         return hook
 
     def _head_hook(self, mid: str, head: str):
         def pre(module: Any, args: tuple) -> tuple | None:
+            t0 = time.perf_counter()
             try:
                 x = args[0] if args else None
                 if x is None or not getattr(x, "requires_grad", False):
@@ -152,11 +159,15 @@ class LearnerTracer:
                 y = x.view_as(x)
 
                 def grab(g: Any) -> None:
+                    t1 = time.perf_counter()
                     self.head_grads[(mid, head)] = self.head_grads.get((mid, head), 0.0) + float(g.detach().norm())
+                    self.spent_s += time.perf_counter() - t1
                 y.register_hook(grab)
                 return (y,) + tuple(args[1:])
             except Exception:
                 return None
+            finally:
+                self.spent_s += time.perf_counter() - t0
         return pre
 
     # -- the wrapped Learner methods -------------------------------------------------------
@@ -171,6 +182,7 @@ class LearnerTracer:
         grads = self._orig_grads(loss_per_module, **kwargs)
         if not self.enabled:
             return grads
+        t0 = time.perf_counter()
         try:
             self.calls += 1
             if self.trace_now:
@@ -184,6 +196,7 @@ class LearnerTracer:
             self.enabled = False
             self._disarm()
             logger.warning("flow1: learner tracing turned off after an error: %s: %s", type(e).__name__, e)
+        self.spent_s += time.perf_counter() - t0
         return grads
 
     def _trace(self, grads: dict, trained: list) -> None:
@@ -195,9 +208,12 @@ class LearnerTracer:
         for ref, g in grads.items():
             where = self.names.get(id(ref))
             if where is None:
-                self._map_params()
+                if id(ref) in self.foreign:
+                    continue
+                self._map_params()   # a module added since: map again, once per new parameter
                 where = self.names.get(id(ref))
                 if where is None:
+                    self.foreign.add(id(ref))
                     continue
             mid, layer = where
             if mid not in trained_set:
@@ -286,7 +302,7 @@ class LearnerTracer:
 
     def status(self) -> dict:
         return {"calls": self.calls, "traces": self.traces, "errors": self.errors, "enabled": self.enabled,
-                "grad_every": self.grad_every}
+                "grad_every": self.grad_every, "spent_s": round(self.spent_s, 4)}
 
 
 def install(learner: Any, grad_every: int = 50, dormant_tau: float = 0.025) -> dict:
@@ -298,6 +314,14 @@ def install(learner: Any, grad_every: int = 50, dormant_tau: float = 0.025) -> d
         tracer.install()
         setattr(learner, ATTR, tracer)
     return tracer.status()
+
+
+def trace_next(learner: Any) -> bool:
+    """Trace the Learner's next update (a return drop wants the gradients now)."""
+    tracer = getattr(learner, ATTR, None)
+    if tracer is not None:
+        tracer.force = True
+    return tracer is not None
 
 
 def take_snapshot(learner: Any, max_rows: int = 4096) -> dict:

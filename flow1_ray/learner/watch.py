@@ -88,9 +88,11 @@ class LearnerWatch:
         triggers = [f"{e.code.lower()}" for e in events if e.code == C.REWARD_DROP]
         triggers += self._plateaus(result, iteration)
         if triggers and self.snapshots < self.opts.snapshots_max:
-            ev = self._snapshot(iteration, triggers[0], send)
+            ev = self._snapshot(iteration, triggers[0], send)   # traces the next update too
             if ev is not None:
                 events.append(ev)
+        elif triggers and self.opts.learner_tracing and group is not None:
+            group.foreach_learner(T.trace_next, timeout_seconds=self.opts.get_timeout_s)
         if events:
             send("events", [e.to_dict() for e in events])
         fails = [e.code for e in events if e.status == C.FAIL]
