@@ -165,7 +165,7 @@ LEARNER_SNAPSHOT = _code("LEARNER_SNAPSHOT", TRAIN_CURVES, PASS,
                          "the latest train batch and per-layer gradient norms were saved under snapshots/ "
                          "(after a return drop or a loss plateau)")
 GRADIENT_VANISHING = _code("GRADIENT_VANISHING", GRADIENT_FLOW, WARN,
-                           "a layer's gradient RMS < 1e-3 x the median layer's of its module, on 3 traces")
+                           "a layer's gradient RMS < 1e-3 x the median layer's of its own stack, on 3 traces")
 GRADIENT_EXPLODING = _code("GRADIENT_EXPLODING", GRADIENT_FLOW, WARN,
                            "a module's gradient norm > 100x its own running median (FAIL: NaN/inf gradients)")
 GRADIENT_ZERO = _code("GRADIENT_ZERO", GRADIENT_FLOW, FAIL,

@@ -169,9 +169,27 @@ def test_gradient_rules_name_the_layer():
     for it in range(8):
         norm = 1e6 if it == 7 else 1.0 + 0.1 * it
         out += rules.add(it, {"flow1": {"traces": 1, "grad_norm": norm, "grad_nonfinite": 0,
-                                        "grad_rms": {"a": 0.1, "b": 0.1, "c": 1e-6},
+                                        "grad_rms": {"enc.mlp.0": 1e-6, "enc.mlp.2": 0.1, "enc.mlp.4": 0.1,
+                                                     "critic.mlp.0": 100.0, "critic.mlp.2": 90.0},
                                         "dormant": {"a.act": 0.9}}})
     assert sorted(f.code for f in out) == [C.DORMANT_UNITS, C.GRADIENT_EXPLODING, C.GRADIENT_VANISHING]
+    (v,) = [f for f in out if f.code == C.GRADIENT_VANISHING]
+    assert v.evidence["layer"] == "enc.mlp.0" and v.evidence["stack"] == "enc.mlp"
+
+
+def test_a_critic_at_a_thousand_times_the_actors_scale_is_not_vanishing():
+    """Separate networks: vf_loss_coeff=1000 puts the critic's gradients ~1000x the actor's."""
+    rules = LayerRules("default_policy")
+    out = []
+    for it in range(5):
+        out += rules.add(it, {"flow1": {"traces": 1, "grad_norm": 500.0, "grad_nonfinite": 0,
+                                        "grad_rms": {"encoder.actor_encoder.net.mlp.0": 4e-4,
+                                                     "encoder.actor_encoder.net.mlp.2": 2.5e-4,
+                                                     "pi.net.mlp.0": 1e-3,
+                                                     "encoder.critic_encoder.net.mlp.0": 0.6,
+                                                     "encoder.critic_encoder.net.mlp.2": 0.5,
+                                                     "vf.net.mlp.0": 3.0}}})
+    assert out == []
 
 
 def _corpus(name: str) -> list[dict]:

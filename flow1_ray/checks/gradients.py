@@ -25,6 +25,13 @@ from .thresholds import DEFAULT, Thresholds
 TRACE_KEY = "flow1"
 
 
+def _stack(layer: str) -> str:
+    """The container a layer is one of: ``a.net.mlp.2`` -> ``a.net.mlp``; a named layer
+    (``a.fc_out``) -> ``a``."""
+    head, _, last = layer.rpartition(".")
+    return head or layer
+
+
 def _num(v: Any) -> float | None:
     try:
         x = float(v)
@@ -81,22 +88,31 @@ class LayerRules:
         return out
 
     def _vanishing(self, rms: dict) -> list[Finding]:
+        """A layer against the other layers of its own stack (``encoder.actor_encoder.net.mlp``
+        for ``...mlp.0``), never against another network's: separate value and policy networks
+        live at different scales by design (``vf_loss_coeff=1000`` makes the critic's gradients
+        ~1000x the actor's, and Adam scales each parameter on its own: measured, a healthy run)."""
         th, out = self.thresholds, []
-        live = [v for v in rms.values() if v > 0]
-        if len(live) < 2:
-            return out
-        med = statistics.median(live)
+        stacks: dict[str, dict[str, float]] = {}
         for layer, v in rms.items():
-            small = 0 < v < th.grad_vanishing_ratio * med
-            self.small_runs[layer] = self.small_runs.get(layer, 0) + 1 if small else 0
-            if self.small_runs[layer] >= th.grad_persist_traces and self._once("vanish:" + layer):
-                out.append(Finding(C.GRADIENT_VANISHING, (
-                    f"module {self.module_id!r}: layer {layer} gets a gradient RMS of {v:.3g}, "
-                    f"{v / med:.2g}x the module's median layer ({med:.3g}) on {self.small_runs[layer]} traces; "
-                    f"expected >= {th.grad_vanishing_ratio:g}x: the signal dies before it reaches this layer "
-                    f"(saturated activations, a tiny init scale) and it barely learns"),
-                    {"module_id": self.module_id, "layer": layer, "grad_rms": v, "median_layer_rms": med,
-                     "ratio_threshold": th.grad_vanishing_ratio}))
+            stacks.setdefault(_stack(layer), {})[layer] = v
+        for stack, layers in stacks.items():
+            live = [v for v in layers.values() if v > 0]
+            if len(live) < 2:
+                continue
+            med = statistics.median(live)
+            for layer, v in layers.items():
+                small = 0 < v < th.grad_vanishing_ratio * med
+                self.small_runs[layer] = self.small_runs.get(layer, 0) + 1 if small else 0
+                if self.small_runs[layer] >= th.grad_persist_traces and self._once("vanish:" + layer):
+                    out.append(Finding(C.GRADIENT_VANISHING, (
+                        f"module {self.module_id!r}: layer {layer} gets a gradient RMS of {v:.3g}, "
+                        f"{v / med:.2g}x the median layer of its stack {stack} ({med:.3g}) on "
+                        f"{self.small_runs[layer]} traces; expected >= {th.grad_vanishing_ratio:g}x: the signal "
+                        f"dies before it reaches this layer (saturated activations, a tiny init scale) and it "
+                        f"barely learns"),
+                        {"module_id": self.module_id, "layer": layer, "stack": stack, "grad_rms": v,
+                         "median_layer_rms": med, "ratio_threshold": th.grad_vanishing_ratio}))
         return out
 
     def _exploding(self, tr: Mapping, lr: float | None) -> list[Finding]:

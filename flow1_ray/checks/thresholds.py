@@ -102,7 +102,7 @@ class Thresholds:
     value_grad_ratio: float = 100.0          # ... and the value head's gradient into the shared trunk > this x the policy head's
     lr_floor_ratio: float = 0.1              # LR_DECAYED: lr below this share of its first value
     # GRADIENT_FLOW (seed 001 3.3; Sokar et al. 2023): per-layer norms on the Learner
-    grad_vanishing_ratio: float = 1e-3       # a layer's gradient RMS < this x its module's median layer RMS
+    grad_vanishing_ratio: float = 1e-3       # a layer's gradient RMS < this x the median layer RMS of its stack
     grad_exploding_factor: float = 100.0     # a module's gradient norm > this x its own running median
     grad_persist_traces: int = 3             # vanishing / dormant findings need this many traces in a row
     grad_zero_traces: int = 2                # GRADIENT_ZERO needs this many traces in a row
