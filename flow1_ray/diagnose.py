@@ -13,12 +13,10 @@ the seed's per-episode EMA (alpha 0.99) for the cross-checks; the rest is per RL
 from __future__ import annotations
 
 import json
-import math
 from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import codes as C
 from .checks.advice import Knobs
 from .checks.curves import RunReturnDrop, result_number
 from .checks.findings import Finding
@@ -239,11 +237,3 @@ def _config_get(config: Any, name: str) -> Any:
     if isinstance(config, Mapping):
         return config.get(name)
     return getattr(config, name, None)
-
-
-def finite(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None

@@ -23,6 +23,15 @@ from .findings import Finding
 from .thresholds import DEFAULT, Thresholds
 
 
+def finite(v: Any) -> float | None:
+    """``v`` as a finite float, or None (numpy scalars, numeric strings; NaN/inf/None -> None)."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
 def result_number(result: dict, *path: str) -> float | None:
     """A finite float at ``result[path[0]][path[1]]...`` (Tune's flattened "a/b" key too), or None."""
     v: Any = result.get("/".join(path))
@@ -32,11 +41,7 @@ def result_number(result: dict, *path: str) -> float | None:
             v = v.get(k) if isinstance(v, dict) else None
             if v is None:
                 return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
+    return finite(v)
 
 
 @dataclass

@@ -57,7 +57,7 @@ class LayerRules:
         tr = stats.get(TRACE_KEY) if isinstance(stats, Mapping) else None
         if not isinstance(tr, Mapping) or not (_num(tr.get("traces")) or 0) > 0:
             return []
-        th, out = self.thresholds, []
+        out: list[Finding] = []
         rms = {k: _num(v) for k, v in (tr.get("grad_rms") or {}).items() if _num(v) is not None}
         out += self._zero(rms)
         out += self._vanishing(rms)

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import codes as C
 from . import advice as A
+from .curves import finite
 from .findings import Finding
 from .thresholds import DEFAULT, Thresholds
 
@@ -52,7 +53,7 @@ class Reading:
         """``stats``: ``result["learners"][module_id]`` (RLlib 2.60 names)."""
         def f(*names: str) -> float | None:
             for n in names:
-                v = _finite(stats.get(n))
+                v = finite(stats.get(n))
                 if v is not None:
                     return v
             return None
@@ -63,16 +64,8 @@ class Reading:
         return cls(iteration=iteration, env_steps=env_steps, entropy=f("entropy"), kl=f("mean_kl_loss"),
                    policy_loss=f("policy_loss"), vf_loss=f("vf_loss"), total_loss=f("total_loss"),
                    lr=lr, entropy_coeff=f("curr_entropy_coeff"),
-                   grad_norm=f("gradients_default_optimizer_global_norm") or _finite(extras.get("grad_norm")),
-                   vf_pi_trunk_ratio=_finite(extras.get("vf_pi_trunk_ratio")))
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
+                   grad_norm=f("gradients_default_optimizer_global_norm") or finite(extras.get("grad_norm")),
+                   vf_pi_trunk_ratio=finite(extras.get("vf_pi_trunk_ratio")))
 
 
 def max_entropy(action_space: Any) -> tuple[float | None, int, str]:

@@ -204,7 +204,6 @@ class LearnerTracer:
 
         trained_set = set(trained)
         sq: dict[tuple[str, str], list] = {}
-        nonfinite: dict[str, int] = {}
         for ref, g in grads.items():
             where = self.names.get(id(ref))
             if where is None:

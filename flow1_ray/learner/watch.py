@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 from .. import codes as C
+from ..checks.curves import finite as _f
 from ..checks.thresholds import DEFAULT
 from ..diagnose import CurveDiagnosis, _section
 from ..events import Event
@@ -230,11 +230,3 @@ def _results(res: Any) -> list:
     except Exception:
         pass
     return out
-
-
-def _f(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None

@@ -98,4 +98,13 @@ def print_run_report(con: Console, report: Report) -> None:
                          if sa.get("heatmaps") and not module else ""))
     if sa.get("modules") and sa.get("heatmaps"):
         con.print(f"{len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}")
+    ln = s.get("learner") or {}
+    for module, r in (ln.get("modules") or {}).items():
+        parts = [f"{label} {r[key]:.3g}" for key, label in (
+            ("entropy_ratio", "entropy/max"), ("mean_kl_loss", "KL"), ("policy_loss", "policy loss"),
+            ("vf_loss", "vf loss"), ("default_optimizer_learning_rate", "lr"), ("grad_norm", "grad norm"))
+            if isinstance(r.get(key), (int, float))]
+        con.print(f"learner {module} (iteration {r.get('iteration')}): " + (", ".join(parts) or "no curves"))
+    if ln.get("snapshots"):
+        con.print(f"{len(ln['snapshots'])} learner snapshot(s), last {ln['snapshots'][-1]}")
     con.print(f"run directory: {s.get('run_dir')}")

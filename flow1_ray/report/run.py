@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..errors import Flow1InputError
 from ..events import table_to_events
-from ..store import CLUSTERS_DIR, HEATMAPS_DIR, LOG_FILE, load_clusters, load_events, load_metrics
+from ..store import (CLUSTERS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, SNAPSHOTS_DIR, load_clusters, load_events,
+                     load_learner, load_metrics)
 from .model import Report
 
 
@@ -34,6 +35,9 @@ def load_run_report(run_dir: str | os.PathLike) -> Report:
     states = _state_actions(d)
     if states:
         summary["state_actions"] = states
+    learner = _learner(d)
+    if learner:
+        summary["learner"] = learner
     return Report(target=d.name, events=events, summary=summary)
 
 
@@ -70,4 +74,24 @@ def _state_actions(d: Path) -> dict:
         pngs = sorted(p.name for p in (d / HEATMAPS_DIR).glob("iter_*.png"))
         if pngs:
             out["heatmaps"] = [f"{HEATMAPS_DIR}/{p}" for p in pngs]
+    return out
+
+
+def _learner(d: Path) -> dict:
+    """Each module's last curve row of the ``learner/`` table, and the snapshots taken."""
+    out: dict = {}
+    if (d / LEARNER_DIR).is_dir():
+        try:
+            rows = [r for r in load_learner(d).to_pylist() if r.get("kind") == "module"]
+        except Flow1InputError:
+            rows = []
+        last: dict[str, dict] = {}
+        for r in rows:
+            if r["module_id"] not in last or (r["iteration"] or 0) >= (last[r["module_id"]]["iteration"] or 0):
+                last[r["module_id"]] = r
+        out["modules"] = {m: {k: v for k, v in r.items() if v is not None and k not in ("module_id", "kind", "layer")}
+                          for m, r in sorted(last.items())}
+    if (d / SNAPSHOTS_DIR).is_dir():
+        out["snapshots"] = sorted(f"{SNAPSHOTS_DIR}/{p.name}" for p in (d / SNAPSHOTS_DIR).iterdir()
+                                  if p.is_dir() and not p.name.startswith("."))
     return out
