@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="make EnvRunner 1 raise in env.step (crash) or hang there (hang); exit 0 if flow1 names it")
     t.add_argument("--output-dir", metavar="DIR", help="where run directories go (default ./flow1_runs)")
     t.add_argument("--stall-timeout", type=float, default=5.0, help="seconds without a step = stalled (default 5)")
+    t.add_argument("--learner-gpus", type=float, default=0.0,
+                   help="GPUs for one Learner actor (0: the Learner runs in the driver, on CPU)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     d = sub.add_parser("diagnose", help="read a finished run's result.json (Tune/RLlib, no flow1 needed) "
                                         "through the learner-curve rules")
@@ -62,7 +64,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .train import run_training
 
     report, expected = run_training(args.env, args.iterations, args.env_runners, args.inject, args.output_dir,
-                                    args.stall_timeout, args.quiet)
+                                    args.stall_timeout, args.quiet, args.learner_gpus)
     if expected is None:
         return report.exit_code()
     caught = expected in report.codes()

@@ -46,10 +46,11 @@ def _env_for_rllib(env: str, inject: str) -> tuple[Any, dict]:
 
 
 def run_training(env: str, iterations: int, env_runners: int, inject: str, output_dir: str | None,
-                 stall_timeout_s: float, quiet: bool = False) -> tuple[Any, str]:
-    """Train; returns (Report of the run directory, expected code or None)."""
-    if iterations < 1 or env_runners < 0:
-        raise Flow1InputError("--iterations must be >= 1 and --env-runners >= 0")
+                 stall_timeout_s: float, quiet: bool = False, learner_gpus: float = 0.0) -> tuple[Any, str]:
+    """Train; returns (Report of the run directory, expected code or None). On a cluster
+    (``RAY_ADDRESS`` set, as in a RayJob) it joins the cluster instead of starting a local Ray."""
+    if iterations < 1 or env_runners < 0 or learner_gpus < 0:
+        raise Flow1InputError("--iterations must be >= 1, --env-runners and --learner-gpus >= 0")
     env_spec, env_config = _env_for_rllib(env, inject)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -63,7 +64,9 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
 
     con = console()
     logging.getLogger("ray").setLevel(logging.ERROR)
-    if not ray.is_initialized():
+    if not ray.is_initialized() and os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False, configure_logging=False, logging_level=logging.ERROR)
+    elif not ray.is_initialized():
         ray.init(num_cpus=max(2, env_runners), include_dashboard=False, object_store_memory=150 * 1024**2,
                  log_to_driver=False, configure_logging=False, logging_level=logging.ERROR)
     cb = Flow1Callbacks.with_options(
@@ -75,6 +78,8 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
         .training(train_batch_size_per_learner=1000, minibatch_size=128, num_epochs=3)
         .fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=2.0)
     )
+    if learner_gpus > 0:
+        config = config.learners(num_learners=1, num_gpus_per_learner=learner_gpus)
     con.print(f"flow1 train: PPO on {env}{'' if inject == 'none' else f' with an injected {inject}'}, "
               f"{env_runners} EnvRunner(s), {iterations} iterations")
     algo = config.build_algo()
