@@ -22,15 +22,28 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: Ray's Prometheus export port of the shared session (tests scrape flow1's series there)
+METRICS_PORT = _free_port()
+
+
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for the whole session: 2 CPUs, no dashboard, a small object store."""
+    """One local Ray for the whole session: 2 CPUs, no dashboard, a small object store,
+    Ray's metrics exported on ``METRICS_PORT``."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     # workers import test-only classes (hooks, zoo envs) from tests/ too
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
-             log_to_driver=False, configure_logging=False,
+             log_to_driver=False, configure_logging=False, _metrics_export_port=METRICS_PORT,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}})
     yield ray
     ray.shutdown()

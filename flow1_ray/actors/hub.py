@@ -15,10 +15,12 @@ actor (it may have to live on another node than the hub).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
 from ..events import Event
+from ..metrics import METRICS_INTERVAL_S, make_run_metrics
 from .clusterer import StatesService, limit_threads
 from .monitor import MonitorService
 from .recorder import RecorderService
@@ -50,6 +52,18 @@ def make_hub_actor():
                 limit_threads(backend)
                 self.states = StatesService(self.recorder.add_snapshot, opts["n_clusters"], backend,
                                             opts["thresholds"], 0)
+            # the run's live numbers as Ray metrics (Prometheus), refreshed on a thread
+            self.metrics = make_run_metrics(run_id)
+            if self.metrics is not None:
+                threading.Thread(target=self._metrics_loop, name="flow1-metrics", daemon=True).start()
+
+        def _metrics_loop(self) -> None:
+            while self.metrics is not None and self.metrics.enabled:
+                try:
+                    self.metrics.update(self.monitor.status(), self.recorder.status())
+                except Exception:
+                    pass
+                time.sleep(METRICS_INTERVAL_S)
 
         def _record(self, events: list[Event]) -> None:
             self.recorder.add_events([e.to_dict() for e in events])

@@ -50,6 +50,7 @@ class RecorderCore:
         self._flush_lock = threading.Lock()
         self.counts: Counter = Counter()
         self.codes: Counter = Counter()
+        self.by_status_code: Counter = Counter()   # "FAIL:WORKER_DIED" -> count (WARN and FAIL only)
         self.dropped_rows = 0
         self.samples_dropped: dict[str, int] = {}
         self._drop_event_at: dict[str, float] = {}
@@ -69,6 +70,7 @@ class RecorderCore:
                 self.counts[e.status] += 1
                 if e.status != C.PASS:
                     self.codes[e.code] += 1
+                    self.by_status_code[f"{e.status}:{e.code}"] += 1
                 if e.code == C.ENV_CRASHED and e.pid is not None:
                     self.crashed_pids.add(int(e.pid))
                 self._seq += 1
@@ -170,7 +172,8 @@ class RecorderCore:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"events": dict(self.counts), "codes": dict(self.codes), "dropped_rows": self.dropped_rows,
+            return {"events": dict(self.counts), "codes": dict(self.codes),
+                    "by_status_code": dict(self.by_status_code), "dropped_rows": self.dropped_rows,
                     "samples_dropped": sum(self.samples_dropped.values()), "flushes": self.flushes,
                     "snapshots": self.snapshots, "heatmaps": self.heatmaps.status(), "run_dir": str(self.run_dir)}
 
