@@ -11,6 +11,7 @@ import atexit
 import functools
 import logging
 import os
+import sys
 import time
 from typing import Any, Callable
 
@@ -46,8 +47,16 @@ class Flow1Callbacks(RLlibCallback):
         self._agents: dict[int, Any] = {}
         self._run = None
         self._learner = None
+        self._watch = None
+        self._run_id = ""
         self.internal_errors = 0
         self.metrics_dropped = 0
+        try:  # built inside Algorithm.setup (before its actors): the driver watchdog starts here
+            algorithm = _algorithm_in_setup()
+            if algorithm is not None and self.OPTIONS.driver_watch:
+                self._start_watch(algorithm)
+        except Exception as e:
+            logger.warning("flow1: the driver watchdog did not start: %s: %s", type(e).__name__, e)
 
     @classmethod
     def with_options(cls, **opts: Any) -> type["Flow1Callbacks"]:
@@ -56,6 +65,32 @@ class Flow1Callbacks(RLlibCallback):
         options = cls.OPTIONS.with_overrides(**opts)
         return type(cls.__name__, (cls,), {"OPTIONS": options, "__module__": cls.__module__,
                                            "__qualname__": f"{cls.__qualname__}.configured"})
+
+    def _start_watch(self, algorithm: Any) -> None:
+        from pathlib import Path
+
+        from .actors.run import new_run_id
+        from .store import write_events
+        from .watchdog import DriverWatch
+
+        self._run_id = self.OPTIONS.run_id or new_run_id()
+        run_dir = Path(self.OPTIONS.resolved_output_dir()) / self._run_id
+
+        def emit_direct(ev: Event) -> None:  # no Recorder yet: the run directory, the log, stderr
+            ev.run_id = self._run_id
+            print(f"flow1: {ev.log_line()}", file=sys.stderr, flush=True)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_events([ev], run_dir)
+
+        self._watch = DriverWatch(algorithm, self.OPTIONS, emit_direct)
+
+    def _emit_to_run(self, ev: Event) -> None:
+        run = self._run
+        if run is None:
+            return
+        ev.run_id = run.run_id
+        print(f"flow1: {ev.log_line()}", file=sys.stderr, flush=True)   # train() may never return to print it
+        run.hub.add_events.remote([ev.to_dict()])
 
     # -- EnvRunner side ------------------------------------------------------------------
     @_guarded
@@ -79,16 +114,19 @@ class Flow1Callbacks(RLlibCallback):
         from .actors.run import Flow1Run, runner_keys
         from .worker.agent import LOCAL_RUN
 
-        run = self._run = Flow1Run(self.OPTIONS)
+        from .learner.liveness import learner_keys
+
+        opts = self.OPTIONS.with_overrides(run_id=self._run_id) if self._run_id else self.OPTIONS
+        run = self._run = Flow1Run(opts)
         LOCAL_RUN[str(os.getpid())] = run.run_id
-        run.register(runner_keys(algorithm))
-        try:  # the learner side: tracing on every Learner, the curve rules on the driver
+        try:  # the learner side: tracing and liveness on every Learner, the curve rules on the driver
             from .learner.watch import LearnerWatch
 
             self._learner = LearnerWatch(algorithm, self.OPTIONS)
             self._learner.run_id = run.run_id
         except Exception as e:
             self._internal_error("on_algorithm_init(learner)", e)
+        run.register(runner_keys(algorithm) + learner_keys(algorithm))
         # Trainable.stop() calls self.cleanup(): wrapping cleanup on the instance covers
         # algo.stop() and Tune's stop alike (Tune calls stop through the actor's class).
         original_cleanup = algorithm.cleanup
@@ -101,6 +139,8 @@ class Flow1Callbacks(RLlibCallback):
 
         algorithm.cleanup = cleanup
         atexit.register(self._close)
+        if self._watch is not None:
+            self._watch.on_init(self._emit_to_run)
         logger.info("flow1: run %s writing to %s", run.run_id, run.run_dir)
 
     @_guarded
@@ -112,9 +152,13 @@ class Flow1Callbacks(RLlibCallback):
         run = self._run
         if run is None:
             return
+        if self._watch is not None:
+            self._watch.on_result()
         t0 = time.perf_counter()
         t = self.OPTIONS.get_timeout_s
-        keys = runner_keys(algorithm)
+        from .learner.liveness import learner_keys
+
+        keys = runner_keys(algorithm) + learner_keys(algorithm)
         if set(keys) - set(run.keys):
             run.register(keys)
         got = _ask_all({"status": lambda: run.hub.full_status.remote(),
@@ -141,6 +185,7 @@ class Flow1Callbacks(RLlibCallback):
         out = {
             "worker": {"alive": status.get("alive", 0), "dead": status.get("dead", 0),
                        "stalled": status.get("stalled", 0), "restarts": status.get("restarts", 0)},
+            "learners": {k: int((status.get("learners") or {}).get(k, 0)) for k in ("alive", "dead", "stalled")},
             "events": {s: int(events.get(s, 0)) for s in (C.FAIL, C.WARN)},
             "samples_dropped": int(rec.get("samples_dropped", 0)) + self.metrics_dropped,
             "internal_errors": self.internal_errors,
@@ -155,6 +200,7 @@ class Flow1Callbacks(RLlibCallback):
                "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
                "episode_return_mean": return_mean,
                **{f"flow1/worker/{k}": v for k, v in out["worker"].items()},
+               **{f"flow1/learners/{k}": v for k, v in out["learners"].items()},
                **{f"flow1/events/{k}": v for k, v in out["events"].items()},
                **{f"flow1/states/{k}": v for k, v in out["states"].items()},
                "flow1/samples_dropped": out["samples_dropped"], "flow1/driver_ms": out["driver_ms"]}
@@ -175,6 +221,8 @@ class Flow1Callbacks(RLlibCallback):
 
     # -- internals -----------------------------------------------------------------------
     def _close(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
         run, self._run = self._run, None
         if run is not None:
             try:
@@ -197,6 +245,24 @@ class Flow1Callbacks(RLlibCallback):
                 self._run.hub.add_events.remote([ev.to_dict()])
         except Exception:
             pass
+
+
+def _algorithm_in_setup() -> Any:
+    """The RLlib Algorithm whose ``setup`` is building this callbacks object, or None (an
+    EnvRunner's instance, a user's own construction). Only the nearest callers count
+    (setup -> a list comprehension -> a subclass's ``__init__``): an EnvRunner built inside
+    setup builds its own instance further down, and must not start a second watch."""
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            return None
+        if f.f_code.co_name == "setup":
+            obj = f.f_locals.get("self")
+            if obj is not None and any(c.__name__ == "Algorithm" and c.__module__.startswith("ray.rllib")
+                                       for c in type(obj).__mro__):
+                return obj
+        f = f.f_back
+    return None
 
 
 def _send(run: Any, kind: str, payload: Any) -> Any:

@@ -179,9 +179,17 @@ GUARD_ACTION = _code("GUARD_ACTION", FLOW1, PASS,
 # --- WORKER / RESOURCE / MEMORY ---------------------------------------------------------
 WORKER_DIED = _code("WORKER_DIED", WORKER, FAIL, "an EnvRunner's lock was released: its process is gone")
 WORKER_STALLED = _code("WORKER_STALLED", WORKER, FAIL, "lock held but no heartbeat for stall_timeout_s")
+LEARNER_DIED = _code("LEARNER_DIED", WORKER, FAIL, "a Learner actor's lock was released: its process is gone")
+LEARNER_STALLED = _code("LEARNER_STALLED", WORKER, FAIL,
+                        "a Learner actor inside update() made no gradient step for stall_timeout_s")
+DRIVER_STALLED = _code("DRIVER_STALLED", WORKER, WARN,
+                       "train() has not returned for max(120 s, 5x the median iteration), with the driver's stack")
 WORKER_RESTARTED = _code("WORKER_RESTARTED", WORKER, WARN, "a new process took over a worker index")
 RESOURCE_CONTENTION = _code("RESOURCE_CONTENTION", RESOURCE, WARN,
                             ">= 3 workers (or all) with step time > 3x their own baseline")
+ACTOR_UNPLACEABLE = _code("ACTOR_UNPLACEABLE", RESOURCE, FAIL,
+                          "the Algorithm's build waited > 15 s for actors the cluster cannot place now (who "
+                          "waits for what, who holds it), or its config asks for more than the cluster has")
 MEMORY_LEAK_SUSPECTED = _code("MEMORY_LEAK_SUSPECTED", MEMORY, WARN, "RSS slope > 1 MB per 1000 env steps")
 
 # --- STATE_ACTION -----------------------------------------------------------------------

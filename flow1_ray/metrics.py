@@ -19,12 +19,14 @@ METRICS_INTERVAL_S = 5.0
 
 #: metric name -> (kind, tag keys, description); defined once
 WORKERS = "flow1_workers"
+LEARNERS = "flow1_learners"
 RESTARTS = "flow1_worker_restarts"
 EVENTS = "flow1_events"
 SAMPLES_DROPPED = "flow1_samples_dropped"
 STATE_SNAPSHOTS = "flow1_state_snapshots"
 DEFINITIONS = {
-    WORKERS: ("gauge", ("run", "state"), "the run's watched workers by state (alive, dead, stalled)"),
+    WORKERS: ("gauge", ("run", "state"), "the run's EnvRunners by state (alive, dead, stalled)"),
+    LEARNERS: ("gauge", ("run", "state"), "the run's Learner actors by state (alive, dead, stalled)"),
     RESTARTS: ("gauge", ("run",), "restarts of the run's workers seen so far"),
     EVENTS: ("counter", ("run", "status", "code"), "WARN and FAIL findings recorded, by code"),
     SAMPLES_DROPPED: ("gauge", ("run",), "diagnostic batches dropped under back-pressure so far"),
@@ -56,8 +58,10 @@ class RunMetrics:
             return
         try:
             run = {"run": self.run_id}
+            learners = monitor.get("learners") or {}
             for state in WORKER_STATES:
                 self._m[WORKERS].set(int(monitor.get(state, 0)), tags={**run, "state": state})
+                self._m[LEARNERS].set(int(learners.get(state, 0)), tags={**run, "state": state})
             self._m[RESTARTS].set(int(monitor.get("restarts", 0)), tags=run)
             self._m[SAMPLES_DROPPED].set(int(recorder.get("samples_dropped", 0)), tags=run)
             self._m[STATE_SNAPSHOTS].set(int(recorder.get("snapshots", 0)), tags=run)

@@ -43,13 +43,19 @@ class Flow1Options:
     snapshot_max_mb: float = 64.0        # ... and this many MB each
     loss_plateau_iters: int = 10         # a snapshot when a module's total loss made no new low for this long
     on_fail: str = "report"              # "checkpoint" | "stop" | "checkpoint+stop": act on the first FAIL
+    # the driver watchdog (flow1_ray/watchdog.py): a build or a train() that never returns
+    driver_watch: bool = True
+    startup_timeout_s: float = 15.0      # build_algo() waiting this long on unplaceable actors is named
+    driver_stall_factor: float = 5.0     # train() silent for this x the median iteration ...
+    driver_stall_floor_s: float = 120.0  # ... and at least this long is DRIVER_STALLED
 
     def __post_init__(self) -> None:
         if self.stall_action not in STALL_ACTIONS:
             raise ValueError(f"stall_action must be one of {STALL_ACTIONS}, got {self.stall_action!r}")
         if not 0.0 <= self.sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in [0, 1], got {self.sample_rate}")
-        for name in ("heartbeat_interval_s", "probe_interval_s", "stall_timeout_s", "flush_interval_s"):
+        for name in ("heartbeat_interval_s", "probe_interval_s", "stall_timeout_s", "flush_interval_s",
+                     "startup_timeout_s", "driver_stall_factor", "driver_stall_floor_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if not 0.0 <= self.state_sample_rate <= 1.0:

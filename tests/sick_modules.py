@@ -14,3 +14,20 @@ class ZeroedPolicyHead(DefaultPPOTorchRLModule):
         out = super()._forward_train(batch, **kwargs)
         out[Columns.ACTION_DIST_INPUTS] = out[Columns.ACTION_DIST_INPUTS] * 0.0
         return out
+
+
+def hang_next_update(learner, seconds: float = 600.0) -> int:
+    """Make this Learner's next gradient computation sleep (a stuck collective, a loss that
+    never returns); returns the Learner's pid."""
+    import os
+    import time
+
+    original = learner.compute_gradients
+
+    def stuck(*args, **kwargs):
+        learner.compute_gradients = original
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+
+    learner.compute_gradients = stuck
+    return os.getpid()

@@ -44,8 +44,14 @@ def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
 
 
 def _who(ch: dict) -> str:
+    if ch.get("role") == "learner":
+        return f"learner {ch.get('worker_index')} (pid {ch.get('pid')})"
     kind = "eval" if ch.get("eval") else "train"
     return f"{kind} worker {ch.get('worker_index')} (pid {ch.get('pid')})"
+
+
+def _is_learner(ch: dict) -> bool:
+    return ch.get("role") == "learner"
 
 
 def _last_line(stack: str) -> str:
@@ -87,7 +93,7 @@ class MonitorCore:
         if kind == "restarted":
             ch.setdefault("previous_reported", w.get("status") in ("dead", "stalled"))
         w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
-                  "node_id": ch.get("node_id") or node_id})
+                  "role": ch.get("role", "env_runner"), "node_id": ch.get("node_id") or node_id})
         status = {"new": "alive", "restarted": "alive", "recovered": "alive", "stopped": "stopped",
                   "died": "dead", "stalled": "stalled"}.get(kind)
         if status:
@@ -152,7 +158,10 @@ class MonitorCore:
             ev["exception"] = exc
         # one incident, one finding: the death flow1 caused belongs to the stall finding
         known = ch.get("killed_by_flow1") or follows_crash
-        return Event(C.WORKER_DIED, msg, ev, status=C.PASS if known else "", **where)
+        code = C.LEARNER_DIED if _is_learner(ch) else C.WORKER_DIED
+        if _is_learner(ch):
+            msg += "; train() waits on this Learner: RLlib raises, or restarts it when allowed"
+        return Event(code, msg, ev, status=C.PASS if known else "", **where)
 
     def _stalled(self, ch: dict, where: dict) -> Event:
         stack = ch.get("stack", "")
@@ -160,18 +169,24 @@ class MonitorCore:
         action = ("; flow1 killed it (stall_action='kill') so that Ray restarts it" if ch.get("killed")
                   else f"; stall_action='{self.stall_action}'")
         place = f" {ch['where']}" if ch.get("where") else ""
-        msg = (f"{_who(ch)} stalled: no step for {ch.get('stalled_s', 0):.1f} s{place} "
+        unit = "no gradient step" if _is_learner(ch) else "no step"
+        if _is_learner(ch):
+            place = " inside update()"
+        msg = (f"{_who(ch)} stalled: {unit} for {ch.get('stalled_s', 0):.1f} s{place} "
                f"(stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}{action}")
-        return Event(C.WORKER_STALLED, msg,
+        return Event(C.LEARNER_STALLED if _is_learner(ch) else C.WORKER_STALLED, msg,
                      {"stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
                       "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
                       "steps": ch.get("steps")}, **where)
 
     def status(self) -> dict[str, Any]:
+        """Counts by state of the EnvRunners (top level) and of the Learner actors (``learners``)."""
         by = {"alive": 0, "dead": 0, "stalled": 0, "stopped": 0}
-        for w in self.workers.values():
-            by[w.get("status", "alive")] = by.get(w.get("status", "alive"), 0) + 1
-        return {**by, "restarts": self.restarts, "deaths": self.deaths, "stalls": self.stalls,
+        learners = {"alive": 0, "dead": 0, "stalled": 0, "stopped": 0}
+        for w in list(self.workers.values()):
+            into = learners if w.get("role") == "learner" else by
+            into[w.get("status", "alive")] = into.get(w.get("status", "alive"), 0) + 1
+        return {**by, "learners": learners, "restarts": self.restarts, "deaths": self.deaths, "stalls": self.stalls,
                 "workers": list(self.workers.values()), "probe_errors": self.probe_errors[-5:]}
 
 

@@ -235,7 +235,7 @@ class LockScanner:
         return {"kind": kind, "key": t.key, "name": t.name, "pid": t.pid, "ts": now,
                 "worker_index": t.meta.get("worker_index"), "eval": t.meta.get("eval", False),
                 "actor_id": t.meta.get("actor_id"), "node_id": t.meta.get("node_id"),
-                "steps": h.steps if h else None, **kw}
+                "role": t.meta.get("role", "env_runner"), "steps": h.steps if h else None, **kw}
 
     def _keep_open(self, name: str, lock_name: str, dfd: int | None) -> None:
         """Keep a descriptor per tracked lock file: no open/close per file per scan. Our

@@ -57,7 +57,8 @@ class LearnerWatch:
         group = getattr(self.algorithm, "learner_group", None)
         if group is None:
             return {}
-        fn = functools.partial(_install_and_spaces, grad_every=self.opts.grad_every, tau=self.th.dormant_tau)
+        fn = functools.partial(_install_and_spaces, grad_every=self.opts.grad_every, tau=self.th.dormant_tau,
+                               heartbeat_s=self.opts.heartbeat_interval_s, stall_s=self.opts.stall_timeout_s)
         spaces: dict = {}
         for r in _results(group.foreach_learner(fn, timeout_seconds=self.opts.get_timeout_s * 5)):
             self.status = r.get("status", {})
@@ -200,8 +201,26 @@ class LearnerWatch:
         return getattr(self, "run_id", "") or "flow1"
 
 
-def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025) -> dict:
-    return {"status": T.install(learner, grad_every, tau), "spaces": _spaces(learner)}
+def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, heartbeat_s: float = 1.0,
+                        stall_s: float = 30.0) -> dict:
+    """On one Learner: the tracing, and (in a Learner actor) its lock-file liveness."""
+    from . import liveness
+
+    status = T.install(learner, grad_every, tau)
+    try:
+        liveness.attach(learner, _rank(), heartbeat_s, stall_s)
+    except Exception as e:  # liveness is flow1's; the Learner goes on without it
+        status = {**status, "liveness_error": f"{type(e).__name__}: {e}"[:200]}
+    return {"status": status, "spaces": _spaces(learner)}
+
+
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:
+        return 0
 
 
 def _spaces(learner: Any) -> dict:

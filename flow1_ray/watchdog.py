@@ -1,0 +1,209 @@
+"""The driver watchdog: the run's silent hangs that no worker's lock can show.
+
+1. **A build that never finishes.** RLlib's ``Algorithm.setup`` waits for every actor it
+   creates; one that can never be placed -- measured: APPO on 2 CPUs with 2 EnvRunners waits
+   forever for its Learner's CPU -- blocks ``build_algo()`` with no word, and
+   ``on_algorithm_init`` never comes. ``Flow1Callbacks`` is built early in that setup, so it
+   starts this watch there: after ``startup_timeout_s`` it reads the GCS actor table and
+   names each of the job's actors still pending, the resources it waits for, who holds them,
+   and whether the config can fit this cluster at all (ACTOR_UNPLACEABLE, log line and event).
+2. **A ``train()`` that never returns** (a hung Learner in the driver, a collective, a
+   sampling call without timeout): after ``driver_stall_factor`` x the run's median
+   iteration time (at least ``driver_stall_floor_s``), DRIVER_STALLED with the stack of the
+   thread inside ``train()`` and any pending actors.
+
+Before the run's actors exist, events are written straight into the run directory (the
+Recorder does not run yet); after, they go to the Recorder.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+import threading
+import time
+import traceback
+from collections import Counter, deque
+from typing import Any, Callable
+
+from . import codes as C
+from .events import Event
+
+logger = logging.getLogger("flow1_ray")
+
+PENDING_STATES = ("PENDING_CREATION", "DEPENDENCIES_UNREADY")
+
+
+def job_actors(job_id_hex: str) -> list[dict]:
+    """The job's actors from the GCS: class, state, required resources, node."""
+    from ray._private import state as st
+    from ray.core.generated import gcs_pb2
+
+    acc = st.state._connect_and_get_accessor()
+    out = []
+    for raw in acc.get_actor_table(None, None):
+        a = gcs_pb2.ActorTableData.FromString(raw)
+        if a.job_id.hex() != job_id_hex:
+            continue
+        out.append({"class": a.class_name, "state": gcs_pb2.ActorTableData.ActorState.Name(a.state),
+                    "resources": {k: float(v) for k, v in a.required_resources.items()},
+                    "node_id": a.address.node_id.hex(), "actor_id": a.actor_id.hex()})
+    return out
+
+
+def explain_pending(actors: list[dict], totals: dict[str, float], available: dict[str, float]) -> list[str]:
+    """One sentence per class of pending actor: what it waits for and who holds it.
+    Pure: the lists come from :func:`job_actors` and ``ray.cluster_resources()`` /
+    ``ray.available_resources()``."""
+    pending = [a for a in actors if a["state"] in PENDING_STATES]
+    alive = [a for a in actors if a["state"] == "ALIVE"]
+    lines = []
+    for (cls, res), n in Counter((a["class"], tuple(sorted(a["resources"].items()))) for a in pending).items():
+        need = dict(res)
+        parts = []
+        for k, v in need.items():
+            if k.startswith("node:") or v <= 0:
+                continue
+            total, free = totals.get(k, 0.0), available.get(k, 0.0)
+            if total < v:
+                parts.append(f"{k} {v:g}, and the cluster has {total:g} in all: it can never be placed")
+                continue
+            if free >= v:
+                continue
+            holders = Counter(a["class"] for a in alive if a["resources"].get(k, 0) > 0)
+            held = sum(a["resources"].get(k, 0) for a in alive)
+            who = ", ".join(f"{c} x{m}" for c, m in holders.most_common()) or "no actor of this job"
+            parts.append(f"{k} {v:g}; {held:g}/{total:g} {k} held by {who} (free {free:g})")
+        if parts:
+            lines.append(f"{n} {cls} actor(s) wait for " + "; ".join(parts))
+    return lines
+
+
+def config_needs(config: Any) -> dict[str, float]:
+    """CPUs and GPUs the Algorithm's actors ask for (EnvRunners, evaluation runners,
+    Learner actors); the driver's own share is already held."""
+    def g(name: str, default: float = 0.0) -> float:
+        v = getattr(config, name, default)
+        try:
+            return float(v or 0)
+        except (TypeError, ValueError):
+            return default
+
+    runners = g("num_env_runners") + g("evaluation_num_env_runners")
+    learners = g("num_learners")
+    cpus = runners * g("num_cpus_per_env_runner", 1.0)
+    gpus = runners * g("num_gpus_per_env_runner")
+    if learners > 0:
+        cpus += learners * (g("num_cpus_per_learner", 1.0) if g("num_gpus_per_learner") == 0 else 0.0)
+        gpus += learners * g("num_gpus_per_learner")
+    return {"CPU": cpus, "GPU": gpus}
+
+
+def thread_stack(ident: int | None) -> str:
+    frame = sys._current_frames().get(ident) if ident is not None else None
+    return "".join(traceback.format_stack(frame))[-6000:] if frame is not None else ""
+
+
+class DriverWatch:
+    """One per Algorithm: a daemon thread that wakes every ``tick_s``."""
+
+    def __init__(self, algorithm: Any, opts: Any, emit: Callable[[Event], None], tick_s: float = 1.0) -> None:
+        self.algorithm = algorithm
+        self.opts = opts
+        self.emit = emit
+        self.tick_s = tick_s
+        self.started = time.time()
+        self.thread_id = threading.get_ident()   # the thread inside setup(), then train()
+        self.initialized = threading.Event()
+        self.stopped = threading.Event()
+        self.last_result = None
+        self.durations: deque = deque(maxlen=20)
+        self.reported_startup = False
+        self.reported_stall_at: float | None = None
+        import ray
+
+        self.job_id = ray.get_runtime_context().get_job_id()
+        self._thread = threading.Thread(target=self._loop, name="flow1-driver-watch", daemon=True)
+        self._thread.start()
+
+    # -- told by the callbacks ------------------------------------------------------------
+    def on_init(self, emit: Callable[[Event], None] | None = None) -> None:
+        if emit is not None:
+            self.emit = emit
+        self.thread_id = threading.get_ident()
+        self.last_result = time.time()
+        self.initialized.set()
+
+    def on_result(self) -> None:
+        now = time.time()
+        if self.last_result is not None:
+            self.durations.append(now - self.last_result)
+        self.last_result = now
+        self.thread_id = threading.get_ident()
+        self.reported_stall_at = None
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    # -- the loop -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self.stopped.wait(self.tick_s):
+            try:
+                if not self.initialized.is_set():
+                    if not self.reported_startup and time.time() - self.started >= self.opts.startup_timeout_s:
+                        self._startup()
+                else:
+                    self._train_stall()
+            except Exception as e:  # the watchdog must never be the problem
+                logger.warning("flow1: driver watchdog error: %s: %s", type(e).__name__, e)
+
+    def _pending(self) -> tuple[list[str], dict, dict]:
+        import ray
+
+        totals, free = ray.cluster_resources(), ray.available_resources()
+        actors = job_actors(self.job_id)
+        # RLlib's Learner actors run inside Ray Train's wrapper class: name them for a person
+        learner = f"{type(self.algorithm).__name__} Learner"
+        for a in actors:
+            if "_WrappedExecutable" in a["class"]:
+                a["class"] = learner
+        return explain_pending(actors, totals, free), totals, free
+
+    def _startup(self) -> None:
+        lines, totals, free = self._pending()
+        waited = time.time() - self.started
+        needs = config_needs(getattr(self.algorithm, "config", None))
+        short = {k: (v, totals.get(k, 0.0)) for k, v in needs.items() if v > totals.get(k, 0.0)}
+        if not lines and not short:
+            return  # slow, not stuck: actors still starting, envs still being made
+        self.reported_startup = True
+        fit = "; ".join(f"the config asks for {v:g} {k} for its actors, the cluster has {t:g}"
+                        for k, (v, t) in short.items())
+        msg = (f"the Algorithm's build has waited {waited:.0f} s: " + "; ".join(lines + ([fit] if fit else []))
+               + ": build_algo() will not return until these resources free up -- give the cluster more, or ask "
+                 "for less (num_env_runners, num_learners, num_cpus_per_learner)")
+        self.emit(Event(C.ACTOR_UNPLACEABLE, msg,
+                        {"waited_s": round(waited, 1), "pending": lines, "config_needs": needs,
+                         "cluster_total": {k: totals.get(k, 0.0) for k in ("CPU", "GPU")},
+                         "cluster_free": {k: free.get(k, 0.0) for k in ("CPU", "GPU")},
+                         "driver_stack": thread_stack(self.thread_id)}))
+
+    def _train_stall(self) -> None:
+        if self.last_result is None:
+            return
+        usual = statistics.median(self.durations) if self.durations else 0.0
+        limit = max(self.opts.driver_stall_floor_s, self.opts.driver_stall_factor * usual)
+        quiet = time.time() - self.last_result
+        if quiet < limit or self.reported_stall_at == self.last_result:
+            return
+        self.reported_stall_at = self.last_result
+        lines = self._pending()[0]
+        stack = thread_stack(self.thread_id)
+        top = next((ln.strip() for ln in reversed(stack.splitlines()) if ln.strip().startswith("File ")), "")
+        self.emit(Event(C.DRIVER_STALLED, (
+            f"train() has not returned for {quiet:.0f} s (usual iteration {usual:.1f} s; limit "
+            f"{limit:.0f} s = max({self.opts.driver_stall_floor_s:g} s, {self.opts.driver_stall_factor:g}x)); "
+            f"the driver is at {top or 'an unknown frame'}" + (f"; pending: {'; '.join(lines)}" if lines else "")),
+            {"quiet_s": round(quiet, 1), "usual_iteration_s": round(usual, 3), "limit_s": limit,
+             "stack": stack, "pending": lines}))

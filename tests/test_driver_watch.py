@@ -1,0 +1,114 @@
+"""The driver watchdog names the silent hangs no worker lock shows: a build_algo() that
+waits forever for an actor the cluster cannot place (RLlib prints nothing), and the pure
+reading of the GCS actor table behind it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flow1_ray import codes as C
+from flow1_ray import load_events
+from flow1_ray.watchdog import config_needs, explain_pending
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_pending_actors_are_explained_with_who_holds_what():
+    actors = [{"class": "SingleAgentEnvRunner", "state": "ALIVE", "resources": {"CPU": 1.0}},
+              {"class": "SingleAgentEnvRunner", "state": "ALIVE", "resources": {"CPU": 1.0}},
+              {"class": "APPOTorchLearner", "state": "PENDING_CREATION", "resources": {"CPU": 1.0}},
+              {"class": "Big", "state": "PENDING_CREATION", "resources": {"GPU": 1.0}}]
+    lines = explain_pending(actors, {"CPU": 2.0}, {"CPU": 0.0})
+    assert lines[0] == ("1 APPOTorchLearner actor(s) wait for CPU 1; 2/2 CPU held by SingleAgentEnvRunner x2 "
+                        "(free 0)")
+    assert lines[1] == "1 Big actor(s) wait for GPU 1, and the cluster has 0 in all: it can never be placed"
+    assert explain_pending(actors[:2], {"CPU": 2.0}, {"CPU": 0.0}) == []
+
+
+def test_config_needs_count_runners_and_learner_actors():
+    from ray.rllib.algorithms.appo import APPOConfig
+
+    cfg = APPOConfig().env_runners(num_env_runners=2).learners(num_learners=1)
+    assert config_needs(cfg) == {"CPU": 3.0, "GPU": 0.0}
+    assert config_needs(cfg.learners(num_learners=1, num_gpus_per_learner=1)) == {"CPU": 2.0, "GPU": 1.0}
+
+
+@pytest.mark.slow
+def test_an_appo_learner_that_can_never_be_placed_is_named_within_30_s(ray_session, tmp_path, cli_env):
+    import ray
+
+    env = {**cli_env, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    proc = subprocess.Popen([sys.executable, str(TESTS / "unplaceable_job.py"), str(tmp_path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    try:
+        found = None
+        while time.time() - t0 < 45 and found is None:
+            time.sleep(1.0)
+            for run in tmp_path.iterdir():
+                if (run / "events").is_dir():
+                    found = [e for e in load_events(run).to_pylist() if e["code"] == C.ACTOR_UNPLACEABLE]
+                    found = found or None
+        assert found, "no ACTOR_UNPLACEABLE within 45 s"
+        took = time.time() - t0
+        (ev,) = found
+        evidence = json.loads(ev["evidence"])
+        assert ev["status"] == C.FAIL and evidence["waited_s"] <= 30 and took <= 40, (evidence["waited_s"], took)
+        assert any("Learner" in line and "CPU 1" in line and "SingleAgentEnvRunner x2" in line
+                   for line in evidence["pending"]), evidence["pending"]
+        assert evidence["config_needs"]["CPU"] == 3.0 and "build_algo()" in ev["message"]
+        assert proc.poll() is None, "the build is still blocked (flow1 names it, it does not end it)"
+    finally:
+        proc.kill()
+        out, err = proc.communicate(timeout=30)
+    assert "built" not in out and "ACTOR_UNPLACEABLE" in err   # the log line on the driver's stderr
+    # the job's actors go with its driver: the shared Ray gets its CPUs back
+    deadline = time.time() + 30
+    while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU", 0) >= 2
+
+
+@pytest.mark.slow
+def test_a_train_call_that_does_not_return_is_driver_stalled_with_the_drivers_stack(ray_session, tmp_path):
+    import threading
+
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from flow1_ray import Flow1Callbacks
+    from sick_modules import hang_next_update
+    from test_rllib_callbacks import Run
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False,
+                                     driver_stall_floor_s=3.0, driver_stall_factor=3.0)
+    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=0)
+            .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)).build_algo()
+    results = []
+
+    def loop():  # every train() from one thread, as a user's loop: the second one hangs 12 s
+        results.append(algo.train())
+        algo.learner_group.foreach_learner(hang_next_update, seconds=12.0)
+        results.append(algo.train())
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        deadline = time.time() + 10
+        while not results and time.time() < deadline:
+            time.sleep(0.2)
+        run = Run(results[0])
+        events = run.wait_events(lambda e: any(x["code"] == C.DRIVER_STALLED for x in e), timeout=15)
+        (stalled,) = [e for e in events if e["code"] == C.DRIVER_STALLED]
+        ev = json.loads(stalled["evidence"])
+        assert stalled["status"] == C.WARN and ev["quiet_s"] >= 3.0
+        assert "sick_modules.py" in ev["stack"] and "train" in ev["stack"], ev["stack"][-600:]
+    finally:
+        t.join(timeout=30)
+        algo.stop()
+    assert len(results) == 2   # the run went on: a warning, not an intervention
