@@ -108,7 +108,8 @@ def make_hub_actor():
 
         @ray.method(concurrency_group="recorder")
         def status(self) -> dict[str, Any]:
-            return {**self.recorder.status(), "started_at": self.started_at, "pid": os.getpid()}
+            return {**self.recorder.status(), "started_at": self.started_at, "pid": os.getpid(),
+                    "node_id": self.monitor.node_id}
 
         @ray.method(concurrency_group="recorder")
         def crash_recorded(self, pid: int) -> bool:

@@ -23,6 +23,10 @@ GCS_LOOKUP_TRIES = 5
 GCS_LOOKUP_WAIT_S = 0.1
 
 
+#: how often the monitor compares the probed nodes with the cluster's alive nodes
+NODE_CHECK_S = 2.0
+
+
 def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
     """Ray's own words on dead worker processes: exit type and detail from the GCS worker
     table (a private API, the only one that works without the dashboard), one table read
@@ -152,7 +156,7 @@ class MonitorCore:
                if age is not None else f"{_who(ch)} died: {how}{cause}{ray_part}")
         ev = {k: ch.get(k) for k in ("worker_index", "pid", "node_id", "actor_id", "exit_signal", "signal_inferred",
                                      "exit", "last_heartbeat_age_s", "last_step_age_s", "state_at_death",
-                                     "killed_by_flow1", "traceback_tail")}
+                                     "killed_by_flow1", "traceback_tail", "node_lost")}
         ev.update(detail)
         if exc:
             ev["exception"] = exc
@@ -222,6 +226,7 @@ class MonitorService(MonitorCore):
         self._deaths: queue.Queue = queue.Queue()
         self._probes_lock = threading.Lock()
         threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
+        threading.Thread(target=self._node_loop, daemon=True, name="flow1-nodes").start()
 
     def ensure_probes(self) -> int:
         """A probe on every alive node that has none yet (this node's in this process)."""
@@ -285,6 +290,43 @@ class MonitorService(MonitorCore):
                 time.sleep(GCS_LOOKUP_WAIT_S)
             self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
                         for _, ch, where in batch])
+
+    def _node_loop(self) -> None:
+        """Nodes that leave the cluster take their probe with them: their runners are
+        declared dead here (WORKER_DIED naming the node, not a hang); nodes that join get a
+        probe (autoscaling)."""
+        import ray
+
+        while True:
+            time.sleep(NODE_CHECK_S)
+            try:
+                nodes = ray.nodes()
+            except Exception:
+                continue
+            alive = {n["NodeID"] for n in nodes if n.get("Alive")}
+            try:
+                self.lost_nodes(set(self.probes) - alive, time.time())
+                if alive - set(self.probes) and self.keys:
+                    self.ensure_probes()
+            except Exception as e:
+                self.probe_errors.append(f"nodes: {type(e).__name__}: {e}"[:200])
+
+    def lost_nodes(self, lost: set[str], now: float) -> int:
+        """Declare the live workers of each lost node dead; returns how many."""
+        n = 0
+        for nid in lost:
+            with self._probes_lock:
+                self.probes.pop(nid, None)
+            for w in list(self.workers.values()):
+                if w.get("node_id") != nid or w.get("status") not in ("alive", "stalled"):
+                    continue
+                ch = {"kind": "died", "key": w["key"], "pid": w.get("pid"), "worker_index": w.get("worker_index"),
+                      "eval": w.get("eval"), "role": w.get("role", "env_runner"), "node_id": nid, "ts": now,
+                      "exit": f"its node {nid[:12]} left the cluster (the node's raylet and every process on it "
+                              f"are gone)", "node_lost": True}
+                self._deaths.put((nid, ch, self.update(nid, ch)))
+                n += 1
+        return n
 
     def _crash_recorded(self, ch: dict) -> bool:
         """Whether the Recorder holds this process's ENV_CRASHED (sent by the runner

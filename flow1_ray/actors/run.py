@@ -75,9 +75,16 @@ class Flow1Run:
         gpus = clusterer_gpus(opts) if opts.state_actions else 0.0
         own_states = opts.state_actions and (gpus > 0 or opts.clusterer_backend == "cuml")
         # a caller's calls in flight: a runner's events and states, the driver's questions
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # the hub lives with the Algorithm, so that losing a worker node never takes the run's
+        # Recorder and monitor with it. Hard affinity: measured on a Cluster whose head has no
+        # CPU, a soft one put the 0-CPU hub on a worker node; the hub needs no resource, and
+        # without the Algorithm's node there is no run to watch
         self.hub = make_hub_actor().options(
             name=hub_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
             max_pending_calls=3 * opts.max_pending_calls,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote(str(self.run_dir), self.run_id, self.job_id, opts.as_dict(), opts.state_actions and not own_states)
         #: where the clusterer's calls go: its own actor with a GPU share, else the hub
         self.states = self.hub if opts.state_actions else None

@@ -1,0 +1,37 @@
+"""Multi-node liveness on a real multi-node Ray cluster (``ray.cluster_utils.Cluster``: a
+head and two worker nodes on this machine, each with its own lock directory and probe), in
+its own process (tests/multinode_job.py): a SIGKILLed runner and a hung runner are each
+found by their own node's probe and reported with that node's id; a node removed from the
+cluster gives WORKER_DIED for its runner with the node named, not a hang."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+TESTS = Path(__file__).resolve().parent
+
+
+def test_each_nodes_probe_names_its_own_runners(tmp_path, cli_env):
+    env = {k: v for k, v in cli_env.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, str(TESTS / "multinode_job.py"), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    runners = out["runners"]
+    workers = set(out["worker_nodes"])
+    # the runners live on the two worker nodes, one each; flow1's hub stays with the driver
+    assert {runners["1"]["node_id"], runners["2"]["node_id"]} == workers
+    assert out["hub_node"] == out["driver_node"] == out["head_node"]
+    killed, hung, gone = out["killed"], out["hung"], out["node_removed"]
+    assert killed and killed["status"] == "FAIL" and killed["node_id"] == runners["1"]["node_id"]
+    assert killed["evidence"]["exit_signal"] == "SIGKILL" and killed["seconds"] < 10
+    assert hung and hung["node_id"] == runners["2"]["node_id"] and "stuck" in hung["evidence"]["stack"]
+    assert gone and gone["node_id"] == runners["2"]["node_id"] and gone["evidence"]["node_lost"] is True
+    assert "left the cluster" in gone["message"] and gone["status"] == "FAIL"
