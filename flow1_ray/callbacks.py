@@ -67,19 +67,17 @@ class Flow1Callbacks(RLlibCallback):
                                            "__qualname__": f"{cls.__qualname__}.configured"})
 
     def _start_watch(self, algorithm: Any) -> None:
-        from pathlib import Path
-
         from .actors.run import new_run_id
-        from .store import write_events
+        from .store import Location, write_events
         from .watchdog import DriverWatch
 
         self._run_id = self.OPTIONS.run_id or new_run_id()
-        run_dir = Path(self.OPTIONS.resolved_output_dir()) / self._run_id
+        run_dir = Location(self.OPTIONS.resolved_output_dir()) / self._run_id
 
         def emit_direct(ev: Event) -> None:  # no Recorder yet: the run directory, the log, stderr
             ev.run_id = self._run_id
             print(f"flow1: {ev.log_line()}", file=sys.stderr, flush=True)
-            run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir()
             write_events([ev], run_dir)
 
         self._watch = DriverWatch(algorithm, self.OPTIONS, emit_direct)

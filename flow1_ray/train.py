@@ -108,5 +108,7 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
     report = load_run_report(run_dir)
     report.write_summary(run_dir)
     print_run_report(con, report)
-    con.print(f"report: {os.path.join(run_dir, 'report.json')} (stopped in {time.time() - t0:.1f} s)")
+    from .store import REPORT_JSON, Location
+
+    con.print(f"report: {Location(run_dir) / REPORT_JSON} (stopped in {time.time() - t0:.1f} s)")
     return report, INJECT[inject][1]

@@ -32,6 +32,8 @@ def _free_port() -> int:
 
 #: Ray's Prometheus export port of the shared session (tests scrape flow1's series there)
 METRICS_PORT = _free_port()
+#: credentials for the loopback S3 server (moto) of the object-storage tests: any key works
+S3_ENV = {"AWS_ACCESS_KEY_ID": "flow1-test", "AWS_SECRET_ACCESS_KEY": "flow1-test", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +46,8 @@ def ray_session():
     # workers import test-only classes (hooks, zoo envs) from tests/ too
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
              log_to_driver=False, configure_logging=False, _metrics_export_port=METRICS_PORT,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}})
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+                                       # the loopback S3 of test_object_store.py (moto) takes any key
+                                       **S3_ENV}})
     yield ray
     ray.shutdown()

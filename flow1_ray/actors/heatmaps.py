@@ -11,35 +11,44 @@ from __future__ import annotations
 
 import os
 import queue
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..store import Location
 from .priority import lower_this_thread
 
 MAX_QUEUED = 8
 
 
-def render(job: dict, run_dir: Path) -> Path:
-    """Render one heatmap job to ``run_dir / job["path"]``."""
+def render(job: dict, run_dir: "Location | str") -> Location:
+    """Render one heatmap job to ``run_dir / job["path"]`` (a local path or a URI: the PNG
+    is drawn into a local temporary file, then written whole)."""
     from ..clustering.state_action_map import StateActionMap
 
     counts = np.asarray(job["counts"])
     m = StateActionMap(np.zeros((counts.shape[0], 0), np.float32), counts, list(job["labels"]),
                        list(job["verdicts"]), np.asarray(job["failures"]), job.get("backend", ""))
-    out = run_dir / job["path"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.png")
-    m.heatmap(str(tmp), title=job.get("title", ""))
-    os.replace(tmp, out)
+    out = Location(run_dir)
+    for part in str(job["path"]).split("/"):
+        out = out / part
+    fd, tmp = tempfile.mkstemp(suffix=".png", prefix="flow1-heatmap-")
+    os.close(fd)
+    try:
+        m.heatmap(tmp, title=job.get("title", ""))
+        out.parent_dir().mkdir()
+        out.write_bytes(Path(tmp).read_bytes())
+    finally:
+        os.unlink(tmp)
     return out
 
 
 class HeatmapWriter:
     def __init__(self, run_dir: str | os.PathLike, max_queued: int = MAX_QUEUED) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = Location(run_dir)
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()

@@ -13,14 +13,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from .. import codes as C
 from ..events import Event, events_to_table
-from ..store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, warm_up, write_learner_snapshot, write_part
+from ..store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location, warm_up,
+                     write_learner_snapshot, write_part)
 from .heatmaps import HeatmapWriter
 
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
@@ -33,8 +33,8 @@ class RecorderCore:
     """The writer, without Ray (the actor wraps it; tests and tools use it directly)."""
 
     def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Location(run_dir)   # a local path or a filesystem URI (store.Location)
+        self.run_dir.mkdir()
         self.run_id = run_id
         self.flush_interval = flush_interval_s
         self._events: list[Event] = []
@@ -146,8 +146,7 @@ class RecorderCore:
                 write_part(pa.Table.from_pylist(learner), self.run_dir / LEARNER_DIR)
             if events:
                 write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
-                with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as f:
-                    f.writelines(e.log_line() + "\n" for e in events)
+                (self.run_dir / LOG_FILE).append_text("".join(e.log_line() + "\n" for e in events))
             if metrics:  # rows may differ in keys (a module's traced numbers come and go): all kept
                 keys = list(dict.fromkeys(k for r in metrics for k in r))
                 write_part(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in metrics]),

@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from ..names import KV_PREFIX, hub_name, kv, states_name
+from ..store import Location
 from ..options import NAMESPACE, Flow1Options
 from .recorder import HEATMAP_DRAIN_S
 
@@ -68,8 +68,8 @@ class Flow1Run:
 
         self.opts = opts
         self.run_id = opts.run_id or new_run_id()
-        self.run_dir = Path(opts.resolved_output_dir()) / self.run_id
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Location(opts.resolved_output_dir()) / self.run_id   # a path or a filesystem URI
+        self.run_dir.mkdir()
         self.job_id = ray.get_runtime_context().get_job_id()
         self.local_prefix = f"local-{os.getpid()}-"
         gpus = clusterer_gpus(opts) if opts.state_actions else 0.0

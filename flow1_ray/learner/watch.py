@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from pathlib import Path
 from typing import Any
 
 from .. import codes as C
@@ -20,6 +19,7 @@ from ..checks.thresholds import DEFAULT
 from ..diagnose import CurveDiagnosis, _section
 from ..events import Event
 from ..options import Flow1Options
+from ..store import Location
 from . import tracer as T
 
 logger = logging.getLogger("flow1_ray")
@@ -182,8 +182,7 @@ class LearnerWatch:
         action = self.opts.on_fail
         did, path = [], None
         if "checkpoint" in action:
-            run_dir = Path(self.opts.resolved_output_dir())
-            path = str(run_dir / f"{self._run_id()}-checkpoint-iter{iteration:06d}")
+            path = str(Location(self.opts.resolved_output_dir()) / f"{self._run_id()}-checkpoint-iter{iteration:06d}")
             try:
                 self.algorithm.save_to_path(path)
                 did.append(f"saved a checkpoint to {path}")

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .. import codes as C
 from ..events import Event, jsonable
-from ..store import REPORT_JSON, REPORT_MD, write_events
+from ..store import REPORT_JSON, REPORT_MD, Location, write_events
 
 
 @dataclass
@@ -56,18 +55,19 @@ class Report:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
-    def write(self, run_dir: str | os.PathLike) -> Path:
-        """Write events (Parquet + log) and the report files into a run directory."""
-        d = Path(run_dir)
-        d.mkdir(parents=True, exist_ok=True)
+    def write(self, run_dir: "str | os.PathLike | Location") -> "Location":
+        """Write events (Parquet + log) and the report files into a run directory (a path
+        or a filesystem URI)."""
+        d = Location(run_dir)
+        d.mkdir()
         write_events(self.events, d)
         return self.write_summary(d)
 
-    def write_summary(self, run_dir: str | os.PathLike) -> Path:
+    def write_summary(self, run_dir: "str | os.PathLike | Location") -> "Location":
         """report.json and report.md only (the events are already in the directory)."""
-        d = Path(run_dir)
-        (d / REPORT_JSON).write_text(self.to_json(), encoding="utf-8")
-        (d / REPORT_MD).write_text(self.to_markdown(), encoding="utf-8")
+        d = Location(run_dir)
+        (d / REPORT_JSON).write_text(self.to_json())
+        (d / REPORT_MD).write_text(self.to_markdown())
         return d
 
     def to_markdown(self) -> str:

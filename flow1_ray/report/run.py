@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..errors import Flow1InputError
 from ..events import table_to_events
-from ..store import (CLUSTERS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, SNAPSHOTS_DIR, load_clusters, load_events,
-                     load_learner, load_metrics)
+from ..store import (CLUSTERS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, SNAPSHOTS_DIR, Location, load_clusters,
+                     load_events, load_learner, load_metrics)
 from .model import Report
 
 
-def load_run_report(run_dir: str | os.PathLike) -> Report:
-    """Events and the last metric row of a run directory, as a Report."""
-    d = Path(run_dir)
+def load_run_report(run_dir: "str | os.PathLike | Location") -> Report:
+    """Events and the last metric row of a run directory (a path or a filesystem URI), as a Report."""
+    d = Location(run_dir)
     if not d.is_dir():
         raise Flow1InputError(f"run directory not found: {d}")
     if not (d / "events").is_dir() and not (d / LOG_FILE).exists():
@@ -53,7 +52,7 @@ def _last_snapshot(rows: list[dict]) -> dict:
             "states": sum(r["size"] for r in mine), "verdicts": verdicts}
 
 
-def _state_actions(d: Path) -> dict:
+def _state_actions(d: Location) -> dict:
     """The last state-cluster snapshot (verdict counts) and the heatmaps, if the run has
     them; a multi-agent run's RLModules each under ``modules`` (the first at the top too)."""
     out: dict = {}
@@ -71,13 +70,13 @@ def _state_actions(d: Path) -> dict:
             if len(per) > 1:
                 out["modules"] = per
     if (d / HEATMAPS_DIR).is_dir():
-        pngs = sorted(p.name for p in (d / HEATMAPS_DIR).glob("iter_*.png"))
+        pngs = sorted(n for n in (d / HEATMAPS_DIR).listdir() if n.startswith("iter_") and n.endswith(".png"))
         if pngs:
             out["heatmaps"] = [f"{HEATMAPS_DIR}/{p}" for p in pngs]
     return out
 
 
-def _learner(d: Path) -> dict:
+def _learner(d: Location) -> dict:
     """Each module's last curve row of the ``learner/`` table, and the snapshots taken."""
     out: dict = {}
     if (d / LEARNER_DIR).is_dir():
@@ -92,6 +91,6 @@ def _learner(d: Path) -> dict:
         out["modules"] = {m: {k: v for k, v in r.items() if v is not None and k not in ("module_id", "kind", "layer")}
                           for m, r in sorted(last.items())}
     if (d / SNAPSHOTS_DIR).is_dir():
-        out["snapshots"] = sorted(f"{SNAPSHOTS_DIR}/{p.name}" for p in (d / SNAPSHOTS_DIR).iterdir()
-                                  if p.is_dir() and not p.name.startswith("."))
+        out["snapshots"] = sorted(f"{SNAPSHOTS_DIR}/{n}" for n in (d / SNAPSHOTS_DIR).listdir()
+                                  if not n.startswith("."))
     return out
