@@ -54,8 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
     d.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
     r = sub.add_parser("report", help="summarise a run directory from its Parquet files (no Ray needed)")
-    r.add_argument("run_dir")
+    r.add_argument("run_dir", help="a run directory: a path or a filesystem URI (s3://bucket/prefix/<run_id>?...)")
     r.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    r.add_argument("--format", choices=["md", "html", "json"],
+                   help="also write the report in this format (html: one self-contained page)")
+    r.add_argument("--out", metavar="FILE", help="where --format writes (default RUN_DIR/report.<format>; '-' stdout)")
     r.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
     return p
 
@@ -77,10 +80,25 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .report.run import load_run_report
 
     report = load_run_report(args.run_dir)
-    human = console(sys.stderr if args.json == "-" else None)
+    human = console(sys.stderr if "-" in (args.json, args.out) else None)
     print_events(human, [e for e in report.events if e.status != C.PASS or e.advisory])
     print_run_report(human, report)
     _write_json(args.json, report.to_json())
+    if args.format:
+        from .report.html import render_html
+        from .store import Location
+
+        text = {"md": report.to_markdown, "json": report.to_json,
+                "html": lambda: render_html(report, args.run_dir)}[args.format]()
+        out = args.out or str(Location(args.run_dir) / f"report.{args.format}")
+        if out == "-":
+            sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+        else:
+            try:
+                Location(out).write_text(text)
+            except OSError as e:
+                raise Flow1InputError(f"cannot write {out}: {e}") from None
+            human.print(f"report: {out}")
     return report.exit_code(args.fail_on)
 
 

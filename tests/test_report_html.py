@@ -1,0 +1,76 @@
+"""`flow1 report --format html|md|json`: one self-contained page from the run directory
+alone -- verdict, findings with evidence and advice, worker timeline, curves, heatmaps --
+that loads nothing from the network and shows every string from the run as text."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pyarrow as pa
+
+from flow1_ray import codes as C
+from flow1_ray.events import Event
+from flow1_ray.report.html import render_html
+from flow1_ray.report.run import load_run_report
+from flow1_ray.store import HEATMAPS_DIR, METRICS_DIR, Location, write_events, write_part
+
+EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+
+
+def _run_dir(tmp_path):
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    events = [
+        Event(C.ENV_CRASHED, f"env.step raised ValueError: {EVIL}", {"frame": EVIL}, worker_index=1, pid=11,
+              ts=t0 + timedelta(seconds=3)),
+        Event(C.WORKER_DIED, "train worker 1 (pid 11) died", {"exit_signal": "SIGKILL"}, worker_index=1, pid=11,
+              ts=t0 + timedelta(seconds=4)),
+        Event(C.WORKER_RESTARTED, "took over", {}, worker_index=1, pid=12, ts=t0 + timedelta(seconds=9)),
+        Event(C.ENTROPY_COLLAPSE, "entropy collapsed", {"knobs": [
+            {"knob": "entropy_coeff", "current": 0.0, "value": 0.01, "why": "bonus",
+             "line": "config.training(entropy_coeff=0.01)"}]}, iteration=3, ts=t0 + timedelta(seconds=10)),
+    ]
+    write_events(events, tmp_path)
+    write_part(pa.Table.from_pylist([{"iteration": i, "env_steps": 1000 * i, "episode_return_mean": 20.0 + i,
+                                      "flow1/learner/return_ema": 20.0 + i / 2, "flow1/worker/alive": 2}
+                                     for i in range(1, 5)]), Location(tmp_path) / METRICS_DIR)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    (tmp_path / HEATMAPS_DIR).mkdir()
+    plt.imsave(tmp_path / HEATMAPS_DIR / "iter_000004.png", np.random.default_rng(0).random((8, 8)))
+    return tmp_path
+
+
+def test_the_page_is_self_contained_and_shows_run_strings_as_text(tmp_path):
+    d = _run_dir(tmp_path)
+    page = render_html(load_run_report(d), d)
+    assert "<script" not in page.lower() and "onerror=\"alert" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;img src=x onerror=" in page
+    assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page), "nothing from the network"
+    assert page.count("data:image/png;base64,") == 3   # timeline, curves, the heatmap
+    assert 'class="verdict FAIL"' in page and "config.training(entropy_coeff=0.01)" in page
+    assert 'id="timeline"' in page and 'id="curves"' in page
+
+
+def test_flow1_report_writes_each_format_and_gates_on_its_fail_on(tmp_path, cli_env):
+    d = _run_dir(tmp_path / "run")
+
+    def report(*args):
+        return subprocess.run([sys.executable, "-m", "flow1_ray", "report", str(d), *args], capture_output=True,
+                              text=True, env=cli_env, timeout=120)
+
+    html = report("--format", "html")
+    assert html.returncode == 1 and (d / "report.html").read_text().startswith("<!doctype html>")
+    assert report("--format", "md", "--out", str(tmp_path / "r.md")).returncode == 1
+    assert (tmp_path / "r.md").read_text().startswith("# flow1 report")
+    js = report("--format", "json", "--out", "-")
+    assert js.returncode == 1 and '"status": "FAIL"' in js.stdout
+    bad = subprocess.run([sys.executable, "-m", "flow1_ray", "report", str(tmp_path / "nope"), "--format", "html"],
+                         capture_output=True, text=True, env=cli_env, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
