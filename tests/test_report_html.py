@@ -74,3 +74,20 @@ def test_flow1_report_writes_each_format_and_gates_on_its_fail_on(tmp_path, cli_
     bad = subprocess.run([sys.executable, "-m", "flow1_ray", "report", str(tmp_path / "nope"), "--format", "html"],
                          capture_output=True, text=True, env=cli_env, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_the_sample_ci_job_runs_the_commands_that_exist():
+    import yaml
+    from pathlib import Path
+
+    job = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "github-actions-flow1.yml").read_text())
+    runs = [s["run"] for j in job["jobs"].values() for s in j["steps"] if "run" in s]
+    assert any(r.startswith("flow1 check --env") for r in runs)
+    assert any(r.startswith("flow1 report") and "--fail-on WARN" in r and "--format html" in r for r in runs)
+    from flow1_ray.cli import _parser
+
+    for r in runs:   # every flow1 command line of the job parses with today's CLI
+        if r.startswith("flow1 "):
+            import re
+
+            _parser().parse_args(re.sub(r"\S*\$\([^)]*\)\S*", "runs/x", r).split()[1:])
