@@ -120,8 +120,7 @@ class Flow1Callbacks(RLlibCallback):
         try:  # the learner side: tracing and liveness on every Learner, the curve rules on the driver
             from .learner.watch import LearnerWatch
 
-            self._learner = LearnerWatch(algorithm, self.OPTIONS)
-            self._learner.run_id = run.run_id
+            self._learner = LearnerWatch(algorithm, self.OPTIONS, run.run_id)
         except Exception as e:
             self._internal_error("on_algorithm_init(learner)", e)
         run.register(runner_keys(algorithm) + learner_keys(algorithm))

@@ -109,8 +109,7 @@ class Knobs:
         algo_name = getattr(algo, "__name__", None) if algo is not None and not isinstance(algo, str) else algo
 
         def num(name: str) -> float | None:
-            v = _schedule_start(_get(config, name))
-            return v
+            return _schedule_start(_get(config, name))
 
         epochs = _get(config, "num_epochs")
         hidden = model.get("fcnet_hiddens")

@@ -188,7 +188,7 @@ class LearnerTracer:
             if self.trace_now:
                 self._disarm()
                 self._trace(grads, [m for m in loss_per_module if m != ALL_MODULES])
-            if self.force or self.calls % self.grad_every == self.grad_every - 1 or self.grad_every == 1:
+            if self.force or self.calls % self.grad_every == self.grad_every - 1:   # the next one is traced
                 self.force = False
                 self._arm()
         except Exception as e:  # tracing must never stop an update

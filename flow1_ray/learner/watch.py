@@ -35,8 +35,9 @@ _FAIL_LINE = re.compile(r"\|\s*FAIL\s*\|\s*(\S+)")
 
 
 class LearnerWatch:
-    def __init__(self, algorithm: Any, opts: Flow1Options) -> None:
+    def __init__(self, algorithm: Any, opts: Flow1Options, run_id: str) -> None:
         self.opts = opts
+        self.run_id = run_id
         self.th = DEFAULT.with_overrides(opts.thresholds)
         self.algorithm = algorithm
         self.status: dict = {}
@@ -182,7 +183,7 @@ class LearnerWatch:
         action = self.opts.on_fail
         did, path = [], None
         if "checkpoint" in action:
-            path = str(Location(self.opts.resolved_output_dir()) / f"{self._run_id()}-checkpoint-iter{iteration:06d}")
+            path = str(Location(self.opts.resolved_output_dir()) / f"{self.run_id}-checkpoint-iter{iteration:06d}")
             try:
                 self.algorithm.save_to_path(path)
                 did.append(f"saved a checkpoint to {path}")
@@ -195,9 +196,6 @@ class LearnerWatch:
         return Event(C.GUARD_ACTION, f"on_fail={action!r}: {code} at iteration {iteration}: " + "; ".join(did),
                      {"on_fail": action, "finding": code, "checkpoint": path, "stopped": "stop" in action},
                      iteration=iteration)
-
-    def _run_id(self) -> str:
-        return getattr(self, "run_id", "") or "flow1"
 
 
 def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, heartbeat_s: float = 1.0,
