@@ -200,6 +200,7 @@ class Flow1Callbacks(RLlibCallback):
                **{f"flow1/learners/{k}": v for k, v in out["learners"].items()},
                **{f"flow1/events/{k}": v for k, v in out["events"].items()},
                **{f"flow1/states/{k}": v for k, v in out["states"].items()},
+               **{f"flow1/memory/{k}": v for k, v in (status.get("memory") or {}).items()},
                "flow1/samples_dropped": out["samples_dropped"], "flow1/driver_ms": out["driver_ms"]}
         run.after_iteration(iteration, return_mean)
         if self._learner is not None:

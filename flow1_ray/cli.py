@@ -1,4 +1,4 @@
-"""The ``flow1`` command: ``check``, ``train``, ``report``, ``diagnose``.
+"""The ``flow1`` command: ``check``, ``train``, ``report``, ``diagnose``, ``serve``.
 
 Exit codes: 0 no FAIL, 1 FAIL (or WARN with ``--fail-on WARN``), 2 usage or input error.
 A :class:`Flow1InputError` becomes one line on stderr, never a traceback.
@@ -60,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write the report in this format (html: one self-contained page)")
     r.add_argument("--out", metavar="FILE", help="where --format writes (default RUN_DIR/report.<format>; '-' stdout)")
     r.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
+    s = sub.add_parser("serve", help="a live panel of a run in the browser: result, cause, hypothesis, risk "
+                                     "(read-only; follows the run as it is written)")
+    s.add_argument("path", help="a run directory, or an output directory whose runs the panel lists "
+                                "(a path or a filesystem URI)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; the panel has no login)")
+    s.add_argument("--port", type=int, default=8050, help="port (default 8050; 0 picks a free one)")
     return p
 
 
@@ -125,6 +132,22 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     return report.exit_code(args.fail_on)
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .report.panel import is_loopback, serve
+
+    if not 0 <= args.port <= 65535:
+        raise Flow1InputError(f"--port must be in 0..65535, got {args.port}")
+
+    def ready(url: str) -> None:
+        print(f"flow1 serve: {url} ({args.path}); Ctrl-C to stop", flush=True)
+        if not is_loopback(args.host):
+            print(f"flow1 serve: listening on {args.host}, beyond this machine: the panel is read-only but has "
+                  f"no login, anyone who reaches it sees the run", file=sys.stderr, flush=True)
+
+    serve(args.path, host=args.host, port=args.port, on_ready=ready)
+    return EXIT_OK
+
+
 def _write_json(dest: str | None, text: str) -> None:
     if not dest:
         return
@@ -188,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_report(args)
         if args.command == "diagnose":
             return _cmd_diagnose(args)
+        if args.command == "serve":
+            return _cmd_serve(args)
     except Flow1InputError as e:
         print(f"flow1: error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -371,7 +371,22 @@ class MonitorService(MonitorCore):
         st = self.status()
         st["probes"] = len(self.probes)
         st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
+        st["memory"] = self.memory()
         return st
+
+    def memory(self) -> dict:
+        """The EnvRunners' resident memory (sum of the last RSS each wrote into its lock
+        file, MB) and the fullest node's memory use (%), from the probes' last summaries."""
+        rss = [w["rss"] for s in list(self.summaries.values()) for w in s.get("workers", [])
+               if w.get("rss") and w.get("role", "env_runner") == "env_runner"]
+        node = [s["load"]["mem_usage_percent"] for s in list(self.summaries.values())
+                if s.get("load", {}).get("mem_usage_percent") is not None]
+        out: dict = {}
+        if rss:
+            out["runners_rss_mb"] = round(sum(rss) / 1e6, 1)
+        if node:
+            out["node_percent"] = max(node)
+        return out
 
     def probe_pids(self) -> list[int]:
         import ray

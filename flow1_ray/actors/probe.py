@@ -270,7 +270,8 @@ class LockScanner:
         for t in self.tracked.values():
             h = t.header
             workers.append({"key": t.key, "pid": t.pid, "worker_index": t.meta.get("worker_index"),
-                            "eval": t.meta.get("eval", False), "stalled": t.stalled,
+                            "eval": t.meta.get("eval", False), "role": t.meta.get("role", "env_runner"),
+                            "stalled": t.stalled,
                             "steps": h.steps if h else None,
                             "step_time_ema": h.step_time_ema if h else None, "rss": h.rss if h else None,
                             "heartbeat_age_s": round(now - h.written_at, 3) if h else None,

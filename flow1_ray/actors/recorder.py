@@ -34,7 +34,9 @@ class RecorderCore:
 
     def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
         self.run_dir = Location(run_dir)   # a local path or a filesystem URI (store.Location)
-        self.run_dir.mkdir()
+        # events/ at once: the directory is a run directory (flow1 serve, flow1 report) from
+        # the start, not from the first flush that has an event
+        (self.run_dir / EVENTS_DIR).mkdir()
         self.run_id = run_id
         self.flush_interval = flush_interval_s
         self._events: list[Event] = []

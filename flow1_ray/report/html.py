@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from typing import Any
 
-from .. import codes as C
 from ..store import HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, Location, load_learner, load_metrics
 from .model import Report
-
-#: event codes that change a worker's state, for the timeline
-_TIMELINE = {C.WORKER_DIED: "dead", C.LEARNER_DIED: "dead", C.WORKER_STALLED: "stalled",
-             C.LEARNER_STALLED: "stalled", C.WORKER_RESTARTED: "restarted", C.ENV_CRASHED: "crashed"}
-_COLOURS = {"dead": "#c0392b", "stalled": "#e67e22", "restarted": "#2e86c1", "crashed": "#8e44ad"}
+from .views import STATE_COLOURS, findings_by_module, timeline_marks
 
 TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -85,7 +79,7 @@ def _png(fig: Any) -> str:
 
 def _timeline(report: Report) -> str | None:
     """One row per worker (EnvRunner or Learner), a mark per state change over time."""
-    marks = [e for e in report.events if e.code in _TIMELINE]
+    marks = timeline_marks(report.events)
     if not marks:
         return None
     import matplotlib
@@ -96,17 +90,15 @@ def _timeline(report: Report) -> str | None:
     t0 = min(e.ts for e in report.events)
     t1 = max(e.ts for e in report.events)
     rows: dict[str, list] = {}
-    for e in marks:
-        who = ("learner " if e.code.startswith("LEARNER") else "worker ") + str(e.worker_index)
-        rows.setdefault(who, []).append(e)
+    for m in marks:
+        rows.setdefault(m["who"], []).append(m)
     fig, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(rows)))
     span = max((t1 - t0).total_seconds(), 1.0)
-    for y, (who, evs) in enumerate(sorted(rows.items())):
+    for y, (who, ms) in enumerate(sorted(rows.items())):
         ax.hlines(y, 0, span, color="#bbb", lw=6)
-        for e in evs:
-            state = _TIMELINE[e.code]
-            ax.plot([(e.ts - t0).total_seconds()], [y], "o", ms=10, color=_COLOURS[state],
-                    label=state if state not in ax.get_legend_handles_labels()[1] else None)
+        for m in ms:
+            ax.plot([(m["ts"] - t0).total_seconds()], [y], "o", ms=10, color=STATE_COLOURS[m["state"]],
+                    label=m["state"] if m["state"] not in ax.get_legend_handles_labels()[1] else None)
     ax.set_yticks(range(len(rows)), sorted(rows))
     ax.set_xlabel("seconds since the run's first event")
     # outside the axes: inside, it hid the marks at the end of the run (seen on a crash run)
@@ -155,16 +147,6 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     import jinja2
 
     d = Location(run_dir) if run_dir is not None else None
-    by_module: dict[str, list] = {}
-    for e in report.events:
-        if e.status == C.PASS and not e.advisory:
-            continue
-        ev = dict(e.evidence)
-        knobs = ev.pop("knobs", None) if isinstance(ev.get("knobs"), list) else None
-        by_module.setdefault(e.module, []).append({
-            "ts": e.ts.strftime("%Y-%m-%d %H:%M:%S"), "status": e.status, "code": e.code,
-            "where": e.where().strip(" []"), "message": e.message, "knobs": knobs,
-            "evidence": json.dumps(ev, indent=1, default=str)[:6000]})
     s = report.summary
     numbers = [(k, s[k]) for k in ("iterations", "env_steps", "episode_return_mean") if s.get(k) is not None]
     for k, v in (s.get("workers") or {}).items():
@@ -183,5 +165,5 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     env = jinja2.Environment(autoescape=True)
     return env.from_string(TEMPLATE).render(
         target=report.target, status=report.status, counts=report.by_status(), numbers=numbers,
-        modules=sorted(by_module.items()), timeline=_timeline(report), curves=curves, heatmaps=heatmaps,
+        modules=findings_by_module(report.events), timeline=_timeline(report), curves=curves, heatmaps=heatmaps,
         gradients=gradients, snapshots=snapshots)

@@ -8,6 +8,7 @@ from ..errors import Flow1InputError
 from ..events import table_to_events
 from ..store import (CLUSTERS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, SNAPSHOTS_DIR, Location, load_clusters,
                      load_events, load_learner, load_metrics)
+from .follow import is_run_dir
 from .model import Report
 
 
@@ -16,7 +17,7 @@ def load_run_report(run_dir: "str | os.PathLike | Location") -> Report:
     d = Location(run_dir)
     if not d.is_dir():
         raise Flow1InputError(f"run directory not found: {d}")
-    if not (d / "events").is_dir() and not (d / LOG_FILE).exists():
+    if not is_run_dir(d):
         raise Flow1InputError(f"{d} is not a flow1 run directory (no events/ and no {LOG_FILE})")
     events = table_to_events(load_events(d))
     summary: dict = {"run_dir": str(d)}

@@ -1,0 +1,359 @@
+"""``flow1 serve``: a live panel of a run, in the four quadrants of seed 002.
+
+A person reads a run in a fixed order: the result (top left: the return and its EMA, the
+policy's entropy and KL, the latest state x action heatmap), the cause (top right: what
+flow1 found, with its evidence), the hypothesis to test (bottom left: the knob values
+computed from the run's config, the frame an env raised in, the batches snapshotted), and
+the risk (bottom right: workers alive / stalled / dead, restarts, contention, memory,
+dropped samples, the worker timeline).
+
+Built on Dash (Flask, React, Plotly): its JavaScript comes from the installed package, so
+the page loads nothing from the network; every string of the run is a React text node,
+never parsed as HTML. The page polls once a second; each poll reads only the Parquet parts
+the Recorder wrote since the last one (:class:`~.follow.RunFollower`). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import errno
+import ipaddress
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from .. import codes as C
+from ..errors import Flow1InputError
+from ..store import HEATMAPS_DIR, Location
+from .follow import RunFollower, find_runs, is_run_dir
+from .views import STATE_COLOURS, current_findings, hypotheses, risk, timeline_marks
+
+DEFAULT_PORT = 8050
+POLL_MS = 1000
+RUNS_REFRESH_S = 5.0
+
+CSS = """
+*{box-sizing:border-box} body{margin:0;font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#222;
+background:#f4f5f7} header{display:flex;align-items:center;gap:1rem;padding:.6rem 1rem;background:#1f2933;color:#fff}
+header h1{font-size:1.1rem;margin:0} #run-name{font-family:monospace} #updated{margin-left:auto;font-size:.8rem;
+color:#cbd2d9} #run-picker{min-width:22rem;color:#222} .verdict{font-weight:700;padding:.15rem .6rem;border-radius:3px}
+.PASS{background:#e8f6ec;color:#1e7b34} .WARN{background:#fff4e0;color:#9a5b00} .FAIL{background:#fde8e6;color:#a61b0f}
+main{display:grid;grid-template-columns:1fr 1fr;grid-template-rows:auto auto;gap:.8rem;padding:.8rem}
+section.q{background:#fff;border-radius:6px;padding:.6rem .9rem;box-shadow:0 1px 2px rgba(0,0,0,.12);min-width:0;
+overflow:auto;max-height:46rem} section.q h2{font-size:1rem;margin:.1rem 0 .5rem;color:#52606d;text-transform:uppercase;
+letter-spacing:.05em} .nums{display:flex;flex-wrap:wrap;gap:.4rem 1.4rem;margin-bottom:.4rem} .num span{display:block;
+font-size:.72rem;color:#7b8794} .num b{font-size:1.25rem} article{border-left:4px solid #ccc;padding:.2rem .6rem;
+margin:.4rem 0} article.f-FAIL{border-color:#c0392b} article.f-WARN{border-color:#e67e22} article.f-PASS{border-color:#2e86c1}
+article .head{font-size:.85rem} article .msg{margin:.2rem 0;white-space:pre-wrap;word-break:break-word}
+pre{white-space:pre-wrap;word-break:break-word;font-size:.75rem;max-height:14rem;overflow:auto;background:#f7f7f7;
+padding:.4rem;margin:.2rem 0} table{border-collapse:collapse;width:100%;font-size:.85rem} td,th{border-bottom:1px solid
+#e4e7eb;padding:.25rem .4rem;text-align:left;vertical-align:top} code{font-size:.8rem;background:#f0f4f8;padding:0 .2rem}
+tr.fail td:first-child{color:#a61b0f;font-weight:600} tr.warn td:first-child{color:#9a5b00;font-weight:600}
+.muted{color:#7b8794} img.heatmap{max-width:100%;margin-top:.4rem} @media(max-width:1000px){main{grid-template-columns:1fr}}
+"""
+
+INDEX = """<!DOCTYPE html>
+<html lang="en"><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>""" + CSS + """</style></head>
+<body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body></html>"""
+
+
+class Runs:
+    """The runs the panel can show (one run directory, or those under an output directory),
+    each with its follower; the list is refreshed every few seconds for new runs."""
+
+    def __init__(self, path: "str | os.PathLike | Location") -> None:
+        self.path = Location(path)
+        self._lock = threading.Lock()
+        self._followers: dict[str, RunFollower] = {}
+        self._listed_at = 0.0
+        self.names: list[str] = []
+        self.refresh(force=True)   # raises Flow1InputError when the path holds no run
+        self.single = is_run_dir(self.path)
+
+    def refresh(self, force: bool = False) -> list[str]:
+        with self._lock:
+            if force or time.monotonic() - self._listed_at >= RUNS_REFRESH_S:
+                try:
+                    runs = find_runs(self.path)
+                except Flow1InputError:
+                    if force:
+                        raise
+                    runs = [self._followers[n].dir for n in self.names]
+                for r in runs:
+                    self._followers.setdefault(r.name, RunFollower(r))
+                self.names = [r.name for r in runs]
+                self._listed_at = time.monotonic()
+            return list(self.names)
+
+    def get(self, name: str | None) -> RunFollower | None:
+        """The follower of a listed run (anything else the browser sends is ignored)."""
+        with self._lock:
+            return self._followers.get(name) if name in self.names else None
+
+
+# -- figures ---------------------------------------------------------------------------------
+def _iterations_axis(fig: Any, iterations: list) -> None:
+    """Whole iterations only (plotly would label 1.5 as "2" with an integer format)."""
+    span = (max(iterations) - min(iterations)) if iterations else 0
+    fig.update_xaxes(title_text="iteration", tick0=0, dtick=max(1, -(-span // 8)))
+
+
+def _layout(fig: Any, height: int) -> Any:
+    fig.update_layout(height=height, margin={"l": 45, "r": 10, "t": 28, "b": 30}, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.25, "font": {"size": 10}}, uirevision="keep")
+    return fig
+
+
+def return_figure(f: RunFollower) -> Any:
+    import plotly.graph_objects as go
+
+    rows = f.metric_rows()
+    it = [r["iteration"] for r in rows]
+    fig = go.Figure()
+    fig.add_scatter(x=it, y=[r.get("episode_return_mean") for r in rows], mode="lines+markers",
+                    name="return (mean of the last episodes)")
+    if any("flow1/learner/return_ema" in r for r in rows):
+        fig.add_scatter(x=it, y=[r.get("flow1/learner/return_ema") for r in rows], mode="lines",
+                        name="EMA (alpha 0.99 per episode)")
+    _iterations_axis(fig, it)
+    fig.update_layout(title={"text": "episode return", "font": {"size": 13}})
+    return _layout(fig, 250)
+
+
+def policy_figure(f: RunFollower) -> Any:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("entropy / max entropy", "KL (old -> new policy)"))
+    for mid in sorted({r["module_id"] for r in f.learner}):
+        mine = sorted((r for r in f.learner if r["module_id"] == mid), key=lambda r: r["iteration"])
+        x = [r["iteration"] for r in mine]
+        fig.add_trace(go.Scatter(x=x, y=[r.get("entropy_ratio") for r in mine], name=mid, legendgroup=mid,
+                                 mode="lines+markers"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=[r.get("mean_kl_loss") for r in mine], name=mid, legendgroup=mid,
+                                 showlegend=False, mode="lines+markers"), row=1, col=2)
+    _iterations_axis(fig, [r["iteration"] for r in f.learner])
+    fig.update_annotations(font_size=12)
+    return _layout(fig, 230)
+
+
+def timeline_figure(f: RunFollower) -> Any:
+    import plotly.graph_objects as go
+
+    marks = timeline_marks(f.findings)
+    fig = go.Figure()
+    t0 = f.first_ts
+    for state, colour in STATE_COLOURS.items():
+        mine = [m for m in marks if m["state"] == state]
+        if mine:
+            fig.add_scatter(x=[(m["ts"] - t0).total_seconds() for m in mine], y=[m["who"] for m in mine],
+                            mode="markers", name=state, marker={"size": 12, "color": colour},
+                            text=[f"{m['code']} pid {m['pid']}" for m in mine], hoverinfo="text+x")
+    xs = [(m["ts"] - t0).total_seconds() for m in marks]
+    pad = max(max(xs, default=0.0) * 0.04, 0.5)   # marks at either end stay whole
+    fig.update_xaxes(title_text="seconds since the run's first event", range=[-pad, max(xs, default=0.0) + pad])
+    fig.update_yaxes(type="category", categoryorder="category ascending")
+    fig.update_layout(title={"text": "worker timeline", "font": {"size": 13}})
+    return _layout(fig, 140 + 28 * len({m["who"] for m in marks}))
+
+
+# -- quadrants --------------------------------------------------------------------------------
+def _num(label: str, value: Any, ident: str) -> Any:
+    from dash import html
+
+    text = "-" if value is None else f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" \
+        if isinstance(value, int) else str(value)
+    return html.Div(className="num", children=[html.Span(label), html.B(text, id=ident)])
+
+
+def result_numbers(f: RunFollower) -> list:
+    last = f.last_metrics()
+    ret = last.get("episode_return_mean")
+    return [_num("iteration", last.get("iteration"), "n-iteration"),
+            _num("env steps", last.get("env_steps"), "n-env-steps"),
+            _num("return (mean)", float(ret) if ret is not None else None, "n-return"),
+            _num("return EMA", last.get("flow1/learner/return_ema"), "n-return-ema"),
+            _num("FAIL · WARN", f"{f.counts.get(C.FAIL, 0)} · {f.counts.get(C.WARN, 0)}", "n-findings"),
+            _num("events read", sum(f.counts.values()), "n-events")]
+
+
+def heatmap_block(f: RunFollower) -> list:
+    from dash import html
+
+    if not f.heatmaps:
+        return [html.P("No state x action heatmap yet.", className="muted")]
+    name = f.heatmaps[-1]
+    try:
+        png = (f.dir / HEATMAPS_DIR / name).read_bytes()
+    except OSError:
+        return []
+    return [html.Details(open=True, children=[
+        html.Summary(f"P(action | state cluster), {name} ({len(f.heatmaps)} snapshot(s) in heatmaps/)"),
+        html.Img(className="heatmap", src="data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+                 alt=f"state x action heatmap {name}")])]
+
+
+def cause_block(f: RunFollower) -> list:
+    from dash import html
+
+    rows = current_findings(f.findings)
+    if not rows:
+        return [html.P("No WARN or FAIL: nothing flow1 checks is wrong so far.", className="muted")]
+    out = []
+    for r in rows:
+        head = [html.Span(r["status"], className=f"verdict {r['status']}"), " ", html.B(r["code"]),
+                f"  {r['module']}" + (f" · {r['where']}" if r["where"] else "") + f" · {r['ts']} UTC"
+                + (f" · x{r['count']}" if r["count"] > 1 else "")]
+        out.append(html.Article(className=f"finding f-{r['status']}", children=[
+            html.Div(head, className="head"), html.Div(r["message"], className="msg"),
+            html.Details([html.Summary("evidence"), html.Pre(r["evidence"])])]))
+    return out
+
+
+def hypothesis_block(f: RunFollower) -> list:
+    from dash import html
+
+    hs = hypotheses(f.findings, f.snapshots)
+    if not hs:
+        return [html.P("Nothing to test yet: no finding points at a knob, a frame or a batch.", className="muted")]
+    out: list = []
+    knobs = [h for h in hs if h["kind"] == "knob"]
+    if knobs:
+        out.append(html.Table([html.Tr([html.Th(t) for t in ("finding", "knob", "now -> try", "why", "config")])] + [
+            html.Tr(className=h["status"].lower(), children=[
+                html.Td(h["code"]), html.Td(h["knob"]), html.Td(f"{h['current']} -> {h['value']}"), html.Td(h["why"]),
+                html.Td(html.Code(h["line"]))]) for h in knobs]))
+    frames = [h for h in hs if h["kind"] == "frame"]
+    if frames:
+        out.append(html.H3("Where the env failed", style={"fontSize": ".9rem"}))
+        out.append(html.Ul([html.Li([html.B(h["code"]), f" ({h['where']}): ", html.Code(h["frame"]),
+                                     html.Div(h["error"], className="muted")]) for h in frames]))
+    snaps = [h for h in hs if h["kind"] == "snapshot"]
+    if snaps:
+        out.append(html.H3("Snapshots to replay", style={"fontSize": ".9rem"}))
+        out.append(html.Ul([html.Li([html.Code(f"snapshots/{h['name']}"), f": {h['what']}"]) for h in snaps]))
+    return out
+
+
+def risk_block(f: RunFollower) -> list:
+    from dash import html
+
+    return [html.Table([html.Tr(className=r["level"], children=[html.Td(r["label"]), html.Td(r["value"])])
+                        for r in risk(f.last_metrics(), f.code_counts, f.findings)])]
+
+
+# -- the app --------------------------------------------------------------------------------------
+def make_app(path: "str | os.PathLike | Location") -> Any:
+    """The Dash app of a run directory or an output directory of runs (Flow1InputError when
+    ``path`` holds no run)."""
+    from dash import Dash, Input, Output, State, dcc, html, no_update
+
+    runs = Runs(path)
+    names = runs.names
+    app = Dash(__name__, title=f"flow1: {runs.path.name}", update_title=None, serve_locally=True,
+               assets_folder=os.path.join(os.path.dirname(__file__), "no-assets"), assets_ignore=".*",
+               index_string=INDEX)
+    graph_config = {"displaylogo": False, "displayModeBar": False}   # drag to zoom, double-click to reset
+    picker_style = {"display": "none"} if runs.single else {}   # an output directory: pick a run
+    app.layout = html.Div(id="panel", children=[
+        dcc.Interval(id="tick", interval=POLL_MS),
+        dcc.Store(id="seen"),
+        html.Header([html.H1("flow1"), html.Span(names[0], id="run-name", style={} if runs.single else {"display": "none"}),
+                     html.Div(dcc.Dropdown(id="run-picker", options=names, value=names[0], clearable=False),
+                              style=picker_style),
+                     html.Span("", id="verdict", className="verdict"), html.Span("", id="updated")]),
+        html.Main([
+            html.Section(id="q-result", className="q", children=[
+                html.H2("Result"), html.Div(id="result-numbers", className="nums"),
+                dcc.Graph(id="return-graph", config=graph_config, style={"height": "250px"}),
+                html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=graph_config, style={"height": "230px"})),
+                html.Div(id="heatmap")]),
+            html.Section(id="q-cause", className="q", children=[html.H2("Cause"), html.Div(id="cause")]),
+            html.Section(id="q-hypothesis", className="q", children=[html.H2("Hypothesis to test"),
+                                                                      html.Div(id="hypothesis")]),
+            html.Section(id="q-risk", className="q", children=[
+                html.H2("Risk"), html.Div(id="risk"),
+                html.Div(id="timeline-wrap", children=dcc.Graph(id="timeline-graph", config=graph_config))]),
+        ])])
+
+    @app.callback(Output("run-picker", "options"), Input("tick", "n_intervals"), State("run-picker", "options"))
+    def _list_runs(_n: int | None, shown: list | None) -> Any:
+        listed = runs.refresh()
+        return listed if listed != shown else no_update
+
+    @app.callback(
+        Output("run-name", "children"), Output("verdict", "children"), Output("verdict", "className"),
+        Output("updated", "children"), Output("result-numbers", "children"), Output("return-graph", "figure"),
+        Output("policy-graph", "figure"), Output("policy-wrap", "style"), Output("heatmap", "children"),
+        Output("cause", "children"), Output("hypothesis", "children"), Output("risk", "children"),
+        Output("timeline-graph", "figure"), Output("timeline-wrap", "style"), Output("seen", "data"),
+        Input("tick", "n_intervals"), Input("run-picker", "value"), State("seen", "data"))
+    def _refresh(_n: int | None, name: str | None, seen: dict | None) -> tuple:
+        f = runs.get(name)
+        if f is None:
+            return (no_update,) * 15
+        f.poll()
+        ago = f"last new data {time.time() - f.last_change:.0f} s ago" if f.last_change else "no data yet"
+        updated = f"live · {ago} · read {dt.datetime.now():%H:%M:%S}"
+        if f.errors:
+            updated += f" · {len(f.errors)} unreadable part(s): {f.errors[-1]}"
+        state = {"run": name, "version": f.version}
+        if seen == state:
+            return (no_update,) * 3 + (updated,) + (no_update,) * 11
+        status = f.status
+        has_learner = bool(f.learner)
+        has_timeline = bool(timeline_marks(f.findings))
+        return (name, status, f"verdict {status}", updated, result_numbers(f), return_figure(f),
+                policy_figure(f) if has_learner else no_update, {} if has_learner else {"display": "none"},
+                heatmap_block(f), cause_block(f), hypothesis_block(f), risk_block(f),
+                timeline_figure(f) if has_timeline else no_update, {} if has_timeline else {"display": "none"},
+                state)
+
+    return app
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket, or one clear Flow1InputError (port in use, unknown host)."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise Flow1InputError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        why = "the port is in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+        raise Flow1InputError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+    except (socket.gaierror, ValueError):
+        return False
+
+
+def serve(path: "str | os.PathLike | Location", host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve the panel until interrupted. ``on_ready(url)`` is called once it listens."""
+    from werkzeug.serving import make_server
+
+    app = make_app(path)                # Flow1InputError: not a run
+    sock = _listen(host, port)          # Flow1InputError: port in use
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)   # no line per poll
+    server = make_server(host, sock.getsockname()[1], app.server, threaded=True, fd=sock.fileno())
+    shown = f"[{host}]" if ":" in host else host
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{server.socket.getsockname()[1]}/")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        sock.close()

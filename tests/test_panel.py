@@ -1,0 +1,149 @@
+"""`flow1 serve`: the live four-quadrant panel (result, cause, hypothesis, risk), in a real
+headless Chromium, following a run directory as the Recorder writes it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot, \
+    wait_for
+from flow1_ray import codes as C
+from flow1_ray.actors.recorder import RecorderCore
+from flow1_ray.events import Event
+from flow1_ray.report.follow import RunFollower, find_runs
+from flow1_ray.errors import Flow1InputError
+
+EVIL = '<script>alert("run")</script><img src=x onerror="alert(2)">'
+
+
+def _recorder(run_dir, iterations: int = 3) -> RecorderCore:
+    """A run as the Recorder writes it: a crash, a curve finding with its knobs, metrics rows."""
+    rec = RecorderCore(str(run_dir), "run-1", flush_interval_s=3600)
+    rec.add_events([Event(C.ENV_CRASHED, "train worker 1 (pid 11): step() raised ValueError: boom",
+                          {"frame": "step (my_env.py:42)", "error": "ValueError: boom"}, worker_index=1, pid=11),
+                    Event(C.KL_SPIKE, "KL 0.40 at iteration 1, 40x kl_target", {"knobs": [
+                        {"knob": "lr", "current": 0.05, "value": 0.0097, "why": "KL 40x its target",
+                         "line": "config.training(lr=0.0097)"}]}, iteration=1)])
+    for i in range(1, iterations + 1):
+        rec.add_metrics({"iteration": i, "env_steps": 1000 * i, "episode_return_mean": 20.0 + 0.75 * i,
+                         "flow1/learner/return_ema": 20.0 + 0.5 * i, "flow1/worker/alive": 2,
+                         "flow1/worker/dead": 0, "flow1/worker/stalled": 0, "flow1/worker/restarts": 1,
+                         "flow1/samples_dropped": 0, "flow1/memory/node_percent": 41.0,
+                         "flow1/memory/runners_rss_mb": 612.5})
+    rec.flush()
+    return rec
+
+
+def test_the_follower_reads_only_new_parts_and_finds_runs(tmp_path):
+    rec = _recorder(tmp_path / "runs" / "20260101-000000-aaaaaa")
+    f = RunFollower(tmp_path / "runs" / "20260101-000000-aaaaaa")
+    assert f.poll() and f.version == 1
+    assert f.counts[C.FAIL] == 2 and f.last_metrics()["iteration"] == 3
+    time.sleep(0.35)
+    assert not f.poll() and f.version == 1            # nothing new: nothing reread
+    rec.add_events([Event(C.WORKER_STALLED, "stalled", {}, worker_index=2)])
+    rec.flush()
+    time.sleep(0.35)
+    assert f.poll() and f.code_counts[C.WORKER_STALLED] == 1 and f.counts[C.FAIL] == 3
+    RecorderCore(str(tmp_path / "runs" / "20260102-000000-bbbbbb"), "run-2")   # a run that just started
+    assert [r.name for r in find_runs(tmp_path / "runs")] == ["20260102-000000-bbbbbb", "20260101-000000-aaaaaa"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(Flow1InputError, match="not a flow1 run directory"):
+        find_runs(tmp_path / "other")
+
+
+def _serve_cli(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "flow1_ray", "serve", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_serve_gives_one_line_and_exit_2_for_a_path_that_is_not_a_run_or_a_port_in_use(tmp_path):
+    for path in (tmp_path / "missing", tmp_path):
+        r = _serve_cli(path, "--port", "0")
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("flow1: error: ") and "Traceback" not in r.stderr
+    _recorder(tmp_path / "run")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        r = _serve_cli(tmp_path / "run", "--port", busy.getsockname()[1])
+    assert r.returncode == 2 and "the port is in use" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+@needs_browser
+def test_the_panel_shows_four_quadrants_and_a_new_event_within_3_s(tmp_path, cli_env):
+    run = tmp_path / "20260101-000000-aaaaaa"
+    rec = _recorder(run)
+    with Served(run, env=cli_env) as served:
+        d = chrome()
+        try:
+            d.get(served.url)
+            shown = wait_for(lambda: d.find_element("id", "n-iteration").text == "3", 20)
+            assert shown, "the panel shows the run's last iteration"
+            quadrants = {q: d.find_element("id", q) for q in ("q-result", "q-cause", "q-hypothesis", "q-risk")}
+            boxes = {q: el.rect for q, el in quadrants.items()}
+            # the order a person reasons in: result | cause over hypothesis | risk
+            assert boxes["q-result"]["x"] < boxes["q-cause"]["x"] and boxes["q-result"]["y"] < boxes["q-hypothesis"]["y"]
+            assert boxes["q-hypothesis"]["x"] < boxes["q-risk"]["x"] and boxes["q-cause"]["y"] < boxes["q-risk"]["y"]
+            assert d.find_element("id", "n-return").text == "22.25" and d.find_element("id", "n-env-steps").text == "3,000"
+            assert d.find_element("id", "verdict").text == "FAIL"
+            assert "ENV_CRASHED" in quadrants["q-cause"].text and "KL_SPIKE" in quadrants["q-cause"].text
+            hyp = quadrants["q-hypothesis"].text
+            assert "config.training(lr=0.0097)" in hyp and "0.05 -> 0.0097" in hyp and "step (my_env.py:42)" in hyp
+            risk = quadrants["q-risk"].text
+            assert "2 alive" in risk and "node 41 % used" in risk and "EnvRunners 612 MB RSS" in risk
+            assert d.find_elements("css selector", "#return-graph .main-svg"), "the return curve is drawn"
+            assert all(u.startswith((served.url, "data:")) for u in requested_urls(d)), "nothing from the network"
+
+            # the Recorder writes a new event; the panel shows it, as text, within 3 s
+            rec.add_events([Event(C.WORKER_STALLED, f"train worker 2 hung in env.step {EVIL}",
+                                  {"stack": EVIL}, worker_index=2, pid=12)])
+            rec.flush()
+            written = time.monotonic()
+            seen = wait_for(lambda: "hung in env.step" in d.find_element("id", "q-cause").text, 10)
+            latency = time.monotonic() - written
+            assert seen and latency < 3.0, f"shown after {latency:.2f} s"
+            assert_no_alert(d)
+            assert EVIL in d.find_element("id", "q-cause").text
+            assert not d.find_elements("css selector", "img[src='x']"), "the run's <img> became an element"
+            assert_not_blank(screenshot(d, "panel", tmp_path))
+        finally:
+            d.quit()
+
+
+@needs_browser
+def test_the_panel_of_an_output_dir_lists_its_runs_newest_first(tmp_path, cli_env):
+    _recorder(tmp_path / "20260101-000000-aaaaaa", iterations=2)
+    _recorder(tmp_path / "20260102-000000-bbbbbb", iterations=5)
+    with Served(tmp_path, env=cli_env) as served:
+        d = chrome()
+        try:
+            d.get(served.url)
+            assert wait_for(lambda: d.find_element("id", "n-iteration").text == "5", 20), "the newest run first"
+            d.find_element("css selector", "#run-picker").click()
+            options = wait_for(lambda: [o.text for o in d.find_elements("css selector", "[role=option]")], 5)
+            assert options == ["20260102-000000-bbbbbb", "20260101-000000-aaaaaa"]
+            next(o for o in d.find_elements("css selector", "[role=option]") if o.text.endswith("aaaaaa")).click()
+            assert wait_for(lambda: d.find_element("id", "n-iteration").text == "2", 10), "the picked run is shown"
+            assert_no_alert(d)
+        finally:
+            d.quit()
+
+
+def test_the_panel_never_writes_into_the_run(tmp_path, cli_env):
+    """Read-only: serving and polling a run leaves its files as they were."""
+    run = tmp_path / "run"
+    _recorder(run)
+    before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*"))
+    with Served(run, env=cli_env) as served:
+        import urllib.request
+
+        page = urllib.request.urlopen(served.url, timeout=5).read().decode()
+        assert "flow1" in page and "//cdn" not in page and "https://" not in page
+    assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*")) == before
