@@ -275,14 +275,36 @@ def _read(path: "str | os.PathLike | Location", sub: str, schema: pa.Schema | No
         if schema is None:
             raise Flow1InputError(f"no {sub} parts under {p}")
         return schema.empty_table()
+    return read_parts(parts, schema, f"{sub} under {p}")
+
+
+def read_parts(parts: list[Location], schema: pa.Schema | None, what: str = "parts") -> pa.Table:
+    """Parquet parts of one folder as one table, in their order.
+
+    Parts written at different times may differ in columns (null-filled) and in a number
+    column's width (int -> double): the schema is unified over the parts' footers
+    ("permissive") unless given, then one dataset scan reads them all (Arrow's threads; ~2x
+    faster than a read per part on a run of thousands of parts). Raises Flow1InputError when
+    a part cannot be read."""
+    import pyarrow.dataset as ds
+
+    try:
+        if schema is None:
+            schema = pa.unify_schemas([pq.read_schema(x.path, filesystem=None if x.local else x.fs)
+                                       for x in parts], promote_options="permissive")
+        first = parts[0]
+        return ds.dataset([x.path for x in parts], schema=schema, format="parquet",
+                          filesystem=None if first.local else first.fs).to_table()
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass   # a column no cast unifies: part by part below, as strictly as before
+    except (OSError, pa.ArrowInvalid) as e:
+        raise Flow1InputError(f"cannot read {what}: {e}") from None
     try:
         tables = [x.read_table() for x in parts]
     except (OSError, pa.ArrowInvalid) as e:
-        raise Flow1InputError(f"cannot read {sub} under {p}: {e}") from None
+        raise Flow1InputError(f"cannot read {what}: {e}") from None
     if schema is not None:
         tables = [t.select(schema.names).cast(schema) for t in tables]
-    # parts written at different times may differ in columns (null-filled) and in a number
-    # column's width (int -> double): "permissive" unifies both
     return pa.concat_tables(tables, promote_options="permissive")
 
 

@@ -87,21 +87,6 @@ def test_console_script_is_installed():
     assert r.returncode == 0
 
 
-@pytest.mark.slow
-def test_train_names_the_injected_crash_and_report_reads_it_back(cli_env, tmp_path):
-    r = flow1("train", "--iterations", "2", "--env-runners", "1", "--inject", "crash", "--quiet",
-              "--output-dir", str(tmp_path), env=cli_env)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "the injected crash was named (ENV_CRASHED)" in r.stdout
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert (run_dir / "report.json").exists() and (run_dir / "report.md").exists()
-    rep = flow1("report", str(run_dir), "--json", "-", env=cli_env)  # no Ray running
-    assert rep.returncode == 1
-    data = json.loads(rep.stdout)
-    assert "ENV_CRASHED" in {e["code"] for e in data["events"]}
-    assert "flow1 run: FAIL" in rep.stderr
-
-
 def test_report_of_a_missing_or_foreign_dir_exits_2(cli_env, tmp_path):
     assert flow1("report", str(tmp_path / "nope"), env=cli_env).returncode == 2
     r = flow1("report", str(tmp_path), env=cli_env)

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pyarrow as pa
 
+from browser import assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot
 from flow1_ray import codes as C
 from flow1_ray.events import Event
 from flow1_ray.report.html import render_html
@@ -91,3 +92,23 @@ def test_the_sample_ci_job_runs_the_commands_that_exist():
             import re
 
             _parser().parse_args(re.sub(r"\S*\$\([^)]*\)\S*", "runs/x", r).split()[1:])
+
+
+@needs_browser
+def test_the_page_in_chromium_shows_the_run_strings_and_runs_nothing(tmp_path):
+    d = _run_dir(tmp_path)
+    page = tmp_path / "report.html"
+    page.write_text(render_html(load_run_report(d), d))
+    driver = chrome()
+    try:
+        driver.get(page.as_uri())
+        assert_no_alert(driver)
+        body = driver.find_element("tag name", "body").text
+        assert f"env.step raised ValueError: {EVIL}" in body
+        assert not driver.find_elements("css selector", "img[src='x'], script")
+        assert all(driver.execute_script("return arguments[0].naturalWidth", i) > 0
+                   for i in driver.find_elements("tag name", "img")), "every embedded image decodes"
+        assert all(u.startswith(("file:", "data:")) for u in requested_urls(driver))
+        assert_not_blank(screenshot(driver, "report-escaping", tmp_path))
+    finally:
+        driver.quit()

@@ -180,6 +180,7 @@ class MonitorCore:
                f"(stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}{action}")
         return Event(C.LEARNER_STALLED if _is_learner(ch) else C.WORKER_STALLED, msg,
                      {"stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
+                      "top_frame": top,
                       "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
                       "steps": ch.get("steps")}, **where)
 

@@ -13,11 +13,14 @@ import threading
 import time
 from collections import Counter
 
+import pyarrow as pa
+
 from .. import codes as C
 from ..errors import Flow1InputError
-from ..events import Event, table_to_events
+from ..events import EVENT_SCHEMA, Event, table_to_events
 from ..store import (EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, SNAPSHOTS_DIR, Location,
-                     load_events, load_learner, load_metrics)
+                     read_parts)
+from .views import TIMELINE
 
 #: findings kept in memory per run (WARN, FAIL and advisories; the counts stay exact beyond)
 MAX_FINDINGS = 5000
@@ -56,9 +59,11 @@ class RunFollower:
         self._lock = threading.Lock()
         self._polled_at = 0.0
         self.version = 0
+        self.stamps: dict[str, int] = {}          # per source (events, metrics, ...): its changes so far
         self.counts: Counter = Counter()          # events by status
         self.code_counts: Counter = Counter()     # WARN/FAIL events by code
         self.findings: list[Event] = []           # WARN, FAIL, advisories; in time order
+        self.timeline: list[Event] = []           # workers' state changes, whatever their status
         self.first_ts = None
         self.last_ts = None
         self.metrics: dict[int, dict] = {}        # iteration -> row (the latest row of an iteration wins)
@@ -76,32 +81,44 @@ class RunFollower:
             if now - self._polled_at < MIN_POLL_INTERVAL_S:
                 return False
             self._polled_at = now
-            changed = False
-            for sub, read in ((EVENTS_DIR, self._add_events), (METRICS_DIR, self._add_metrics),
-                              (LEARNER_DIR, self._add_learner)):
-                for name in self._new_parts(sub):
-                    try:
-                        read(self.dir / sub / name)
-                    except (Flow1InputError, OSError) as e:   # a part we cannot read: said once, skipped
-                        self.errors.append(f"{sub}/{name}: {e}"[:300])
-                    self._seen[sub].add(name)
-                    changed = True
+            changed: set[str] = set()
+            for sub, schema, read in ((EVENTS_DIR, EVENT_SCHEMA, self._add_events),
+                                      (METRICS_DIR, None, self._add_metrics), (LEARNER_DIR, None, self._add_learner)):
+                names = self._new_parts(sub)
+                if not names:
+                    continue
+                try:   # all new parts in one read; should one be unreadable, each apart
+                    read(read_parts([self.dir / sub / n for n in names], schema))
+                except Flow1InputError:
+                    for n in names:
+                        try:
+                            read(read_parts([self.dir / sub / n], schema))
+                        except Flow1InputError as e:   # said once, skipped
+                            self.errors.append(f"{sub}/{n}: {e}"[:300])
+                self._seen[sub].update(names)
+                changed.add(sub)
             heatmaps = sorted(n for n in (self.dir / HEATMAPS_DIR).listdir() if n.startswith("iter_")
                               and n.endswith(".png"))
+            if heatmaps != self.heatmaps:
+                self.heatmaps = heatmaps
+                changed.add(HEATMAPS_DIR)
             snapshots = sorted(n for n in (self.dir / SNAPSHOTS_DIR).listdir() if not n.startswith("."))
-            if heatmaps != self.heatmaps or snapshots != self.snapshots:
-                self.heatmaps, self.snapshots, changed = heatmaps, snapshots, True
+            if snapshots != self.snapshots:
+                self.snapshots = snapshots
+                changed.add(SNAPSHOTS_DIR)
+            for sub in changed:
+                self.stamps[sub] = self.stamps.get(sub, 0) + 1
             if changed:
                 self.version += 1
                 self.last_change = time.time()
-            return changed
+            return bool(changed)
 
     def _new_parts(self, sub: str) -> list[str]:
         return sorted(n for n in (self.dir / sub).listdir()
                       if n.startswith("part-") and n.endswith(".parquet") and n not in self._seen[sub])
 
-    def _add_events(self, part: Location) -> None:
-        for e in table_to_events(load_events(part)):
+    def _add_events(self, table: pa.Table) -> None:
+        for e in table_to_events(table):
             self.counts[e.status] += 1
             self.first_ts = e.ts if self.first_ts is None else min(self.first_ts, e.ts)
             self.last_ts = e.ts if self.last_ts is None else max(self.last_ts, e.ts)
@@ -109,20 +126,24 @@ class RunFollower:
                 self.code_counts[e.code] += 1
             if e.status != C.PASS or e.advisory:
                 self.findings.append(e)
+            if e.code in TIMELINE and len(self.timeline) < MAX_FINDINGS:
+                # a death after a reported crash, a restart: PASS, but the worker's story
+                self.timeline.append(e)
         self.findings.sort(key=lambda e: e.ts)
+        self.timeline.sort(key=lambda e: e.ts)
         if len(self.findings) > MAX_FINDINGS:   # keep every FAIL first, then the newest
             fails = [e for e in self.findings if e.status == C.FAIL][-MAX_FINDINGS // 2:]
             rest = [e for e in self.findings if e.status != C.FAIL][-(MAX_FINDINGS - len(fails)):]
             self.findings = sorted(fails + rest, key=lambda e: e.ts)
 
-    def _add_metrics(self, part: Location) -> None:
-        for row in load_metrics(part).to_pylist():
+    def _add_metrics(self, table: pa.Table) -> None:
+        for row in table.to_pylist():
             it = row.get("iteration")
             if it is not None:
                 self.metrics[int(it)] = {k: v for k, v in row.items() if v is not None}
 
-    def _add_learner(self, part: Location) -> None:
-        rows = load_learner(part).to_pylist()
+    def _add_learner(self, table: pa.Table) -> None:
+        rows = table.to_pylist()
         self.learner += [r for r in rows if r.get("kind") == "module"]
         grads = [r for r in rows if r.get("kind") == "grad"]
         if grads:

@@ -151,6 +151,8 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     numbers = [(k, s[k]) for k in ("iterations", "env_steps", "episode_return_mean") if s.get(k) is not None]
     for k, v in (s.get("workers") or {}).items():
         numbers.append((f"workers {k}", v))
+    numbers = [(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v)
+               for k, v in numbers]
     heatmaps, gradients, snapshots = [], [], []
     curves = None
     if d is not None:

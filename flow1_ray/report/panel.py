@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from .. import codes as C
 from ..errors import Flow1InputError
-from ..store import HEATMAPS_DIR, Location
+from ..store import EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
 from .follow import RunFollower, find_runs, is_run_dir
 from .views import STATE_COLOURS, current_findings, hypotheses, risk, timeline_marks
 
@@ -102,6 +102,12 @@ def _iterations_axis(fig: Any, iterations: list) -> None:
     fig.update_xaxes(title_text="iteration", tick0=0, dtick=max(1, -(-span // 8)))
 
 
+def _mode(n: int) -> str:
+    """Markers while they can be told apart; a long run's thousands of SVG markers would cost
+    the browser most of a core at each redraw (measured: scripts/bench_panel.py)."""
+    return "lines+markers" if n <= 120 else "lines"
+
+
 def _layout(fig: Any, height: int) -> Any:
     fig.update_layout(height=height, margin={"l": 45, "r": 10, "t": 28, "b": 30}, template="plotly_white",
                       legend={"orientation": "h", "y": -0.25, "font": {"size": 10}}, uirevision="keep")
@@ -114,7 +120,7 @@ def return_figure(f: RunFollower) -> Any:
     rows = f.metric_rows()
     it = [r["iteration"] for r in rows]
     fig = go.Figure()
-    fig.add_scatter(x=it, y=[r.get("episode_return_mean") for r in rows], mode="lines+markers",
+    fig.add_scatter(x=it, y=[r.get("episode_return_mean") for r in rows], mode=_mode(len(it)),
                     name="return (mean of the last episodes)")
     if any("flow1/learner/return_ema" in r for r in rows):
         fig.add_scatter(x=it, y=[r.get("flow1/learner/return_ema") for r in rows], mode="lines",
@@ -133,9 +139,9 @@ def policy_figure(f: RunFollower) -> Any:
         mine = sorted((r for r in f.learner if r["module_id"] == mid), key=lambda r: r["iteration"])
         x = [r["iteration"] for r in mine]
         fig.add_trace(go.Scatter(x=x, y=[r.get("entropy_ratio") for r in mine], name=mid, legendgroup=mid,
-                                 mode="lines+markers"), row=1, col=1)
+                                 mode=_mode(len(x))), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=[r.get("mean_kl_loss") for r in mine], name=mid, legendgroup=mid,
-                                 showlegend=False, mode="lines+markers"), row=1, col=2)
+                                 showlegend=False, mode=_mode(len(x))), row=1, col=2)
     _iterations_axis(fig, [r["iteration"] for r in f.learner])
     fig.update_annotations(font_size=12)
     return _layout(fig, 230)
@@ -144,7 +150,7 @@ def policy_figure(f: RunFollower) -> Any:
 def timeline_figure(f: RunFollower) -> Any:
     import plotly.graph_objects as go
 
-    marks = timeline_marks(f.findings)
+    marks = timeline_marks(f.timeline)
     fig = go.Figure()
     t0 = f.first_ts
     for state, colour in STATE_COLOURS.items():
@@ -229,7 +235,7 @@ def hypothesis_block(f: RunFollower) -> list:
                 html.Td(html.Code(h["line"]))]) for h in knobs]))
     frames = [h for h in hs if h["kind"] == "frame"]
     if frames:
-        out.append(html.H3("Where the env failed", style={"fontSize": ".9rem"}))
+        out.append(html.H3("Where it raised or hung", style={"fontSize": ".9rem"}))
         out.append(html.Ul([html.Li([html.B(h["code"]), f" ({h['where']}): ", html.Code(h["frame"]),
                                      html.Div(h["error"], className="muted")]) for h in frames]))
     snaps = [h for h in hs if h["kind"] == "snapshot"]
@@ -301,17 +307,28 @@ def make_app(path: "str | os.PathLike | Location") -> Any:
         updated = f"live · {ago} · read {dt.datetime.now():%H:%M:%S}"
         if f.errors:
             updated += f" · {len(f.errors)} unreadable part(s): {f.errors[-1]}"
-        state = {"run": name, "version": f.version}
-        if seen == state:
-            return (no_update,) * 3 + (updated,) + (no_update,) * 11
+        stamps = {"run": name, **f.stamps}
+        seen = seen if isinstance(seen, dict) and seen.get("run") == name else {}
+
+        def fresh(*subs: str) -> bool:   # did any of these sources change since this page drew them?
+            return any(stamps.get(k) != seen.get(k) for k in subs) or not seen
+
+        keep = no_update
+        ev, mt, ln, hm = fresh(EVENTS_DIR), fresh(METRICS_DIR), fresh(LEARNER_DIR), fresh(HEATMAPS_DIR)
         status = f.status
-        has_learner = bool(f.learner)
-        has_timeline = bool(timeline_marks(f.findings))
-        return (name, status, f"verdict {status}", updated, result_numbers(f), return_figure(f),
-                policy_figure(f) if has_learner else no_update, {} if has_learner else {"display": "none"},
-                heatmap_block(f), cause_block(f), hypothesis_block(f), risk_block(f),
-                timeline_figure(f) if has_timeline else no_update, {} if has_timeline else {"display": "none"},
-                state)
+        return (name if not seen else keep,
+                status if ev else keep, f"verdict {status}" if ev else keep, updated,
+                result_numbers(f) if ev or mt else keep,
+                return_figure(f) if mt else keep,
+                (policy_figure(f) if f.learner else keep) if ln else keep,
+                ({} if f.learner else {"display": "none"}) if ln else keep,
+                heatmap_block(f) if hm else keep,
+                cause_block(f) if ev else keep,
+                hypothesis_block(f) if ev or fresh(SNAPSHOTS_DIR) else keep,
+                risk_block(f) if ev or mt else keep,
+                (timeline_figure(f) if f.timeline else keep) if ev else keep,
+                ({} if f.timeline else {"display": "none"}) if ev else keep,
+                stamps)
 
     return app
 

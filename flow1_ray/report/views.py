@@ -63,7 +63,7 @@ def current_findings(events: list[Event], limit: int = 30) -> list[dict]:
 def hypotheses(events: list[Event], snapshots: list[str]) -> list[dict]:
     """What to try or look at next, newest first, one line per knob or lead:
     ``kind`` "knob" (the knob, its value in this run, the value to try, why, the config
-    line), "frame" (the frame an env raised or hung in), or "snapshot" (a batch to replay)."""
+    line), "frame" (the frame an env raised in, or a worker hung at), or "snapshot" (a batch to replay)."""
     seen: set[tuple] = set()
     out: list[dict] = []
     for e in sorted((e for e in events if e.status != C.PASS), key=lambda e: -e.ts.timestamp()):
@@ -75,7 +75,7 @@ def hypotheses(events: list[Event], snapshots: list[str]) -> list[dict]:
                 out.append({"kind": "knob", "code": e.code, "status": e.status, "knob": str(k.get("knob")),
                             "current": k.get("current"), "value": k.get("value"), "why": str(k.get("why", "")),
                             "line": str(k.get("line", "")), "iteration": e.iteration})
-        frame = e.evidence.get("frame")
+        frame = e.evidence.get("frame") or e.evidence.get("top_frame")   # raised in / hung at
         if not knobs and isinstance(frame, str) and frame:
             key = ("frame", e.code, frame)
             if key not in seen:

@@ -1,0 +1,100 @@
+"""A real run, seen: `flow1 train --inject crash` followed live by `flow1 serve` in headless
+Chromium while it trains, then its run directory as `flow1 report --format html`, opened
+from disk in the same browser."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot, \
+    wait_for
+from flow1_ray.report.follow import is_run_dir
+from flow1_ray.store import EVENTS_DIR, Location
+
+pytestmark = [pytest.mark.slow, needs_browser]
+
+
+def flow1(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "flow1_ray", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def _parts(run_dir) -> list[tuple[str, float, int]]:
+    """The events parts written so far: name, wall time of the write (from the name), rows."""
+    out = []
+    for p in sorted((run_dir / EVENTS_DIR).glob("part-*.parquet")):
+        out.append((p.name, int(p.name.split("-")[1]) / 1e9, pq.read_metadata(p).num_rows))
+    return out
+
+
+def test_a_crash_run_followed_live_then_reported_as_one_offline_page(tmp_path, cli_env):
+    out = tmp_path / "runs"
+    train = subprocess.Popen([sys.executable, "-m", "flow1_ray", "train", "--iterations", "3",
+                              "--inject", "crash", "--quiet", "--output-dir", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    try:
+        run_dir = wait_for(lambda: next((p for p in out.iterdir() if is_run_dir(Location(p))), None)
+                           if out.is_dir() else None, 120, 0.2)
+        assert run_dir is not None, "the run directory appeared"
+        latencies = []
+        with Served(out, env=cli_env) as served:
+            d = chrome()
+            try:
+                d.get(served.url)
+                assert wait_for(lambda: d.find_element("id", "q-risk").text.startswith("RISK"), 20)
+                known = {name for name, _, _ in _parts(run_dir)}   # written before the page was up
+                while train.poll() is None:
+                    fresh = [p for p in _parts(run_dir) if p[0] not in known]
+                    if fresh:
+                        want = sum(n for _, _, n in _parts(run_dir)[:len(known) + len(fresh)])
+                        shown = wait_for(lambda: int(d.find_element("id", "n-events").text.replace(",", ""))
+                                         >= want, 10, 0.05)
+                        assert shown, f"the panel did not show the events of {fresh[-1][0]} within 10 s"
+                        latencies.append(time.time() - fresh[0][1])
+                        known |= {p[0] for p in fresh}
+                    time.sleep(0.05)
+                print(f"events parts written while the panel was open: {len(latencies)}, shown after "
+                      f"{[round(x, 2) for x in latencies]} s")
+                assert latencies, "the run wrote events while the panel was open"
+                assert max(latencies) < 3.0, f"new events shown after {latencies} s"
+                assert "ENV_CRASHED" in d.find_element("id", "q-cause").text
+                assert "_env_step_raises_here" in d.find_element("id", "q-hypothesis").text
+                assert all(u.startswith((served.url, "data:")) for u in requested_urls(d))
+                assert_no_alert(d)
+                assert_not_blank(screenshot(d, "panel-crash-run", tmp_path))
+            finally:
+                d.quit()
+        stdout, stderr = train.communicate(timeout=120)
+    finally:
+        if train.poll() is None:
+            train.kill()
+    assert train.returncode == 0, stdout[-2000:] + stderr[-2000:]
+    assert "the injected crash was named (ENV_CRASHED)" in stdout
+    assert (run_dir / "report.json").exists() and (run_dir / "report.md").exists()
+
+    rep = flow1("report", str(run_dir), "--json", "-", env=cli_env)  # no Ray running
+    assert rep.returncode == 1 and "flow1 run: FAIL" in rep.stderr
+    assert "ENV_CRASHED" in {e["code"] for e in json.loads(rep.stdout)["events"]}
+    html = flow1("report", str(run_dir), "--format", "html", "--fail-on", "WARN", env=cli_env)
+    assert html.returncode == 1, html.stderr
+    d = chrome()
+    try:
+        d.get((run_dir / "report.html").as_uri())
+        assert d.find_element("id", "verdict").text == "FAIL"
+        for img in ("timeline", "curves"):
+            assert d.execute_script(f"return document.getElementById('{img}').naturalWidth") > 100, img
+        heatmaps = d.find_elements("css selector", "figure img")
+        assert heatmaps and all(d.execute_script("return arguments[0].naturalWidth", h) > 100 for h in heatmaps)
+        assert "ENV_CRASHED" in d.find_element("tag name", "body").text
+        urls = requested_urls(d)
+        assert urls and all(u.startswith(("file:", "data:")) for u in urls), [u[:80] for u in urls]
+        assert_no_alert(d)
+        assert_not_blank(screenshot(d, "report-crash-run", tmp_path))
+    finally:
+        d.quit()
