@@ -259,32 +259,38 @@ def make_app(path: "str | os.PathLike | Location") -> Any:
     from dash import Dash, Input, Output, State, dcc, html, no_update
 
     runs = Runs(path)
-    names = runs.names
     app = Dash(__name__, title=f"flow1: {runs.path.name}", update_title=None, serve_locally=True,
                assets_folder=os.path.join(os.path.dirname(__file__), "no-assets"), assets_ignore=".*",
                index_string=INDEX)
     graph_config = {"displaylogo": False, "displayModeBar": False}   # drag to zoom, double-click to reset
-    picker_style = {"display": "none"} if runs.single else {}   # an output directory: pick a run
-    app.layout = html.Div(id="panel", children=[
-        dcc.Interval(id="tick", interval=POLL_MS),
-        dcc.Store(id="seen"),
-        html.Header([html.H1("flow1"), html.Span(names[0], id="run-name", style={} if runs.single else {"display": "none"}),
-                     html.Div(dcc.Dropdown(id="run-picker", options=names, value=names[0], clearable=False),
-                              style=picker_style),
-                     html.Span("", id="verdict", className="verdict"), html.Span("", id="updated")]),
-        html.Main([
-            html.Section(id="q-result", className="q", children=[
-                html.H2("Result"), html.Div(id="result-numbers", className="nums"),
-                dcc.Graph(id="return-graph", config=graph_config, style={"height": "250px"}),
-                html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=graph_config, style={"height": "230px"})),
-                html.Div(id="heatmap")]),
-            html.Section(id="q-cause", className="q", children=[html.H2("Cause"), html.Div(id="cause")]),
-            html.Section(id="q-hypothesis", className="q", children=[html.H2("Hypothesis to test"),
-                                                                      html.Div(id="hypothesis")]),
-            html.Section(id="q-risk", className="q", children=[
-                html.H2("Risk"), html.Div(id="risk"),
-                html.Div(id="timeline-wrap", children=dcc.Graph(id="timeline-graph", config=graph_config))]),
-        ])])
+
+    def layout() -> Any:
+        """Built per page load: a reload opens the newest run of an output directory."""
+        names = runs.refresh()
+        shown = {} if runs.single else {"display": "none"}
+        return html.Div(id="panel", children=[
+            dcc.Interval(id="tick", interval=POLL_MS),
+            dcc.Store(id="seen"),
+            html.Header([html.H1("flow1"), html.Span(names[0], id="run-name", style=shown),
+                         html.Div(dcc.Dropdown(id="run-picker", options=names, value=names[0], clearable=False),
+                                  style={"display": "none"} if runs.single else {}),   # an output dir: pick a run
+                         html.Span("", id="verdict", className="verdict"), html.Span("", id="updated")]),
+            html.Main([
+                html.Section(id="q-result", className="q", children=[
+                    html.H2("Result"), html.Div(id="result-numbers", className="nums"),
+                    dcc.Graph(id="return-graph", config=graph_config, style={"height": "250px"}),
+                    html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=graph_config,
+                                                                  style={"height": "230px"})),
+                    html.Div(id="heatmap")]),
+                html.Section(id="q-cause", className="q", children=[html.H2("Cause"), html.Div(id="cause")]),
+                html.Section(id="q-hypothesis", className="q", children=[html.H2("Hypothesis to test"),
+                                                                          html.Div(id="hypothesis")]),
+                html.Section(id="q-risk", className="q", children=[
+                    html.H2("Risk"), html.Div(id="risk"),
+                    html.Div(id="timeline-wrap", children=dcc.Graph(id="timeline-graph", config=graph_config))]),
+            ])])
+
+    app.layout = layout
 
     @app.callback(Output("run-picker", "options"), Input("tick", "n_intervals"), State("run-picker", "options"))
     def _list_runs(_n: int | None, shown: list | None) -> Any:
