@@ -59,6 +59,27 @@ def test_events_and_a_report_round_trip_through_s3(s3_uri):
     assert back.status == C.FAIL and (Location(run) / "report.json").is_file()
 
 
+def test_the_panels_follower_reads_a_run_on_s3_as_it_grows(s3_uri):
+    """flow1 serve on a URI: the runs under a prefix are found and each poll reads only the
+    parts written since the last one."""
+    from flow1_ray.actors.recorder import RecorderCore
+    from flow1_ray.report import follow
+    from flow1_ray.report.follow import RunFollower, find_runs
+
+    run = _under(s3_uri, "served", "20260101-000000-aaaaaa")
+    rec = RecorderCore(run, "run-s3")
+    rec.add_events([Event(C.REWARD_NAN, "reward nan at step 3", {"step": 3})])
+    rec.add_metrics({"iteration": 1, "env_steps": 100, "episode_return_mean": 1.5})
+    rec.flush()
+    assert [r.name for r in find_runs(_under(s3_uri, "served"))] == ["20260101-000000-aaaaaa"]
+    f = RunFollower(run)
+    assert f.poll() and f.counts[C.FAIL] == 1 and f.last_metrics()["episode_return_mean"] == 1.5
+    rec.add_metrics({"iteration": 2, "env_steps": 200, "episode_return_mean": 2.5})
+    rec.flush()
+    f._polled_at -= follow.MIN_POLL_INTERVAL_S
+    assert f.poll() and f.last_metrics()["iteration"] == 2 and f.stamps == {"events": 1, "metrics": 2}
+
+
 @pytest.mark.slow
 def test_a_live_run_writes_its_directory_to_s3_and_flow1_report_reads_it(ray_session, s3_uri, cli_env):
     from ray.rllib.algorithms.ppo import PPOConfig
