@@ -51,24 +51,22 @@ def find_runs(path: "str | os.PathLike | Location") -> list[Location]:
 
 class RunFollower:
     """One run directory, read incrementally; thread-safe (a web server polls from several
-    threads). ``version`` grows whenever a poll found something new."""
+    threads). ``stamps[source]`` grows whenever a poll found something new in that source
+    (events, metrics, learner, heatmaps, snapshots): what a page redraws."""
 
     def __init__(self, run_dir: "str | os.PathLike | Location") -> None:
         self.dir = Location(run_dir)
         self._seen: dict[str, set[str]] = {EVENTS_DIR: set(), METRICS_DIR: set(), LEARNER_DIR: set()}
         self._lock = threading.Lock()
         self._polled_at = 0.0
-        self.version = 0
         self.stamps: dict[str, int] = {}          # per source (events, metrics, ...): its changes so far
         self.counts: Counter = Counter()          # events by status
         self.code_counts: Counter = Counter()     # WARN/FAIL events by code
         self.findings: list[Event] = []           # WARN, FAIL, advisories; in time order
         self.timeline: list[Event] = []           # workers' state changes, whatever their status
         self.first_ts = None
-        self.last_ts = None
         self.metrics: dict[int, dict] = {}        # iteration -> row (the latest row of an iteration wins)
         self.learner: list[dict] = []             # kind == "module" rows: the curves
-        self.grads: list[dict] = []               # kind == "grad" rows of the last traced iteration
         self.heatmaps: list[str] = []
         self.snapshots: list[str] = []
         self.last_change = 0.0                    # wall time of the last poll that found something
@@ -109,7 +107,6 @@ class RunFollower:
             for sub in changed:
                 self.stamps[sub] = self.stamps.get(sub, 0) + 1
             if changed:
-                self.version += 1
                 self.last_change = time.time()
             return bool(changed)
 
@@ -121,7 +118,6 @@ class RunFollower:
         for e in table_to_events(table):
             self.counts[e.status] += 1
             self.first_ts = e.ts if self.first_ts is None else min(self.first_ts, e.ts)
-            self.last_ts = e.ts if self.last_ts is None else max(self.last_ts, e.ts)
             if e.status != C.PASS:
                 self.code_counts[e.code] += 1
             if e.status != C.PASS or e.advisory:
@@ -143,15 +139,14 @@ class RunFollower:
                 self.metrics[int(it)] = {k: v for k, v in row.items() if v is not None}
 
     def _add_learner(self, table: pa.Table) -> None:
-        rows = table.to_pylist()
-        self.learner += [r for r in rows if r.get("kind") == "module"]
-        grads = [r for r in rows if r.get("kind") == "grad"]
-        if grads:
-            last = max(r["iteration"] for r in grads)
-            if not self.grads or last >= self.grads[0]["iteration"]:
-                self.grads = [r for r in grads if r["iteration"] == last]
+        self.learner += [r for r in table.to_pylist() if r.get("kind") == "module"]
 
     # -- what the panel asks ---------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """How many source changes the polls found so far."""
+        return sum(self.stamps.values())
+
     @property
     def status(self) -> str:
         return C.worst(s for s, n in self.counts.items() if n)
