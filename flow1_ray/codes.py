@@ -90,7 +90,10 @@ EPISODE_NEVER_ENDS = _code("EPISODE_NEVER_ENDS", ENV_SPEC, WARN,
                            "an advisory when one ended after the budget")
 STEP_DURATION_OUTLIER = _code("STEP_DURATION_OUTLIER", ENV_SPEC, WARN,
                               "p95 or max step time > 3x the median, above an absolute floor")
-ENV_CRASHED = _code("ENV_CRASHED", ENV_SPEC, FAIL, "reset/step raised an exception")
+ENV_CRASHED = _code("ENV_CRASHED", ENV_SPEC, FAIL,
+                    "reset/step raised an exception, or the env's process died (signal, exit) inside it")
+ENV_HUNG = _code("ENV_HUNG", ENV_SPEC, FAIL,
+                 "make/reset/step did not return within its timeout (flow1 check), with the env's stack")
 # the multi-agent contract of RLlib's MultiAgentEnv (new API stack: MultiAgentEpisode.add_env_step)
 MA_DICT_INVALID = _code("MA_DICT_INVALID", ENV_SPEC, FAIL,
                         "a multi-agent reset/step value is not a dict, or is keyed by an id that is not one of "
@@ -182,6 +185,13 @@ WORKER_STALLED = _code("WORKER_STALLED", WORKER, FAIL, "lock held but no heartbe
 LEARNER_DIED = _code("LEARNER_DIED", WORKER, FAIL, "a Learner actor's lock was released: its process is gone")
 LEARNER_STALLED = _code("LEARNER_STALLED", WORKER, FAIL,
                         "a Learner actor inside update() made no gradient step for stall_timeout_s")
+NODE_LOST = _code("NODE_LOST", WORKER, FAIL,
+                  "a node's probe stopped answering and its raylet does not accept connections: its runners "
+                  "are gone (named before Ray's health check declares the node dead)")
+NO_SAMPLES = _code("NO_SAMPLES", WORKER, WARN,
+                   "training iterations sampled 0 env steps several times in a row (runners dropped or late)")
+STOP_STALLED = _code("STOP_STALLED", WORKER, WARN,
+                     "algo.stop() has not returned for stop_timeout_s, with the driver's stack")
 DRIVER_STALLED = _code("DRIVER_STALLED", WORKER, WARN,
                        "train() has not returned for max(120 s, 5x the median iteration), with the driver's stack")
 WORKER_RESTARTED = _code("WORKER_RESTARTED", WORKER, WARN, "a new process took over a worker index")
@@ -214,3 +224,10 @@ GYM_ALIASED = _code("GYM_ALIASED", IMPORT_RESOLVE, FAIL,
                     "`import gym` resolves to gymnasium, or two gym APIs are mixed")
 FLOW1_INTERNAL = _code("FLOW1_INTERNAL", FLOW1, WARN, "flow1's own error, caught so that training goes on")
 SAMPLES_DROPPED = _code("SAMPLES_DROPPED", FLOW1, WARN, "diagnostic batches dropped under back-pressure")
+WATCHER_OFF = _code("WATCHER_OFF", FLOW1, WARN,
+                    "a part of flow1 stopped watching (liveness, a probe, contention, the clusterer, the "
+                    "Recorder, learner tracing, the driver watchdog): what is no longer seen is named; a run "
+                    "with a watcher off is never a plain PASS")
+HUB_RESTARTED = _code("HUB_RESTARTED", FLOW1, PASS,
+                      "Ray restarted flow1's hub; it rebuilt its workers and open incidents from the run "
+                      "directory (how long it was down, what it may have lost)")

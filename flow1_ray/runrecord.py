@@ -1,0 +1,166 @@
+"""What a run directory says about the run itself: when it started (and with what), whether
+it is still being written, and whether it stopped cleanly.
+
+A verdict is only as good as the view behind it. A run whose driver was SIGKILLed leaves
+fewer parts and no word of why; a directory with no start record may be anything. So
+every writer leaves three small JSON files beside its tables:
+
+- ``run.json``, once at the start: run id, kind (``run`` or ``check``), UTC start time,
+  the options, the versions of flow1 and of what it runs with, the process and the host;
+- ``heartbeat.json``, rewritten at each flush of the Recorder: the time and the last
+  iteration written, so "last data at" needs no listing of the tables;
+- ``stop.json``, once at a clean end (``algo.stop()``, the end of ``flow1 check``): when,
+  after which iteration, and how it stopped.
+
+A run with ``run.json`` and no ``stop.json`` is still running or ended without a clean
+stop; readers tell which by the heartbeat's age (:func:`completeness`). Tracebacks of
+flow1's own failures go to ``internal/`` (one file each), so that an event's message stays
+one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import Any
+
+from .events import jsonable
+
+RUN_JSON = "run.json"
+HEARTBEAT_JSON = "heartbeat.json"
+STOP_JSON = "stop.json"
+INTERNAL_DIR = "internal"
+#: a run whose last heartbeat is older than this (and at least 5 flush intervals) without a
+#: stop record has ended without a clean stop; younger, it may still be running
+STALE_AFTER_S = 60.0
+#: the packages whose versions a start record keeps
+VERSIONED = ("flow1-ray", "ray", "gymnasium", "torch", "numpy", "pyarrow")
+
+
+def _iso(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def versions() -> dict[str, str]:
+    """Python's and the installed versions of :data:`VERSIONED` (absent ones left out)."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def start_record(run_id: str, kind: str, options: dict | None = None, **extra: Any) -> dict:
+    """The content of ``run.json``."""
+    return jsonable({"run_id": run_id, "kind": kind, "started_at": _iso(), "versions": versions(),
+                     "options": options or {}, "pid": os.getpid(), "host": socket.gethostname(), **extra})
+
+
+def _loc(run_dir: Any) -> Any:
+    from .store import Location
+
+    return Location(run_dir)
+
+
+def write_start(run_dir: Any, run_id: str, kind: str, options: dict | None = None, **extra: Any) -> dict:
+    """Write ``run.json`` (once: an existing record, a restarted writer's, is kept)."""
+    d = _loc(run_dir)
+    rec = start_record(run_id, kind, options, **extra)
+    if not (d / RUN_JSON).exists():
+        d.mkdir()
+        (d / RUN_JSON).write_text(json.dumps(rec, indent=1))
+    return rec
+
+
+def write_heartbeat(run_dir: Any, iteration: int | None, **extra: Any) -> None:
+    (_loc(run_dir) / HEARTBEAT_JSON).write_text(json.dumps(jsonable(
+        {"ts": _iso(), "iteration": iteration, "pid": os.getpid(), **extra})))
+
+
+def write_stop(run_dir: Any, iteration: int | None, how: str, **extra: Any) -> None:
+    (_loc(run_dir) / STOP_JSON).write_text(json.dumps(jsonable(
+        {"stopped_at": _iso(), "iteration": iteration, "how": how, "clean": True, **extra}), indent=1))
+
+
+def write_internal(run_dir: Any, where: str, exc: BaseException) -> str | None:
+    """The traceback of flow1's own failure as ``internal/<time>-<where>.txt``; returns its
+    path relative to the run directory (None when it could not be written)."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in where)[:60] or "flow1"
+    name = f"{INTERNAL_DIR}/{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{safe}.txt"
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        (_loc(run_dir) / name).write_text(f"{where}\n{text}")
+        return name
+    except Exception:
+        return None
+
+
+def read_json(run_dir: Any, name: str) -> tuple[dict | None, str | None]:
+    """(record, problem): the record when it is a readable JSON object, else None and why
+    (None, None when the file is absent)."""
+    f = _loc(run_dir) / name
+    try:
+        if not f.is_file():
+            return None, None if not f.exists() else f"{name} is not a file"
+        raw = f.read_bytes()
+    except Exception as e:
+        return None, f"{name} unreadable: {type(e).__name__}: {e}"[:300]
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, f"{name} is not JSON: {e}"[:300]
+    if not isinstance(rec, dict):
+        return None, f"{name} is not a JSON object"
+    return rec, None
+
+
+def _ts(text: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(text)).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def completeness(run_dir: Any, now: float | None = None, flush_interval_s: float | None = None) -> dict:
+    """What the run directory says of the run's life, for a report:
+
+    ``started`` (run.json readable), ``start`` (its content), ``stopped`` (a clean stop),
+    ``stop``, ``last_data_at`` (ISO, from the heartbeat or the stop), ``last_iteration``,
+    ``state`` -- ``"stopped"`` (clean), ``"running"`` (heartbeat fresh), ``"ended"`` (no
+    clean stop and a stale heartbeat), ``"unknown"`` (no start record) -- and
+    ``problems`` (records present but unreadable)."""
+    now = time.time() if now is None else now
+    start, p1 = read_json(run_dir, RUN_JSON)
+    beat, p2 = read_json(run_dir, HEARTBEAT_JSON)
+    stop, p3 = read_json(run_dir, STOP_JSON)
+    out: dict[str, Any] = {"started": start is not None, "start": start, "stopped": stop is not None, "stop": stop,
+                           "problems": [p for p in (p1, p2, p3) if p]}
+    last_ts, last_it = None, None
+    for rec, key in ((beat, "ts"), (stop, "stopped_at")):
+        if rec is not None and _ts(rec.get(key)) is not None and (last_ts is None or _ts(rec.get(key)) > last_ts):
+            last_ts, last_it = _ts(rec.get(key)), rec.get("iteration")
+    if last_it is None and stop is not None:
+        last_it = stop.get("iteration")
+    out["last_data_at"] = _iso(last_ts) if last_ts is not None else None
+    out["last_iteration"] = last_it
+    if start is None:
+        out["state"] = "unknown"
+    elif stop is not None:
+        out["state"] = "stopped"
+    else:
+        flush = flush_interval_s or float(((start.get("options") or {}).get("flush_interval_s")) or 2.0)
+        fresh = last_ts is not None and now - last_ts < max(STALE_AFTER_S, 5 * flush)
+        if last_ts is None:   # no heartbeat yet: judge by the start time
+            started_ts = _ts(start.get("started_at"))
+            fresh = started_ts is not None and now - started_ts < max(STALE_AFTER_S, 5 * flush)
+        out["state"] = "running" if fresh else "ended"
+    return out
