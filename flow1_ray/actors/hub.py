@@ -40,7 +40,7 @@ def make_hub_actor():
             """``opts``: the Flow1Options as a dict; ``states``: whether the state clusterer
             lives here (False: none, or its own GPU actor)."""
             self.started_at = time.time()  # a restart (Ray's) is a new incarnation
-            self.recorder = RecorderService(run_dir, run_id, opts["flush_interval_s"])
+            self.recorder = RecorderService(run_dir, run_id, opts["flush_interval_s"], opts, job_id=job_id)
             self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
                                           opts["probe_interval_s"], opts["heartbeat_interval_s"],
                                           opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded)

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from .. import codes as C
 from ..events import Event, events_to_table
+from ..runrecord import write_heartbeat, write_start, write_stop
 from ..store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location, warm_up,
                      write_learner_snapshot, write_part)
 from .heatmaps import HeatmapWriter
@@ -32,11 +33,16 @@ HEATMAP_DRAIN_S = 20.0       # close() waits at most this long for queued heatma
 class RecorderCore:
     """The writer, without Ray (the actor wraps it; tests and tools use it directly)."""
 
-    def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
+    def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0, options: dict | None = None,
+                 **start: Any) -> None:
+        """``options`` and ``start`` go into the run's start record (run.json), written
+        here once: a restarted Recorder keeps the first one."""
         self.run_dir = Location(run_dir)   # a local path or a filesystem URI (store.Location)
         # events/ at once: the directory is a run directory (flow1 serve, flow1 report) from
         # the start, not from the first flush that has an event
         (self.run_dir / EVENTS_DIR).mkdir()
+        write_start(self.run_dir, run_id, "run", options or {"flush_interval_s": flush_interval_s}, **start)
+        self.last_iteration: int | None = None
         self.run_id = run_id
         self.flush_interval = flush_interval_s
         self._events: list[Event] = []
@@ -81,6 +87,8 @@ class RecorderCore:
 
     def add_metrics(self, row: dict) -> None:
         with self._lock:
+            if isinstance(row.get("iteration"), int):
+                self.last_iteration = max(row["iteration"], self.last_iteration or 0)
             if len(self._metrics) < MAX_PENDING_ROWS:
                 self._metrics.append(dict(row))
             else:
@@ -155,8 +163,16 @@ class RecorderCore:
                            self.run_dir / METRICS_DIR)
             if clusters:
                 write_part(pa.concat_tables(clusters, promote_options="default"), self.run_dir / CLUSTERS_DIR)
+            write_heartbeat(self.run_dir, self.last_iteration)
             self.flushes += 1
             return len(events) + len(metrics) + len(learner) + sum(t.num_rows for t in clusters)
+
+    def close(self, how: str = "algo.stop()") -> dict:
+        """The clean end: the last rows, then the stop record (a run without one ended
+        without a clean stop)."""
+        self.flush()
+        write_stop(self.run_dir, self.last_iteration, how)
+        return self.status()
 
     def crash_recorded(self, pid: int) -> bool:
         """Whether an ENV_CRASHED of this process has been recorded (the monitor asks before
@@ -183,8 +199,9 @@ class RecorderService(RecorderCore):
     """The Recorder as it runs inside the run's hub: a thread flushes every
     ``flush_interval_s``; Parquet writing never happens on a request's path."""
 
-    def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0) -> None:
-        super().__init__(run_dir, run_id, flush_interval_s)
+    def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0, options: dict | None = None,
+                 **start: Any) -> None:
+        super().__init__(run_dir, run_id, flush_interval_s, options, **start)
         try:  # Arrow's one-off cost, paid while the run starts (a failure shows at the first flush)
             warm_up()
         except Exception:
@@ -207,8 +224,8 @@ class RecorderService(RecorderCore):
         if "dropped" in batch:
             self.note_dropped(str(batch.get("source")), int(batch["dropped"]), batch.get("worker_index"))
 
-    def close(self) -> dict:
+    def close(self, how: str = "algo.stop()") -> dict:
         self._stop.set()
         self.flush()
         self.heatmaps.drain(HEATMAP_DRAIN_S)
-        return self.status()
+        return super().close(how)
