@@ -51,11 +51,14 @@ class Flow1Callbacks(RLlibCallback):
         self._run_id = ""
         self.internal_errors = 0
         self.metrics_dropped = 0
+        self._watch_error: BaseException | None = None   # said as WATCHER_OFF once the run exists
+        self._no_samples = None
         try:  # built inside Algorithm.setup (before its actors): the driver watchdog starts here
             algorithm = _algorithm_in_setup()
             if algorithm is not None and self.OPTIONS.driver_watch:
                 self._start_watch(algorithm)
         except Exception as e:
+            self._watch_error = e
             logger.warning("flow1: the driver watchdog did not start: %s: %s", type(e).__name__, e)
 
     @classmethod
@@ -129,6 +132,8 @@ class Flow1Callbacks(RLlibCallback):
         original_cleanup = algorithm.cleanup
 
         def cleanup(*args: Any, **kw: Any) -> Any:
+            if self._watch is not None:   # RLlib's stop has no timeout: watched (STOP_STALLED)
+                self._watch.on_stop_begin()
             try:
                 return original_cleanup(*args, **kw)
             finally:
@@ -138,6 +143,14 @@ class Flow1Callbacks(RLlibCallback):
         atexit.register(self._close)
         if self._watch is not None:
             self._watch.on_init(self._emit_to_run)
+        elif self._watch_error is not None:
+            from .watchers import DRIVER_WATCH, watcher_off
+
+            run.hub.add_events.remote([watcher_off(DRIVER_WATCH, "the driver", self._watch_error,
+                                                   "a build, train() or stop() that never returns").to_dict()])
+        from .checks.sampling import NoSamples
+
+        self._no_samples = NoSamples()
         logger.info("flow1: run %s writing to %s", run.run_id, run.run_dir)
 
     @_guarded
@@ -186,6 +199,8 @@ class Flow1Callbacks(RLlibCallback):
             "events": {s: int(events.get(s, 0)) for s in (C.FAIL, C.WARN)},
             "samples_dropped": int(rec.get("samples_dropped", 0)) + self.metrics_dropped,
             "internal_errors": self.internal_errors,
+            # what flow1 does not watch in this run (WATCHER_OFF): a run with any is never a plain PASS
+            "watchers_off": list(rec.get("watchers_off", [])),
             "states": {"received": int(states.get("received", 0)), "snapshots": int(states.get("snapshots", 0)),
                        "heatmaps": int(rec.get("heatmaps", {}).get("written", 0))},
             "run_dir": str(run.run_dir),
@@ -201,8 +216,13 @@ class Flow1Callbacks(RLlibCallback):
                **{f"flow1/events/{k}": v for k, v in out["events"].items()},
                **{f"flow1/states/{k}": v for k, v in out["states"].items()},
                **{f"flow1/memory/{k}": v for k, v in (status.get("memory") or {}).items()},
-               "flow1/samples_dropped": out["samples_dropped"], "flow1/driver_ms": out["driver_ms"]}
+               "flow1/samples_dropped": out["samples_dropped"], "flow1/watchers_off": len(out["watchers_off"]),
+               "flow1/driver_ms": out["driver_ms"]}
         run.after_iteration(iteration, return_mean)
+        if self._no_samples is not None:
+            found = self._no_samples.add(result, iteration)
+            if found:
+                run.hub.add_events.remote([e.to_dict() for e in found])
         if self._learner is not None:
             try:
                 out["learner"] = self._learner.after_iteration(result, iteration, lines,
@@ -236,11 +256,9 @@ class Flow1Callbacks(RLlibCallback):
                 agent.report_internal(where, exc)
                 return
             if self._run is not None:
-                ev = Event(C.FLOW1_INTERNAL, f"flow1 hook {where} failed: {type(exc).__name__}: {exc}; "
-                                             f"training goes on",
-                           {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]},
-                           pid=os.getpid())
-                self._run.hub.add_events.remote([ev.to_dict()])
+                from .watchers import internal_event
+
+                self._run.hub.add_events.remote([internal_event(f"hook {where}", exc, pid=os.getpid()).to_dict()])
         except Exception:
             pass
 

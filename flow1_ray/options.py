@@ -48,6 +48,7 @@ class Flow1Options:
     startup_timeout_s: float = 15.0      # build_algo() waiting this long on unplaceable actors is named
     driver_stall_factor: float = 5.0     # train() silent for this x the median iteration ...
     driver_stall_floor_s: float = 120.0  # ... and at least this long is DRIVER_STALLED
+    stop_timeout_s: float = 30.0         # algo.stop() blocked this long is STOP_STALLED (with its stack)
 
     def __post_init__(self) -> None:
         if self.stall_action not in STALL_ACTIONS:
@@ -55,7 +56,7 @@ class Flow1Options:
         if not 0.0 <= self.sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in [0, 1], got {self.sample_rate}")
         for name in ("heartbeat_interval_s", "probe_interval_s", "stall_timeout_s", "flush_interval_s",
-                     "startup_timeout_s", "driver_stall_factor", "driver_stall_floor_s"):
+                     "startup_timeout_s", "driver_stall_factor", "driver_stall_floor_s", "stop_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if not 0.0 <= self.state_sample_rate <= 1.0:

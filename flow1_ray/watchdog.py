@@ -11,6 +11,9 @@
    sampling call without timeout): after ``driver_stall_factor`` x the run's median
    iteration time (at least ``driver_stall_floor_s``), DRIVER_STALLED with the stack of the
    thread inside ``train()`` and any pending actors.
+3. **An ``algo.stop()`` that never returns**: RLlib stops each EnvRunner with no timeout,
+   so one hung runner blocks it for ever (measured: minutes, until killed). After
+   ``stop_timeout_s``, STOP_STALLED with the stack of the thread inside ``stop()``.
 
 Before the run's actors exist, events are written straight into the run directory (the
 Recorder does not run yet); after, they go to the Recorder.
@@ -121,6 +124,9 @@ class DriverWatch:
         self.durations: deque = deque(maxlen=20)
         self.reported_startup = False
         self.reported_stall_at: float | None = None
+        self.stop_began: float | None = None
+        self.stop_thread: int | None = None
+        self.failed = False
         import ray
 
         self.job_id = ray.get_runtime_context().get_job_id()
@@ -143,6 +149,11 @@ class DriverWatch:
         self.thread_id = threading.get_ident()
         self.reported_stall_at = None
 
+    def on_stop_begin(self) -> None:
+        """``algo.stop()`` began (in this thread): watched until :meth:`stop`."""
+        self.stop_thread = threading.get_ident()
+        self.stop_began = time.time()
+
     def stop(self) -> None:
         self.stopped.set()
 
@@ -150,13 +161,36 @@ class DriverWatch:
     def _loop(self) -> None:
         while not self.stopped.wait(self.tick_s):
             try:
-                if not self.initialized.is_set():
+                if self.stop_began is not None:
+                    self._stop_stall()
+                elif not self.initialized.is_set():
                     if not self.reported_startup and time.time() - self.started >= self.opts.startup_timeout_s:
                         self._startup()
                 else:
                     self._train_stall()
-            except Exception as e:  # the watchdog must never be the problem
+            except Exception as e:  # the watchdog must never be the problem; a failure is said once
                 logger.warning("flow1: driver watchdog error: %s: %s", type(e).__name__, e)
+                if not self.failed:
+                    self.failed = True
+                    try:
+                        from .watchers import DRIVER_WATCH, watcher_off
+                        self.emit(watcher_off(DRIVER_WATCH, "the driver", e,
+                                              "a build, train() or stop() that never returns"))
+                    except Exception:
+                        pass
+
+    def _stop_stall(self) -> None:
+        waited = time.time() - (self.stop_began or time.time())
+        if waited < self.opts.stop_timeout_s or self.stop_thread is None:
+            return
+        stack = thread_stack(self.stop_thread)
+        self.stop_thread = None   # said once
+        top = next((ln.strip() for ln in reversed(stack.splitlines()) if ln.strip().startswith("File ")), "")
+        self.emit(Event(C.STOP_STALLED, (
+            f"algo.stop() has not returned for {waited:.0f} s (stop_timeout_s {self.opts.stop_timeout_s:g}): the "
+            f"driver is at {top or 'an unknown frame'}; RLlib stops each EnvRunner with no timeout, so a hung or "
+            f"unreachable runner blocks it: see WORKER_STALLED / NODE_LOST above; ray.shutdown() ends it"),
+            {"waited_s": round(waited, 1), "stack": stack, "top_frame": top}))
 
     def _pending(self) -> tuple[list[str], dict, dict]:
         import ray

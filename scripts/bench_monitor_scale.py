@@ -65,7 +65,7 @@ def main() -> None:
 
     from flow1_ray.actors.hub import make_hub_actor
     from flow1_ray.options import Flow1Options
-    from flow1_ray.worker.liveness import job_lock_dir
+    from flow1_ray.worker.lockdir import job_lock_dir
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)

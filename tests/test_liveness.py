@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from flow1_ray.actors.probe import LockScanner
-from flow1_ray.worker.liveness import WorkerLiveness, holder_pid, private_dir
+from flow1_ray.worker.liveness import WorkerLiveness, holder_pid
+from flow1_ray.worker.lockdir import LockDirError, fresh_dir, private_dir, verify_private
 
 
 def _wait(scanner: LockScanner, kind: str, timeout: float = 10.0) -> list[dict]:
@@ -139,8 +140,30 @@ def test_holder_pid_and_no_symlinks(lock_dir, tmp_path):
         WorkerLiveness(lock_dir, "evil.1", {}, arm_faulthandler=False)
     link = tmp_path / "linkdir"
     os.symlink(tmp_path, link)
-    with pytest.raises(PermissionError):
-        private_dir(link / "x")
+    with pytest.raises(LockDirError, match="symlink"):
+        private_dir(link)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a directory to another uid needs root")
+def test_a_lock_directory_of_another_uid_is_refused(tmp_path):
+    """A directory someone else made (really owned by another uid) is refused with its
+    reason, never adopted."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(LockDirError, match="owned by uid 65534"):
+        private_dir(theirs)
+
+
+def test_a_lock_directory_open_to_others_is_refused_and_a_fresh_one_is_private(tmp_path):
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o755)
+    with pytest.raises(LockDirError, match="mode 755"):
+        verify_private(loose)
+    a, b = fresh_dir(tmp_path, "job01"), fresh_dir(tmp_path, "job01")
+    assert a != b and a.name.startswith("flow1-job01-")
+    assert (a.stat().st_mode & 0o777) == 0o700 and a.stat().st_uid == os.getuid()
 
 
 def _ppid(pid: int) -> int:
@@ -159,10 +182,10 @@ def _alive(pid: int) -> bool:
 
 
 def test_sweep_removes_only_old_unheld_locks(tmp_path):
-    from flow1_ray.worker.liveness import sweep_stale
+    from flow1_ray.worker.lockdir import sweep_stale
 
     root = tmp_path / "root"
-    d = private_dir(root / "node-x-job-1")
+    d = fresh_dir(root, "job1")
     live = _spawn(d, "alive", "sleep")
     (d / "dead.123.lock").write_text("")
     (d / "dead.123.tb").write_text("")

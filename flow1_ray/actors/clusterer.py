@@ -193,8 +193,13 @@ class StatesService:
     given a GPU share (placed on a GPU node, away from the hub's node if need be)."""
 
     def __init__(self, deliver: Callable[[dict], Any], n_clusters: int = 30, backend: str = "auto",
-                 thresholds: dict | None = None, seed: int = 0, placement: str = "cpu") -> None:
+                 thresholds: dict | None = None, seed: int = 0, placement: str = "cpu",
+                 report: Callable[[list[dict]], Any] | None = None) -> None:
+        """``report(events)`` hands WATCHER_OFF events to the Recorder (a module whose states
+        cannot be taken or clustered is said once, not counted in silence)."""
         self.deliver = deliver
+        self.report = report
+        self._off_said: set[str] = set()
         self.args = dict(n_clusters=n_clusters, backend=backend, thresholds=thresholds, seed=seed)
         self.backend = resolve_backend(backend)
         self.cores: dict[str, ClustererCore] = {}
@@ -224,8 +229,12 @@ class StatesService:
         if modules is None and "x" in batch:  # one module's rows at the top level
             modules = {DEFAULT_MODULE: batch}
         for mid, rows in (modules or {}).items():
-            self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"], rows.get("policy"),
-                                             rows.get("policy_kind"))
+            try:
+                self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"],
+                                                 rows.get("policy"), rows.get("policy_kind"))
+            except Exception as e:  # this module's batch is lost; the others go on
+                self.errors += 1
+                self._off(str(mid), "could not take its sampled states", e)
         src, dropped = str(batch.get("source")), int(batch.get("dropped", 0))
         if dropped > self.drop_counts.get(src, 0):
             self.drop_counts[src] = dropped
@@ -285,10 +294,24 @@ class StatesService:
                     except Exception as e:  # a failed snapshot must not stop the next ones
                         self.errors += 1
                         self.dropped_snapshots += 1
-                        self.last_error = f"{mid}: {type(e).__name__}: {e}"[:300]
+                        self._off(mid, f"the snapshot of iteration {iteration} failed", e)
                 self.rounds += 1
             finally:
                 self._queue.task_done()
+
+    def _off(self, module: str, what: str, e: BaseException) -> None:
+        """The first failure of a module's state maps, said as WATCHER_OFF (once per module)."""
+        self.last_error = f"{module}: {type(e).__name__}: {e}"[:300]
+        if module in self._off_said or self.report is None:
+            return
+        self._off_said.add(module)
+        from ..watchers import CLUSTERER, watcher_off
+
+        try:
+            self.report([watcher_off(CLUSTERER, f"module {module} ({what})", e,
+                                     "its CHAOS / BLIND_SPOT / ERROR_FIXATION findings and heatmaps").to_dict()])
+        except Exception:
+            pass
 
     def status(self) -> dict[str, Any]:
         with self._cores_lock:
@@ -341,7 +364,10 @@ def make_clusterer_actor():
             self._hub_name, self._namespace = hub_name, namespace
             self._hub = None
             self.service = StatesService(self._deliver, n_clusters, backend, thresholds, seed,
-                                         placement=f"gpu {gpus}" if gpus else "cpu")
+                                         placement=f"gpu {gpus}" if gpus else "cpu", report=self._report)
+
+        def _report(self, events: list[dict]) -> None:
+            self._hub_handle().add_events.remote(events)
 
         def _hub_handle(self) -> Any:
             if self._hub is None:

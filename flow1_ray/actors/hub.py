@@ -19,11 +19,12 @@ import threading
 import time
 from typing import Any
 
+from .. import codes as C
 from ..events import Event
 from ..metrics import METRICS_INTERVAL_S, make_run_metrics
 from .clusterer import StatesService, limit_threads
 from .monitor import MonitorService
-from .recorder import RecorderService
+from .recorder import MIN_FLUSH_GAP_S, RecorderService
 
 #: Each part's request queue: the Recorder and the clusterer serve one call at a time (in
 #: the order sent), the monitor a few (``wait_probes`` blocks while probes start).
@@ -44,6 +45,8 @@ def make_hub_actor():
             self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
                                           opts["probe_interval_s"], opts["heartbeat_interval_s"],
                                           opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded)
+            if ray.get_runtime_context().was_current_actor_reconstructed:
+                self._rebuild(run_id)
             if opts["state_actions"]:  # heatmaps will come (from here or a GPU clusterer)
                 self.recorder.heatmaps.warm_up()
             self.states = None
@@ -51,11 +54,47 @@ def make_hub_actor():
                 backend = "sklearn" if opts["clusterer_backend"] == "auto" else opts["clusterer_backend"]
                 limit_threads(backend)
                 self.states = StatesService(self.recorder.add_snapshot, opts["n_clusters"], backend,
-                                            opts["thresholds"], 0)
+                                            opts["thresholds"], 0, report=self.recorder.add_events)
             # the run's live numbers as Ray metrics (Prometheus), refreshed on a thread
             self.metrics = make_run_metrics(run_id)
             if self.metrics is not None:
                 threading.Thread(target=self._metrics_loop, name="flow1-metrics", daemon=True).start()
+
+        def _rebuild(self, run_id: str) -> None:
+            """Ray restarted this hub (it died: a SIGKILL, the OOM killer): the Recorder's
+            counts and the monitor's workers and open incidents from the run directory, the
+            run's keys from Ray's KV (watching again without waiting for the driver), and a
+            HUB_RESTARTED event that says how long flow1 was down and what it rebuilt."""
+            from ..names import run_keys
+            from ..runrecord import HEARTBEAT_JSON, read_json
+
+            beat, _ = read_json(self.recorder.run_dir, HEARTBEAT_JSON)
+            events = self.recorder.rebuild()
+            table = self.monitor.rebuild(events)
+            keys, local = [], []
+            try:
+                keys, local = run_keys(run_id)
+                self.monitor.set_keys(keys, local)
+                self.monitor.ensure_probes()
+            except Exception as e:
+                self.monitor.off("probe", "every node (after the hub restarted)", e, "deaths and hangs")
+            last = None
+            try:
+                from datetime import datetime
+                last = datetime.fromisoformat(str((beat or {}).get("ts"))).timestamp()
+            except (TypeError, ValueError):
+                pass
+            down = round(self.started_at - last, 2) if last else None
+            open_ = [k for k, w in table.items() if w.get("status") in ("dead", "stalled")]
+            self._record([Event(C.HUB_RESTARTED, (
+                f"flow1's hub restarted (pid {(beat or {}).get('pid', '?')} -> {os.getpid()})"
+                + (f", down about {down:.1f} s" if down is not None else "")
+                + f": rebuilt {len(table)} worker(s) with incidents ({len(open_)} open), "
+                  f"{sum(self.recorder.counts.values())} recorded finding(s) and {len(keys)} key(s) to watch from the "
+                  f"run directory; rows that had not reached it (at most {MIN_FLUSH_GAP_S:g} s of them) are lost"),
+                {"previous_pid": (beat or {}).get("pid"), "pid": os.getpid(), "down_s": down,
+                 "workers_rebuilt": len(table), "open_incidents": open_, "keys": len(keys),
+                 "findings_rebuilt": sum(self.recorder.counts.values())}, run_id=run_id)])
 
         def _metrics_loop(self) -> None:
             while self.metrics is not None and self.metrics.enabled:
@@ -131,6 +170,10 @@ def make_hub_actor():
         @ray.method(concurrency_group="monitor")
         def probe_error(self, node_id: str, error: str) -> None:
             self.monitor.probe_error(node_id, error)
+
+        @ray.method(concurrency_group="monitor")
+        def probe_off(self, node_id: str, error: str) -> None:
+            self.monitor.probe_off(node_id, error)
 
         @ray.method(concurrency_group="monitor")
         def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:

@@ -13,11 +13,13 @@ import os
 import queue
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from .. import codes as C
 from ..events import Event
+from ..watchers import CONTENTION, PROBE, one_line, watcher_off
+from .incidents import MonitorCore, _who
+from .nodes import NodeWatch
 
 GCS_LOOKUP_TRIES = 5
 GCS_LOOKUP_WAIT_S = 0.1
@@ -25,6 +27,8 @@ GCS_LOOKUP_WAIT_S = 0.1
 
 #: how often the monitor compares the probed nodes with the cluster's alive nodes
 NODE_CHECK_S = 2.0
+#: how often it looks for probes fallen silent (a lost node is named within ~3 s)
+NODE_TICK_S = 0.25
 
 
 def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
@@ -47,159 +51,12 @@ def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _who(ch: dict) -> str:
-    if ch.get("role") == "learner":
-        return f"learner {ch.get('worker_index')} (pid {ch.get('pid')})"
-    kind = "eval" if ch.get("eval") else "train"
-    return f"{kind} worker {ch.get('worker_index')} (pid {ch.get('pid')})"
-
-
-def _is_learner(ch: dict) -> bool:
-    return ch.get("role") == "learner"
-
-
-def _last_line(stack: str) -> str:
-    """The innermost frame: the last 'File' line of a Python traceback, or the first of
-    faulthandler's dump (most recent call first), in the thread that was sampling."""
-    if "most recent call first" in stack:
-        blocks = [b for b in stack.split("hread 0x") if "File " in b]
-        block = next((b for b in blocks if "env_runner" in b or "sample" in b), blocks[0] if blocks else "")
-        for ln in block.splitlines():
-            if ln.strip().startswith("File "):
-                return ln.strip()
-        return ""
-    lines = [ln.strip() for ln in stack.strip().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.startswith("File "):
-            return ln
-    return lines[-1] if lines else ""
-
-
-class MonitorCore:
-    """Transition -> event logic and the worker table, without Ray."""
-
-    def __init__(self, run_id: str, stall_timeout_s: float, stall_action: str) -> None:
-        self.run_id = run_id
-        self.stall_timeout = stall_timeout_s
-        self.stall_action = stall_action
-        self.workers: dict[str, dict] = {}   # by runner key
-        self.restarts = 0
-        self.deaths = 0
-        self.stalls = 0
-        self.probe_errors: list[str] = []
-
-    def update(self, node_id: str, ch: dict) -> dict:
-        """Apply one transition to the worker table; returns where it happened (event fields).
-        A restart notes whether the previous process's end was already reported (its own
-        finding), which makes the restart the recovery of a known incident."""
-        key, kind = ch["key"], ch["kind"]
-        w = self.workers.setdefault(key, {"key": key})
-        if kind == "restarted":
-            ch.setdefault("previous_reported", w.get("status") in ("dead", "stalled"))
-        w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
-                  "role": ch.get("role", "env_runner"), "node_id": ch.get("node_id") or node_id})
-        status = {"new": "alive", "restarted": "alive", "recovered": "alive", "stopped": "stopped",
-                  "died": "dead", "stalled": "stalled"}.get(kind)
-        if status:
-            w["status"] = status
-        self.restarts += kind == "restarted"
-        self.deaths += kind == "died"
-        self.stalls += kind == "stalled"
-        return dict(run_id=self.run_id, worker_index=ch.get("worker_index"), pid=ch["pid"],
-                    node_id=ch.get("node_id") or node_id, ts=datetime.fromtimestamp(ch["ts"], timezone.utc))
-
-    def events_for(self, node_id: str, changes: list[dict], details: dict[int, dict] | None = None) -> list[Event]:
-        """Update the table and build the events of ``changes`` (deaths with Ray's
-        ``details`` by pid, when known)."""
-        out = []
-        for ch in changes:
-            kind = ch["kind"]
-            where = self.update(node_id, ch)
-            if kind == "restarted":
-                out.append(self._restarted(ch, where))
-            elif kind == "died":
-                out.append(self.died_event(ch, where, (details or {}).get(ch["pid"], {})))
-            elif kind == "stalled":
-                out.append(self._stalled(ch, where))
-        return out
-
-    @staticmethod
-    def _restarted(ch: dict, where: dict) -> Event:
-        """One incident, one finding: a restart after a death or stall flow1 reported is
-        that incident's recovery (PASS); a restart whose cause flow1 never saw stays a WARN."""
-        known = bool(ch.get("previous_reported"))
-        msg = (f"{_who(ch)} took over from pid {ch.get('previous_pid')}: Ray restarted the runner"
-               + ("; recovery from the incident reported above" if known
-                  else "; flow1 saw no death or stall of the previous process"))
-        return Event(C.WORKER_RESTARTED, msg,
-                     {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": ch["key"],
-                      "previous_reported": known}, status=C.PASS if known else "", **where)
-
-    def died_event(self, ch: dict, where: dict, detail: dict, crash_recorded: bool = False) -> Event:
-        """WORKER_DIED; PASS when the death is the end of an incident already reported: flow1's
-        own kill of a stalled runner, or RLlib ending a runner whose env raised
-        (``crash_recorded``: the ENV_CRASHED of that process is in the Recorder)."""
-        sig = ch.get("exit_signal")
-        how = (f"signal {sig}{' (inferred: it ran no exit code)' if ch.get('signal_inferred') else ''}" if sig
-               else ch.get("exit", "exited"))
-        exc = ch.get("exception") or {}
-        cause = f"; env.step raised {exc['exception']}: {exc['error']} in {exc['frame']}" if exc else ""
-        if ch.get("killed_by_flow1"):
-            cause += ("; flow1 killed it (stall_action='kill') so that Ray restarts it: the end of the stall "
-                      "reported as WORKER_STALLED, not a second incident")
-        follows_crash = bool(exc) and crash_recorded
-        if follows_crash:
-            cause += "; RLlib ends a runner whose env raised: the end of the ENV_CRASHED incident, not a second one"
-        ray_part = f"; Ray: {detail['ray_exit_type']}" if "ray_exit_type" in detail else ""
-        age = ch.get("last_heartbeat_age_s")
-        msg = (f"{_who(ch)} died: {how}{cause}{ray_part}; last heartbeat {age:.2f} s before"
-               if age is not None else f"{_who(ch)} died: {how}{cause}{ray_part}")
-        ev = {k: ch.get(k) for k in ("worker_index", "pid", "node_id", "actor_id", "exit_signal", "signal_inferred",
-                                     "exit", "last_heartbeat_age_s", "last_step_age_s", "state_at_death",
-                                     "killed_by_flow1", "traceback_tail", "node_lost")}
-        ev.update(detail)
-        if exc:
-            ev["exception"] = exc
-        # one incident, one finding: the death flow1 caused belongs to the stall finding
-        known = ch.get("killed_by_flow1") or follows_crash
-        code = C.LEARNER_DIED if _is_learner(ch) else C.WORKER_DIED
-        if _is_learner(ch):
-            msg += "; train() waits on this Learner: RLlib raises, or restarts it when allowed"
-        return Event(code, msg, ev, status=C.PASS if known else "", **where)
-
-    def _stalled(self, ch: dict, where: dict) -> Event:
-        stack = ch.get("stack", "")
-        top = _last_line(stack)
-        action = ("; flow1 killed it (stall_action='kill') so that Ray restarts it" if ch.get("killed")
-                  else f"; stall_action='{self.stall_action}'")
-        place = f" {ch['where']}" if ch.get("where") else ""
-        unit = "no gradient step" if _is_learner(ch) else "no step"
-        if _is_learner(ch):
-            place = " inside update()"
-        msg = (f"{_who(ch)} stalled: {unit} for {ch.get('stalled_s', 0):.1f} s{place} "
-               f"(stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}{action}")
-        return Event(C.LEARNER_STALLED if _is_learner(ch) else C.WORKER_STALLED, msg,
-                     {"stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
-                      "top_frame": top,
-                      "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
-                      "steps": ch.get("steps")}, **where)
-
-    def status(self) -> dict[str, Any]:
-        """Counts by state of the EnvRunners (top level) and of the Learner actors (``learners``)."""
-        by = {"alive": 0, "dead": 0, "stalled": 0, "stopped": 0}
-        learners = {"alive": 0, "dead": 0, "stalled": 0, "stopped": 0}
-        for w in list(self.workers.values()):
-            into = learners if w.get("role") == "learner" else by
-            into[w.get("status", "alive")] = into.get(w.get("status", "alive"), 0) + 1
-        return {**by, "learners": learners, "restarts": self.restarts, "deaths": self.deaths, "stalls": self.stalls,
-                "workers": list(self.workers.values()), "probe_errors": self.probe_errors[-5:]}
-
-
 class MonitorService(MonitorCore):
     """The monitor as it runs inside the run's hub: one probe per alive node (a
     :class:`~flow1_ray.actors.probe.ProbeLoop` thread for the hub's own node, a NodeProbe
     actor pinned to every other node, added as nodes join), deaths waiting for Ray's exit
-    detail on a thread (off the report path), and the contention logic.
+    detail on a thread (off the report path), lost nodes (:mod:`~flow1_ray.actors.nodes`)
+    and the contention logic. A part of it that fails says so once (WATCHER_OFF).
 
     ``send(events)`` hands events to the Recorder; ``crash_recorded(pid)`` asks it whether
     that process's ENV_CRASHED is recorded (one incident, one finding).
@@ -223,11 +80,21 @@ class MonitorService(MonitorCore):
         self.keys: list[str] = []
         self.local_prefixes: list[str] = []
         self.summaries: dict[str, dict] = {}
-        self.contention = ContentionCore(run_id, DEFAULT.with_overrides(thresholds))
+        self.contention: ContentionCore | None = ContentionCore(run_id, DEFAULT.with_overrides(thresholds))
+        self.nodes = NodeWatch(heartbeat_interval_s)
+        self.seed: dict[str, dict] = {}        # a restarted hub's known workers, for the new probes
+        self.off_said: set[str] = set()
         self._deaths: queue.Queue = queue.Queue()
         self._probes_lock = threading.Lock()
         threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
         threading.Thread(target=self._node_loop, daemon=True, name="flow1-nodes").start()
+
+    def off(self, watcher: str, what: str, error: BaseException | str, unseen: str, **where: Any) -> None:
+        """WATCHER_OFF, once per watcher and subject."""
+        if f"{watcher}:{what}" in self.off_said:
+            return
+        self.off_said.add(f"{watcher}:{what}")
+        self._send([watcher_off(watcher, what, error, unseen, run_id=self.run_id, **where)])
 
     def ensure_probes(self) -> int:
         """A probe on every alive node that has none yet (this node's in this process)."""
@@ -237,20 +104,29 @@ class MonitorService(MonitorCore):
         from .probe import ProbeLoop, make_probe_actor
 
         with self._probes_lock:
-            for node in ray.nodes():
+            nodes = ray.nodes()
+            self.nodes.learn(nodes)
+            for node in nodes:
                 nid = node["NodeID"]
                 if not node.get("Alive") or nid in self.probes:
                     continue
-                if nid == self.node_id:
-                    probe: Any = ProbeLoop(self.job_id, nid, self.stall_timeout, self.probe_interval,
-                                           self.heartbeat_interval, self.stall_action, self.report, self.probe_error)
-                    probe.set_keys(self.keys, self.local_prefixes)
-                else:
-                    probe = make_probe_actor().options(
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
-                    ).remote(self.job_id, ray.get_runtime_context().current_actor, nid, self.stall_timeout,
-                             self.probe_interval, self.heartbeat_interval, self.stall_action)
-                    probe.set_keys.remote(self.keys, self.local_prefixes)
+                try:
+                    if nid == self.node_id:
+                        probe: Any = ProbeLoop(self.job_id, nid, self.stall_timeout, self.probe_interval,
+                                               self.heartbeat_interval, self.stall_action, self.report,
+                                               self.probe_error, self.probe_off)
+                        probe.set_keys(self.keys, self.local_prefixes)
+                        probe.seed(self.seed)
+                    else:
+                        probe = make_probe_actor().options(
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
+                        ).remote(self.job_id, ray.get_runtime_context().current_actor, nid, self.stall_timeout,
+                                 self.probe_interval, self.heartbeat_interval, self.stall_action)
+                        probe.set_keys.remote(self.keys, self.local_prefixes)
+                        probe.seed.remote(self.seed)
+                except Exception as e:   # this node's runners go unwatched, and the run says so
+                    self.off(PROBE, f"node {nid[:12]}", e, "deaths and hangs of its runners", node_id=nid)
+                    continue
                 self.probes[nid] = probe
             return len(self.probes)
 
@@ -258,11 +134,20 @@ class MonitorService(MonitorCore):
         return [p for nid, p in self.probes.items() if nid != self.node_id]
 
     def wait_probes(self, timeout_s: float) -> int:
-        """Block until every probe answers (they scan from then on); returns how many did."""
+        """Block until every probe answers (they scan from then on); returns how many did.
+        A probe that started without its scanner (its lock directory refused) is said off."""
         import ray
 
-        refs = [p.ping.remote() for p in self._remote_probes()]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        remote = {nid: p.ping.remote() for nid, p in self.probes.items() if nid != self.node_id}
+        ready, _ = ray.wait(list(remote.values()), num_returns=len(remote), timeout=timeout_s)
+        for nid, ref in remote.items():
+            if ref in ready:
+                try:
+                    info = ray.get(ref, timeout=0)
+                except Exception as e:
+                    info = {"error": one_line(e)}
+                if info.get("error"):
+                    self.off(PROBE, f"node {nid[:12]}", info["error"], "deaths and hangs of its runners", node_id=nid)
         return len(ready) + (self.node_id in self.probes)
 
     def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
@@ -274,43 +159,81 @@ class MonitorService(MonitorCore):
                 p.set_keys.remote(self.keys, self.local_prefixes)
         return len(self.keys)
 
+    def rebuild(self, events: list[Event]) -> dict[str, dict]:
+        """A restarted hub: the worker table from the recorded events, and what the new
+        probes must know so that a known death is not reported again, a known stall not
+        counted twice, and a restart after a reported death is its recovery."""
+        table = super().rebuild(events)
+        self.seed = {k: {"pid": w.get("pid"), "status": w.get("status")} for k, w in table.items()}
+        return table
+
     def _death_loop(self) -> None:
         """Deaths wait here for Ray's exit detail (the GCS records a death a moment after
         the kernel released the lock), one worker-table read per round for all of them;
         the table and the counts were updated when the probe reported."""
         while True:
             batch = [self._deaths.get()]
-            while not self._deaths.empty():
-                batch.append(self._deaths.get_nowait())
-            pids = {ch["pid"] for _, ch, _ in batch}
-            details: dict[int, dict] = {}
-            for _ in range(GCS_LOOKUP_TRIES):
-                details.update(ray_exit_details(pids - set(details)))
-                if pids <= set(details):
-                    break
-                time.sleep(GCS_LOOKUP_WAIT_S)
-            self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
-                        for _, ch, where in batch])
+            try:
+                while not self._deaths.empty():
+                    batch.append(self._deaths.get_nowait())
+                pids = {ch["pid"] for _, ch, _ in batch}
+                details: dict[int, dict] = {}
+                for _ in range(GCS_LOOKUP_TRIES):
+                    details.update(ray_exit_details(pids - set(details)))
+                    if pids <= set(details):
+                        break
+                    time.sleep(GCS_LOOKUP_WAIT_S)
+                self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
+                            for _, ch, where in batch])
+            except Exception as e:  # this batch's deaths are reported bare; the loop goes on
+                self.off(PROBE, "deaths being reported", e, "the exit detail of some deaths")
 
     def _node_loop(self) -> None:
-        """Nodes that leave the cluster take their probe with them: their runners are
-        declared dead here (WORKER_DIED naming the node, not a hang); nodes that join get a
-        probe (autoscaling)."""
+        """Nodes whose probe fell silent and whose raylet is unreachable are NODE_LOST at
+        once; nodes that leave the cluster (Ray's verdict) take their probe with them: their
+        runners are declared dead here (WORKER_DIED naming the node, not a hang; a PASS
+        confirmation when NODE_LOST said it first); nodes that join get a probe."""
         import ray
 
+        last_nodes = 0.0
         while True:
-            time.sleep(NODE_CHECK_S)
+            time.sleep(NODE_TICK_S)
             try:
+                self.suspect_nodes(time.monotonic())
+                if time.monotonic() - last_nodes < NODE_CHECK_S:
+                    continue
+                last_nodes = time.monotonic()
                 nodes = ray.nodes()
-            except Exception:
-                continue
-            alive = {n["NodeID"] for n in nodes if n.get("Alive")}
-            try:
+                self.nodes.learn(nodes)
+                alive = {n["NodeID"] for n in nodes if n.get("Alive")}
                 self.lost_nodes(set(self.probes) - alive, time.time())
                 if alive - set(self.probes) and self.keys:
                     self.ensure_probes()
             except Exception as e:
                 self.probe_errors.append(f"nodes: {type(e).__name__}: {e}"[:200])
+
+    def suspect_nodes(self, now: float) -> list[str]:
+        """NODE_LOST for each remote node whose probe is silent and whose raylet cannot be
+        reached; its runners are marked dead (Ray confirms later)."""
+        lost = []
+        for nid, silent_s in self.nodes.silent([n for n in self.probes if n != self.node_id], now):
+            why = self.nodes.raylet_unreachable(nid)
+            if why is None:
+                continue
+            mine = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") in ("alive", "stalled")]
+            for w in mine:
+                w["status"], w["node_lost_reported"] = "dead", True
+                self.deaths += 1
+            who = ", ".join(_who({**w, "role": w.get("role")}) for w in mine) or "no runner of this run"
+            self.nodes.suspected[nid] = {"silent_s": round(silent_s, 2), "workers": [w["key"] for w in mine]}
+            self._send([Event(C.NODE_LOST, f"node {nid[:12]} lost: its probe has not reported for {silent_s:.1f} s "
+                                           f"(it reports every {self.heartbeat_interval:g} s) and {why}: {who} "
+                                           f"gone with it; Ray has not declared the node dead yet",
+                              {"node_id": nid, "silent_s": round(silent_s, 2), "raylet": why,
+                               "workers": [{k: w.get(k) for k in ("key", "pid", "worker_index", "role")} for w in mine]},
+                              run_id=self.run_id, node_id=nid)])
+            lost.append(nid)
+        return lost
 
     def lost_nodes(self, lost: set[str], now: float) -> int:
         """Declare the live workers of each lost node dead; returns how many."""
@@ -318,13 +241,19 @@ class MonitorService(MonitorCore):
         for nid in lost:
             with self._probes_lock:
                 self.probes.pop(nid, None)
+            suspected = nid in self.nodes.suspected
+            self.nodes.forget(nid)
             for w in list(self.workers.values()):
-                if w.get("node_id") != nid or w.get("status") not in ("alive", "stalled"):
+                named = w.get("node_lost_reported") and not w.get("node_lost_confirmed")
+                if w.get("node_id") != nid or not (w.get("status") in ("alive", "stalled") or named):
                     continue
                 ch = {"kind": "died", "key": w["key"], "pid": w.get("pid"), "worker_index": w.get("worker_index"),
                       "eval": w.get("eval"), "role": w.get("role", "env_runner"), "node_id": nid, "ts": now,
                       "exit": f"its node {nid[:12]} left the cluster (the node's raylet and every process on it "
-                              f"are gone)", "node_lost": True}
+                              f"are gone)", "node_lost": True, "confirms_node_lost": bool(named and suspected)}
+                w["node_lost_confirmed"] = True
+                if named:   # already counted dead by NODE_LOST
+                    self.deaths -= 1
                 self._deaths.put((nid, ch, self.update(nid, ch)))
                 n += 1
         return n
@@ -350,29 +279,42 @@ class MonitorService(MonitorCore):
 
     def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
         self.summaries[node_id] = summary
+        back = self.nodes.reported(node_id)
+        events: list[Event] = []
+        if back:
+            events.append(Event(C.NODE_LOST, f"node {node_id[:12]} answers again: its probe reports and its "
+                                             f"runners are probed again (the NODE_LOST above was a cut, not a loss)",
+                                {"node_id": node_id, "recovered": True}, status=C.PASS, run_id=self.run_id,
+                                node_id=node_id))
         for ch in changes:
             if ch["kind"] == "died":
                 self._deaths.put((node_id, ch, self.update(node_id, ch)))
         changes = [ch for ch in changes if ch["kind"] != "died"]
         try:
-            events = self.events_for(node_id, changes) if changes else []
+            events += self.events_for(node_id, changes) if changes else []
         except Exception as e:  # a fire-and-forget call would lose this silently: keep it
             self.probe_errors.append(f"events: {type(e).__name__}: {e}")
-            events = []
-        try:
-            events += self.contention.observe(node_id, summary)
-        except Exception as e:  # a judgement must not stop the monitor
-            self.probe_errors.append(f"contention: {type(e).__name__}: {e}")
+        if self.contention is not None:
+            try:
+                events += self.contention.observe(node_id, summary)
+            except Exception as e:  # a judgement that fails is switched off, and said
+                self.contention = None
+                self.off(CONTENTION, "every node", e, "resource contention and memory leaks")
         self._send(events)
 
     def probe_error(self, node_id: str, error: str) -> None:
         self.probe_errors.append(f"{node_id[:8]}: {error}")
+
+    def probe_off(self, node_id: str, error: str) -> None:
+        """A probe whose scans keep failing: its node's runners are not watched."""
+        self.off(PROBE, f"node {node_id[:12]}", error, "deaths and hangs of its runners", node_id=node_id)
 
     def full_status(self) -> dict:
         st = self.status()
         st["probes"] = len(self.probes)
         st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
         st["memory"] = self.memory()
+        st["nodes_suspected"] = sorted(self.nodes.suspected)
         return st
 
     def memory(self) -> dict:

@@ -1,7 +1,7 @@
 """The node probe: one per node, reads every lock file of its node, reports changes at once.
 
 :class:`LockScanner` is the engine (no Ray, so the benchmark can drive thousands of
-simulated holders): each scan tries each lock file with ``F_GETLK`` and reads its 64-byte
+simulated holders): each scan tries each lock file with ``F_GETLK`` and reads its 72-byte
 header, and turns what changed into transitions: ``new``, ``restarted``, ``died``,
 ``stopped``, ``stalled``, ``recovered``. :class:`ProbeLoop` runs scans every
 ``probe_interval_s`` on a thread and hands transitions to the monitor as soon as a scan
@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..worker.liveness import (BUSY, EXITING, STOPPED, Header, job_lock_dir, probe_fd, probe_lock, read_head,
-                               read_lock, read_tail, sweep_stale)
+from ..worker.liveness import BUSY, EXITING, STOPPED, Header, probe_fd, probe_lock, read_head, read_lock, read_tail
+from ..worker.lockdir import SUFFIXES, job_lock_dir, sweep_stale
 
 #: A runner key is the lock name without its ``.<pid>`` suffix: the actor id of a remote
 #: runner (it survives Ray's restarts) or ``local-<pid>-<kind><index>``.
 KeyFilter = Callable[[str], bool]
 MAX_BUSY = 5.0  # scan interval >= 5x the last scan's duration
+FAILURES_OFF = 5  # scans failed in a row before the probe says its node is not watched
 
 
 def _raise_fd_limit() -> None:
@@ -77,7 +78,20 @@ class LockScanner:
         self._dfd: int | None = None
         self._fds: dict[str, int] = {}
         self._tb_names: set[str] = set()
+        self._known_stalled: set[str] = set()      # lock names a restarted hub already reported stalled
         _raise_fd_limit()
+
+    def seed(self, known: dict[str, dict]) -> None:
+        """What a restarted hub knew (key -> last pid and state, from the run directory): a
+        new pid on a known key is a restart (of a death already reported, or not), and a
+        stall already reported is not reported again."""
+        for key, w in known.items():
+            pid = w.get("pid")
+            if pid is None:
+                continue
+            self.pids_by_key.setdefault(key, int(pid))
+            if w.get("status") == "stalled":
+                self._known_stalled.add(f"{key}.{pid}")
 
     def _dir_fd(self) -> int | None:
         if self._dfd is None:
@@ -96,7 +110,7 @@ class LockScanner:
         dfd = self._dir_fd()
         names = os.listdir(dfd) if dfd is not None else []
         self._tb_names = {n[:-3] for n in names if n.endswith(".tb")}
-        for lock_name in names:
+        for lock_name in self._in_start_order(names, dfd):
             if not lock_name.endswith(".lock"):
                 continue
             name = lock_name[:-5]
@@ -117,7 +131,8 @@ class LockScanner:
                 if holder is None and (header is None or header.state == STOPPED):
                     self._remove(name)  # a leftover of a finished process
                     continue
-                t = Tracked(key, name, pid, meta, now, header)
+                t = Tracked(key, name, pid, meta, now, header, stalled=name in self._known_stalled)
+                self._known_stalled.discard(name)
                 self.tracked[name] = t
                 self._keep_open(name, lock_name, dfd)
                 prev = self.pids_by_key.get(key)
@@ -148,6 +163,17 @@ class LockScanner:
         self.scans += 1
         self.last_scan_s = time.perf_counter() - t0
         return out
+
+    def _in_start_order(self, names: list[str], dfd: int | None) -> list[str]:
+        """Lock files already tracked first, then new ones oldest first (by the start time
+        in their metadata): when a process and its successor both appear in one scan (a
+        restarted hub's first look), the old one's death comes before the new one's start."""
+        locks = [n for n in names if n.endswith(".lock")]
+        new = [n for n in locks if n[:-5] not in self.tracked]
+        if len(new) < 2:
+            return locks
+        started = {n: float(read_lock(self.dir / n)[1].get("started") or 0.0) for n in new}
+        return [n for n in locks if n[:-5] in self.tracked] + sorted(new, key=lambda n: started[n])
 
     # -- judgements ----------------------------------------------------------------------
     def _stalled_for(self, h: Header | None, now: float) -> float | None:
@@ -258,7 +284,7 @@ class LockScanner:
         if fd is not None:
             os.close(fd)
         self.tracked.pop(name, None)
-        for suffix in (".lock", ".tb", ".stack", ".exc"):
+        for suffix in SUFFIXES:
             try:
                 os.unlink(self.dir / f"{name}{suffix}")
             except OSError:
@@ -313,12 +339,15 @@ class ProbeLoop:
 
     def __init__(self, job_id: str, node_id: str, stall_timeout_s: float, probe_interval_s: float,
                  heartbeat_interval_s: float, stall_action: str, report: Callable[[str, list, dict], Any],
-                 error: Callable[[str, str], Any]) -> None:
+                 error: Callable[[str, str], Any], off: Callable[[str, str], Any] | None = None) -> None:
+        """``off(node_id, error)`` is told once when scans keep failing (the node is then
+        not watched); raises when the node's lock directory cannot be used."""
         from .contention import node_load
 
         self._node_load = node_load
         self.node_id = node_id
-        self.report, self.error = report, error
+        self.report, self.error, self.off = report, error, off
+        self.failures = 0          # scans failed in a row
         self.keys: set[str] = set()
         self.local_prefixes: tuple[str, ...] = ()
         sweep_stale()
@@ -338,6 +367,10 @@ class ProbeLoop:
         self.local_prefixes = tuple(local_prefixes)
         return len(self.keys)
 
+    def seed(self, known: dict[str, dict]) -> int:
+        self.scanner.seed(known)
+        return len(known)
+
     def _loop(self) -> None:
         last_summary = 0.0
         # at thousands of lock files a scan takes tens of ms: keep the probe under
@@ -351,9 +384,13 @@ class ProbeLoop:
                     summary["load"] = self._node_load()
                     self.report(self.node_id, changes, summary)
                     last_summary = now
-            except Exception as e:  # keep probing whatever happens
+                self.failures = 0
+            except Exception as e:  # keep probing whatever happens; persistent failure is said
+                self.failures += 1
                 try:
                     self.error(self.node_id, f"{type(e).__name__}: {e}")
+                    if self.failures == FAILURES_OFF and self.off is not None:
+                        self.off(self.node_id, f"{FAILURES_OFF} scans in a row failed: {type(e).__name__}: {e}")
                 except Exception:
                     pass
 
@@ -365,6 +402,10 @@ class ProbeLoop:
             self.scanner.scan()
         finally:
             self.scanner.close()
+        try:   # the job's directory on this node, when no lock file is left in it
+            self.scanner.dir.rmdir()
+        except OSError:
+            pass
         return True
 
     def info(self) -> dict:
@@ -380,17 +421,28 @@ def make_probe_actor():
     class NodeProbe:
         def __init__(self, job_id: str, hub: Any, node_id: str, stall_timeout_s: float,
                      probe_interval_s: float, heartbeat_interval_s: float, stall_action: str) -> None:
-            self.loop = ProbeLoop(job_id, node_id, stall_timeout_s, probe_interval_s, heartbeat_interval_s,
-                                  stall_action, report=lambda *a: hub.report.remote(*a),
-                                  error=lambda *a: hub.probe_error.remote(*a))
+            """Never raises (a constructor that raises would be restarted forever): a probe
+            that cannot scan answers its ping with the error, and the hub says so."""
+            self.loop: ProbeLoop | None = None
+            self.error = ""
+            try:
+                self.loop = ProbeLoop(job_id, node_id, stall_timeout_s, probe_interval_s, heartbeat_interval_s,
+                                      stall_action, report=lambda *a: hub.report.remote(*a),
+                                      error=lambda *a: hub.probe_error.remote(*a),
+                                      off=lambda *a: hub.probe_off.remote(*a))
+            except Exception as e:
+                self.error = f"{type(e).__name__}: {e}"[:300]
 
         def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
-            return self.loop.set_keys(keys, local_prefixes)
+            return self.loop.set_keys(keys, local_prefixes) if self.loop else 0
+
+        def seed(self, known: dict[str, dict]) -> int:
+            return self.loop.seed(known) if self.loop else 0
 
         def stop(self) -> bool:
-            return self.loop.stop()
+            return self.loop.stop() if self.loop else True
 
         def ping(self) -> dict:
-            return self.loop.info()
+            return self.loop.info() if self.loop else {"error": self.error, "pid": os.getpid()}
 
     return NodeProbe

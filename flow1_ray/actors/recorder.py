@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from .. import codes as C
 from ..events import Event, events_to_table
-from ..runrecord import write_heartbeat, write_start, write_stop
+from ..runrecord import INTERNAL_DIR, write_heartbeat, write_start, write_stop
+from ..watchers import RECORDER, TRACEBACK, TRACEBACK_FILE, one_line, watcher_off
 from ..store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location, warm_up,
                      write_learner_snapshot, write_part)
 from .heatmaps import HeatmapWriter
@@ -28,6 +29,7 @@ MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped a
 LINES_KEPT = 10_000
 DROP_EVENT_EVERY_S = 30.0
 HEATMAP_DRAIN_S = 20.0       # close() waits at most this long for queued heatmaps
+MIN_FLUSH_GAP_S = 0.5        # a WARN/FAIL or a metric row is written within this, not flush_interval_s
 
 
 class RecorderCore:
@@ -64,6 +66,11 @@ class RecorderCore:
         self._drop_event_at: dict[str, float] = {}
         self.flushes = 0
         self.crashed_pids: set[int] = set()   # processes whose env raised (ENV_CRASHED recorded)
+        self.watchers_off: list[str] = []     # what flow1 does not watch (WATCHER_OFF events' "what")
+        self.write_failures = 0               # flushes that could not write everything (rows kept)
+        self._writing_off = False             # a WATCHER_OFF for the Recorder is out (until a write works)
+        self._soon = threading.Event()        # a WARN/FAIL or a metric row: flush without waiting the interval
+        self._internal_n = 0
 
     # -- intake --------------------------------------------------------------------------
     def add_events(self, events: list[dict]) -> int:
@@ -75,15 +82,25 @@ class RecorderCore:
                 e = d if isinstance(d, Event) else Event.from_dict(d)
                 e.run_id = e.run_id or self.run_id
                 self._events.append(e)
-                self.counts[e.status] += 1
+                self._count(e)
                 if e.status != C.PASS:
-                    self.codes[e.code] += 1
-                    self.by_status_code[f"{e.status}:{e.code}"] += 1
-                if e.code == C.ENV_CRASHED and e.pid is not None:
-                    self.crashed_pids.add(int(e.pid))
+                    self._soon.set()
                 self._seq += 1
                 self._lines.append((self._seq, e.log_line()))
         return self._seq
+
+    def _count(self, e: Event) -> None:
+        """What the run's numbers keep of one event (also when rebuilt from the run directory)."""
+        self.counts[e.status] += 1
+        if e.status != C.PASS:
+            self.codes[e.code] += 1
+            self.by_status_code[f"{e.status}:{e.code}"] += 1
+        if e.code == C.ENV_CRASHED and e.pid is not None:
+            self.crashed_pids.add(int(e.pid))
+        if e.code == C.WATCHER_OFF:
+            what = str(e.evidence.get("what") or e.message)[:200]
+            if what not in self.watchers_off and len(self.watchers_off) < 100:
+                self.watchers_off.append(what)
 
     def add_metrics(self, row: dict) -> None:
         with self._lock:
@@ -93,6 +110,7 @@ class RecorderCore:
                 self._metrics.append(dict(row))
             else:
                 self.dropped_rows += 1
+        self._soon.set()   # an iteration's row: on disk within MIN_FLUSH_GAP_S, whatever flush_interval_s
 
     def add_learner_rows(self, rows: list[dict]) -> None:
         """Per-iteration, per-module, per-layer learner numbers (the ``learner/`` table)."""
@@ -145,27 +163,106 @@ class RecorderCore:
     # -- output --------------------------------------------------------------------------
     def flush(self) -> int:
         """Write what has arrived; flushes never overlap, so parts (named by write time)
-        keep the order in which their rows arrived."""
+        keep the order in which their rows arrived. A table that cannot be written (a full
+        disk, an object store that is down) keeps its rows in memory for the next flush
+        (bounded by MAX_PENDING_ROWS) and the Recorder says once that it is not writing."""
         with self._flush_lock:
             with self._lock:
                 events, self._events = self._events, []
                 metrics, self._metrics = self._metrics, []
                 clusters, self._clusters = self._clusters, []
                 learner, self._learner = self._learner, []
-            if learner:
-                write_part(pa.Table.from_pylist(learner), self.run_dir / LEARNER_DIR)
-            if events:
-                write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
-                (self.run_dir / LOG_FILE).append_text("".join(e.log_line() + "\n" for e in events))
-            if metrics:  # rows may differ in keys (a module's traced numbers come and go): all kept
-                keys = list(dict.fromkeys(k for r in metrics for k in r))
-                write_part(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in metrics]),
-                           self.run_dir / METRICS_DIR)
-            if clusters:
-                write_part(pa.concat_tables(clusters, promote_options="default"), self.run_dir / CLUSTERS_DIR)
-            write_heartbeat(self.run_dir, self.last_iteration)
+            failed: list[str] = []
+            for name, rows, write in ((LEARNER_DIR, learner, self._write_learner), (EVENTS_DIR, events, self._write_events),
+                                      (METRICS_DIR, metrics, self._write_metrics),
+                                      (CLUSTERS_DIR, clusters, self._write_clusters)):
+                if not rows:
+                    continue
+                try:
+                    write(rows)
+                except Exception as e:
+                    failed.append(f"{name}: {one_line(e)}")
+                    self._keep(name, rows)
+            try:
+                write_heartbeat(self.run_dir, self.last_iteration)
+            except Exception as e:
+                failed.append(f"heartbeat: {one_line(e)}")
             self.flushes += 1
-            return len(events) + len(metrics) + len(learner) + sum(t.num_rows for t in clusters)
+            self._note_writes(failed)
+            return 0 if failed else len(events) + len(metrics) + len(learner) + sum(t.num_rows for t in clusters)
+
+    def _write_learner(self, rows: list[dict]) -> None:
+        write_part(pa.Table.from_pylist(rows), self.run_dir / LEARNER_DIR)
+
+    def _write_events(self, events: list[Event]) -> None:
+        for e in events:
+            self._move_traceback(e)
+        write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
+        (self.run_dir / LOG_FILE).append_text("".join(e.log_line() + "\n" for e in events))
+
+    def _write_metrics(self, rows: list[dict]) -> None:
+        keys = list(dict.fromkeys(k for r in rows for k in r))   # rows may differ in keys: all kept
+        write_part(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in rows]), self.run_dir / METRICS_DIR)
+
+    def _write_clusters(self, tables: list[pa.Table]) -> None:
+        write_part(pa.concat_tables(tables, promote_options="default"), self.run_dir / CLUSTERS_DIR)
+
+    def _move_traceback(self, e: Event) -> None:
+        """An event's traceback into ``internal/`` of the run directory: the event keeps one
+        line and the file's name."""
+        tb = e.evidence.pop(TRACEBACK, None)
+        if not tb:
+            return
+        self._internal_n += 1
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in e.code)
+        name = f"{INTERNAL_DIR}/{e.ts:%Y%m%dT%H%M%S}-{safe}-{self._internal_n:04d}.txt"
+        try:
+            (self.run_dir / name).write_text(f"{e.log_line()}\n{tb}")
+            e.evidence[TRACEBACK_FILE] = name
+        except Exception:
+            e.evidence[TRACEBACK] = str(tb)[-2000:]   # kept in the row rather than lost
+
+    def _keep(self, name: str, rows: list) -> None:
+        """Rows of a failed write back in front of what arrived since (bounded)."""
+        buf = {EVENTS_DIR: "_events", METRICS_DIR: "_metrics", CLUSTERS_DIR: "_clusters", LEARNER_DIR: "_learner"}[name]
+        with self._lock:
+            merged = list(rows) + getattr(self, buf)
+            lost = max(0, len(merged) - MAX_PENDING_ROWS)
+            self.dropped_rows += lost
+            setattr(self, buf, merged[lost:])
+
+    def _note_writes(self, failed: list[str]) -> None:
+        """The Recorder's own watcher: the first failed flush of an outage is a WATCHER_OFF
+        (kept in memory with the rows, printed by the driver, counted in the result)."""
+        if not failed:
+            self._writing_off = False
+            return
+        self.write_failures += 1
+        if self._writing_off:
+            return
+        self._writing_off = True
+        self.add_events([watcher_off(RECORDER, f"the run directory {self.run_dir}", "; ".join(failed),
+                                     "rows are kept in memory and written when it works again; findings")])
+    def rebuild(self) -> list[Event]:
+        """A restarted Recorder: the run's counts (findings by status and code, processes
+        whose env crashed, watchers off, the last iteration) from what the run directory
+        holds, so that the run's numbers go on and no incident is counted twice. Returns
+        the events read (the monitor rebuilds its workers from them)."""
+        from ..events import table_to_events
+        from ..runrecord import HEARTBEAT_JSON, read_json
+        from ..store import load_events
+
+        try:
+            events = table_to_events(load_events(self.run_dir))
+        except Exception:   # a damaged part: rebuild from nothing rather than fail the hub
+            events = []
+        with self._lock:
+            for e in events:
+                self._count(e)
+        beat, _ = read_json(self.run_dir, HEARTBEAT_JSON)
+        if beat and isinstance(beat.get("iteration"), int):
+            self.last_iteration = beat["iteration"]
+        return events
 
     def close(self, how: str = "algo.stop()") -> dict:
         """The clean end: the last rows, then the stop record (a run without one ended
@@ -192,7 +289,8 @@ class RecorderCore:
             return {"events": dict(self.counts), "codes": dict(self.codes),
                     "by_status_code": dict(self.by_status_code), "dropped_rows": self.dropped_rows,
                     "samples_dropped": sum(self.samples_dropped.values()), "flushes": self.flushes,
-                    "snapshots": self.snapshots, "heatmaps": self.heatmaps.status(), "run_dir": str(self.run_dir)}
+                    "snapshots": self.snapshots, "heatmaps": self.heatmaps.status(), "run_dir": str(self.run_dir),
+                    "watchers_off": list(self.watchers_off), "write_failures": self.write_failures}
 
 
 class RecorderService(RecorderCore):
@@ -211,11 +309,21 @@ class RecorderService(RecorderCore):
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.flush_interval):
+        """Flush every ``flush_interval_s``, and soon after a WARN/FAIL or an iteration's
+        metric row (at most one flush per MIN_FLUSH_GAP_S): what a SIGKILLed driver takes
+        with it (its hub dies with it) is bounded by that gap, not by the interval."""
+        last = time.monotonic()
+        while not self._stop.is_set():
+            self._soon.wait(self.flush_interval)
+            self._soon.clear()
+            gap = MIN_FLUSH_GAP_S - (time.monotonic() - last)
+            if gap > 0 and self._stop.wait(gap):
+                return
+            last = time.monotonic()
             try:
                 self.flush()
-            except Exception:  # a full disk must not kill the writer; rows wait in memory
-                time.sleep(self.flush_interval)
+            except Exception:  # flush keeps rows of failed writes; nothing here may end the loop
+                pass
 
     def ingest(self, batch: dict) -> None:
         """One batch from an EnvRunner: events plus its drop counter."""
@@ -226,6 +334,7 @@ class RecorderService(RecorderCore):
 
     def close(self, how: str = "algo.stop()") -> dict:
         self._stop.set()
+        self._soon.set()
         self.flush()
         self.heatmaps.drain(HEATMAP_DRAIN_S)
         return super().close(how)

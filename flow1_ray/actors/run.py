@@ -12,12 +12,13 @@ under their actor id) when they have something to send.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
 from typing import Any
 
-from ..names import KV_PREFIX, hub_name, kv, states_name
+from ..names import KV_PREFIX, hub_name, kv, local_prefixes_key, states_name
 from ..store import Location
 from ..options import NAMESPACE, Flow1Options
 from .recorder import HEATMAP_DRAIN_S
@@ -126,6 +127,8 @@ class Flow1Run:
         self.keys = sorted(set(self.keys) | set(keys))
         for k in new:
             kv()._internal_kv_put(KV_PREFIX + k, self.run_id, overwrite=True, namespace=NAMESPACE)
+        kv()._internal_kv_put(local_prefixes_key(self.run_id), json.dumps([self.local_prefix]), overwrite=True,
+                              namespace=NAMESPACE)
         t = self.opts.get_timeout_s * 5
         ray.get(self.hub.set_keys.remote(self.keys, [self.local_prefix]), timeout=t)
         ray.get(self.hub.ensure_probes.remote(), timeout=t)
@@ -169,9 +172,9 @@ class Flow1Run:
             status = ray.get(self.hub.close.remote(), timeout=t + HEATMAP_DRAIN_S)
         except Exception:
             pass
-        for k in self.keys:
+        for k in [KV_PREFIX + k for k in self.keys] + [local_prefixes_key(self.run_id)]:
             try:
-                kv()._internal_kv_del(KV_PREFIX + k, namespace=NAMESPACE)
+                kv()._internal_kv_del(k, namespace=NAMESPACE)
             except Exception:
                 pass
         for actor in (self.states_actor, self.hub):

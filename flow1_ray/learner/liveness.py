@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..worker.liveness import WorkerLiveness, job_lock_dir
+from ..worker.liveness import WorkerLiveness
+from ..worker.lockdir import job_lock_dir
 
 ATTR = "_flow1_liveness"
 #: a learner's watchdog writes at least this often (bounds how late a stall's stack is)

@@ -25,6 +25,8 @@ import time
 from collections import deque
 from typing import Any
 
+from ..watchers import one_line, traceback_text
+
 logger = logging.getLogger("flow1_ray")
 
 ATTR = "_flow1_tracer"
@@ -51,6 +53,8 @@ class LearnerTracer:
         self.calls = 0
         self.traces = 0
         self.errors = 0
+        self.off_reason: str | None = None      # why tracing turned itself off (one line)
+        self.off_traceback: str | None = None
         self.spent_s = 0.0   # the tracing's own time: hooks, reductions, logging (its cost, measured)
         self.enabled = True
         self.lock = threading.Lock()
@@ -191,11 +195,17 @@ class LearnerTracer:
             if self.force or self.calls % self.grad_every == self.grad_every - 1:   # the next one is traced
                 self.force = False
                 self._arm()
-        except Exception as e:  # tracing must never stop an update
+        except Exception as e:  # tracing must never stop an update; off, and said (WATCHER_OFF on the driver)
             self.errors += 1
             self.enabled = False
+            self.off_reason = one_line(e)
+            self.off_traceback = traceback_text(e)
             self._disarm()
-            logger.warning("flow1: learner tracing turned off after an error: %s: %s", type(e).__name__, e)
+            logger.warning("flow1: learner tracing turned off after an error: %s", self.off_reason)
+            try:   # the driver reads this flag from the result at once
+                self.learner.metrics.log_value((ALL_MODULES, "flow1", "tracing_off"), 1, reduce="max")
+            except Exception:
+                pass
         self.spent_s += time.perf_counter() - t0
         return grads
 
@@ -301,6 +311,7 @@ class LearnerTracer:
 
     def status(self) -> dict:
         return {"calls": self.calls, "traces": self.traces, "errors": self.errors, "enabled": self.enabled,
+                "off_reason": self.off_reason, "off_traceback": self.off_traceback,
                 "grad_every": self.grad_every, "spent_s": round(self.spent_s, 4)}
 
 

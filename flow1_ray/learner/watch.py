@@ -41,6 +41,9 @@ class LearnerWatch:
         self.th = DEFAULT.with_overrides(opts.thresholds)
         self.algorithm = algorithm
         self.status: dict = {}
+        self.statuses: list[dict] = []          # one per Learner, from the last install
+        self.off_said: set[str] = set()         # watchers already said to be off (once each)
+        self.pending: list[Event] = []          # WATCHER_OFF found before the first send
         spaces = self.install()
         self.diagnosis = CurveDiagnosis(config=getattr(algorithm, "config", None), action_space=spaces or None,
                                         thresholds=self.th)
@@ -61,10 +64,33 @@ class LearnerWatch:
         fn = functools.partial(_install_and_spaces, grad_every=self.opts.grad_every, tau=self.th.dormant_tau,
                                heartbeat_s=self.opts.heartbeat_interval_s, stall_s=self.opts.stall_timeout_s)
         spaces: dict = {}
+        self.statuses = []
         for r in _results(group.foreach_learner(fn, timeout_seconds=self.opts.get_timeout_s * 5)):
             self.status = r.get("status", {})
+            self.statuses.append(self.status)
             spaces.update(r.get("spaces", {}))
+        self.pending += self._watchers_off()
         return spaces
+
+    def _watchers_off(self) -> list[Event]:
+        """WATCHER_OFF, once each, for a Learner whose tracing turned itself off or whose
+        lock file could not be made (its death or hang would go unnamed)."""
+        from ..watchers import LEARNER_LIVENESS, LEARNER_TRACING, watcher_off
+
+        out = []
+        for i, st in enumerate(self.statuses):
+            who = f"learner {st.get('rank', i)}"
+            if st.get("off_reason") and f"tracing:{who}" not in self.off_said:
+                self.off_said.add(f"tracing:{who}")
+                ev = watcher_off(LEARNER_TRACING, who, st["off_reason"], "its gradient and dormant-unit findings")
+                ev.evidence["traceback"] = st.get("off_traceback") or ""
+                out.append(ev)
+            if st.get("liveness_error") and f"liveness:{who}" not in self.off_said:
+                self.off_said.add(f"liveness:{who}")
+                ev = watcher_off(LEARNER_LIVENESS, who, st["liveness_error"], "its death or hang")
+                ev.evidence["traceback"] = st.get("liveness_traceback") or ""
+                out.append(ev)
+        return out
 
     def _spaces_only(self) -> dict:
         group = getattr(self.algorithm, "learner_group", None)
@@ -80,10 +106,13 @@ class LearnerWatch:
         """Judge, record, snapshot and guard; returns ``result["flow1"]["learner"]``.
         ``send(kind, payload)`` delivers to the run's Recorder (fire-and-forget)."""
         group = getattr(self.algorithm, "learner_group", None)
-        if self.opts.learner_tracing and group is not None and not group.is_local and \
-                iteration % REINSTALL_EVERY == 0:
+        tracing_off = (((result.get("learners") or {}).get(T.ALL_MODULES) or {}).get("flow1") or {}).get("tracing_off")
+        if self.opts.learner_tracing and group is not None and (
+                (not group.is_local and iteration % REINSTALL_EVERY == 0)
+                or (tracing_off and not any(k.startswith("tracing:") for k in self.off_said))):
             self.install()
-        events = self.diagnosis.add(result)
+        events = self.pending + self.diagnosis.add(result)
+        self.pending = []
         rows = self._rows(result, iteration)
         if rows:
             send("learner_rows", rows)
@@ -106,7 +135,7 @@ class LearnerWatch:
         if self.stop_reason is not None:
             result["done"] = True
         values = self.diagnosis.values()
-        values["tracing"] = dict(self.status)
+        values["tracing"] = {k: v for k, v in self.status.items() if k != "off_traceback"}
         values["snapshots"] = self.snapshots
         if self.stop_reason is not None:
             values["stopped_by"] = self.stop_reason
@@ -203,11 +232,13 @@ def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, 
     """On one Learner: the tracing, and (in a Learner actor) its lock-file liveness."""
     from . import liveness
 
-    status = T.install(learner, grad_every, tau)
+    from ..watchers import one_line, traceback_text
+
+    status = {**T.install(learner, grad_every, tau), "rank": _rank()}
     try:
         liveness.attach(learner, _rank(), heartbeat_s, stall_s)
-    except Exception as e:  # liveness is flow1's; the Learner goes on without it
-        status = {**status, "liveness_error": f"{type(e).__name__}: {e}"[:200]}
+    except Exception as e:  # liveness is flow1's; the Learner goes on without it (said: WATCHER_OFF)
+        status = {**status, "liveness_error": one_line(e), "liveness_traceback": traceback_text(e)}
     return {"status": status, "spaces": _spaces(learner)}
 
 

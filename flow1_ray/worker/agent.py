@@ -29,7 +29,9 @@ from ..checks.findings import Finding, FindingLog
 from ..checks.rollout import RolloutChecker
 from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
-from .liveness import STEP_EMA, WorkerLiveness, job_lock_dir
+from .liveness import STEP_EMA, NoLiveness, WorkerLiveness
+from .lockdir import job_lock_dir
+from ..watchers import LIVENESS, TRACEBACK, one_line, traceback_text, watcher_off_finding
 from .sender import Sender
 from .states import StateSampler
 
@@ -55,11 +57,17 @@ class RunnerAgent:
         self.key = self.actor_id or f"local-{os.getpid()}-{self.kind}{self.index}"
         meta = {"worker_index": self.index, "eval": self.kind == "eval", "actor_id": self.actor_id,
                 "node_id": ctx.get_node_id(), "local": self.local, "kind": self.kind}
-        self.liveness = WorkerLiveness(
-            job_lock_dir(ctx.get_job_id(), ctx.get_node_id()), f"{self.key}.{os.getpid()}", meta,
-            # the watchdog's tick bounds how late a stall's stack is written: keep it short
-            heartbeat_interval_s=min(opts.heartbeat_interval_s, WATCHDOG_TICK_S, opts.stall_timeout_s / 8),
-            stall_timeout_s=opts.stall_timeout_s, arm_faulthandler=not self.local)
+        off: Finding | None = None
+        try:
+            self.liveness: WorkerLiveness | NoLiveness = WorkerLiveness(
+                job_lock_dir(ctx.get_job_id(), ctx.get_node_id()), f"{self.key}.{os.getpid()}", meta,
+                # the watchdog's tick bounds how late a stall's stack is written: keep it short
+                heartbeat_interval_s=min(opts.heartbeat_interval_s, WATCHDOG_TICK_S, opts.stall_timeout_s / 8),
+                stall_timeout_s=opts.stall_timeout_s, arm_faulthandler=not self.local)
+        except Exception as e:  # no lock file: this runner goes unwatched, and says so
+            self.liveness = NoLiveness()
+            off = watcher_off_finding(LIVENESS, f"{self.kind} worker {self.index} (pid {os.getpid()})", e,
+                                      "its death or hang")
         self.thresholds = DEFAULT.with_overrides(opts.thresholds)
         self.log = FindingLog()
         self.checkers: list[RolloutChecker] = []
@@ -73,7 +81,10 @@ class RunnerAgent:
         self.env_runner = env_runner
         self.multi_agent = False
         self._maps_off_said: set[str] = set()
+        self._crashes: dict[tuple[str, str, str], list] = {}   # (call, exception, frame) -> [count, told, first, last]
         self._wrap_runner(env_runner)
+        if off is not None:
+            self._send([off])
 
     # -- wrapping ------------------------------------------------------------------------
     def _wrap_runner(self, env_runner: Any) -> None:
@@ -89,6 +100,12 @@ class RunnerAgent:
 
         def wrapped_stop(*args, **kwargs):
             lv.close()
+            try:  # the last count of each repeated crash
+                repeats = [self._repeat_finding(k) for k, (n, told, _, _) in self._crashes.items() if n > told]
+                if repeats:
+                    self._send(repeats)
+            except Exception:
+                pass
             return stop(*args, **kwargs)
 
         env_runner.sample = wrapped_sample
@@ -98,6 +115,10 @@ class RunnerAgent:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created.
         A MultiAgentEnvRunner's vector env (RLlib's VectorMultiAgentEnv, per-agent
         ``single_observation_spaces``) gets a multi-agent checker per sub-env."""
+        with self._lock:  # RLlib closed the previous env (make_env again): judge and drop its checkers
+            for rc in self.checkers:
+                rc.judge()
+            self.checkers = []
         self.multi_agent = getattr(env, "single_observation_spaces", None) is not None
         self.spaces = (None, None) if self.multi_agent else (
             getattr(env, "single_observation_space", None) or env.observation_space,
@@ -178,7 +199,11 @@ class RunnerAgent:
 
         def wrapped_reset(*args, **kwargs):
             nonlocal checked
-            out = reset(*args, **kwargs)
+            try:
+                out = reset(*args, **kwargs)
+            except Exception as e:
+                agent._crashed(e, "reset")
+                raise
             checked = agent.rng.random() < agent.opts.sample_rate
             if checked:
                 try:
@@ -211,21 +236,44 @@ class RunnerAgent:
         sub.reset, sub.step = wrapped_reset, wrapped_step
 
     # -- findings ------------------------------------------------------------------------
-    def _crashed(self, exc: BaseException) -> None:
+    def _crashed(self, exc: BaseException, call: str = "step") -> None:
         """The env raised: record it next to the lock (the process may exit next) and send
-        an ENV_CRASHED event now, before RLlib's restart delay and exit."""
+        ENV_CRASHED now, before RLlib's restart delay and exit. An env that raises again and
+        again (RLlib recreating it each time) is one incident: its first crash is the
+        finding, repeats are counted and said as PASS rows when the count doubles (and at
+        the end), so a crashing env gives a number of rows logarithmic in its crashes."""
         try:
             self.liveness.record_exception(exc)
-            self._send([crash_finding("step", exc, self.liveness.steps + 1, None,
-                                      who=f"{self.kind} worker {self.index} (pid {os.getpid()}): ")])
+            f = crash_finding(call, exc, self.liveness.steps + 1, None,
+                              who=f"{self.kind} worker {self.index} (pid {os.getpid()}): ")
+            key = (call, f.evidence.get("exception", ""), f.evidence.get("frame", ""))
+            now = time.time()
+            seen = self._crashes.get(key)
+            if seen is None:
+                self._crashes[key] = [1, 1, now, now]
+                self._send([f])
+                return
+            seen[0] += 1
+            seen[3] = now
+            if seen[0] >= 2 * seen[1]:
+                self._send([self._repeat_finding(key)])
         except Exception:
             pass
+
+    def _repeat_finding(self, key: tuple[str, str, str]) -> Finding:
+        count, _, first, last = self._crashes[key]
+        self._crashes[key][1] = count
+        call, exc, frame = key
+        return Finding(C.ENV_CRASHED, f"{self.kind} worker {self.index} (pid {os.getpid()}): {call}() raised {exc} in "
+                                      f"{frame} again: {count} times so far; the same incident as the first, counted",
+                       {"repeat_of": list(key), "count": count, "first_seen": first, "last_seen": last},
+                       status=C.PASS)
 
     def _internal(self, exc: BaseException) -> None:
         """A live check failed: counted in the log, sent with the next batch."""
         self.log.hit(C.FLOW1_INTERNAL, type(exc).__name__, lambda: (
-            f"flow1 failed to judge a live step: {type(exc).__name__}: {exc}",
-            {"exception": type(exc).__name__, "error": str(exc)[:300]}))
+            f"flow1 failed to judge a live step: {one_line(exc)}",
+            {"exception": type(exc).__name__, "error": one_line(exc), TRACEBACK: traceback_text(exc)}))
 
     def report_internal(self, where: str, exc: BaseException) -> None:
         """A flow1 hook failed: send it now (the failing hook may be the one that sends),
@@ -234,9 +282,9 @@ class RunnerAgent:
         if key in self._internal_sent:
             return
         self._internal_sent.add(key)
-        self._send([Finding(C.FLOW1_INTERNAL, f"flow1 hook {where} failed: {type(exc).__name__}: {exc}; "
-                                              f"training goes on",
-                            {"hook": where, "exception": type(exc).__name__, "error": str(exc)[:300]})])
+        self._send([Finding(C.FLOW1_INTERNAL, f"flow1 hook {where} failed: {one_line(exc)}; training goes on",
+                            {"hook": where, "exception": type(exc).__name__, "error": one_line(exc),
+                             TRACEBACK: traceback_text(exc)})])
 
     def on_sample_end(self, samples: list | None = None) -> None:
         if self.states is not None and samples:

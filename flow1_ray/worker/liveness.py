@@ -9,7 +9,7 @@ Only this module opens a runner's own lock file in the runner: a process loses i
 locks on a file when it closes *any* descriptor of it.
 
 Heartbeats cost no RPC: a per-step stamp in memory (two attribute writes), and a watchdog
-thread that writes a 64-byte header into the lock file every ``heartbeat_interval_s``. The
+thread that writes a 72-byte header into the lock file every ``heartbeat_interval_s``. The
 probe reads headers; a runner that is inside ``sample()`` with no step progress for
 ``stall_timeout_s`` is stalled, and the watchdog has already written the stuck thread's
 stack next to the lock (``.stack``). A step stuck in C code that holds the GIL stops the
@@ -29,10 +29,8 @@ import faulthandler
 import fcntl
 import json
 import os
-import stat
 import struct
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -56,59 +54,17 @@ STATE_NAMES = {IDLE: "idle", BUSY: "busy", STOPPED: "stopped", EXITING: "exiting
 _FLOCK = struct.Struct("@hhqqi4x")  # struct flock on Linux (l_type, l_whence, l_start, l_len, l_pid)
 
 
-def lock_root() -> Path:
-    """Node-local root of flow1's lock directories ($FLOW1_LOCK_DIR or the temp dir)."""
-    return Path(os.environ.get("FLOW1_LOCK_DIR") or Path(tempfile.gettempdir()) / f"flow1-{os.getuid()}")
+def holder_pid(path: Path) -> int | None:
+    """The pid holding a write lock on ``path``, or None when nobody does (F_GETLK).
 
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` (and the root) as a private 0700 directory owned by us; refuse a
-    symlink or someone else's directory there (another user could plant lock files)."""
-    for d in (path.parent, path):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-        st = os.lstat(d)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-            raise PermissionError(f"{d} is not a directory owned by uid {os.getuid()}")
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.chmod(d, 0o700)
-    return path
-
-
-def job_lock_dir(job_id: str, node_id: str) -> Path:
-    """The lock directory of one Ray job on one node. Job ids restart at 01000000 in every
-    new Ray cluster; the node id (new for every raylet) keeps clusters apart."""
-    return private_dir(lock_root() / f"node-{node_id[:16]}-job-{job_id}")
-
-
-def sweep_stale(root: Path | None = None, older_than_s: float = 3600.0) -> int:
-    """Remove lock files nobody holds that are older than ``older_than_s`` (runs that were
-    killed before their probes could clean up), and the directories left empty."""
-    root = root or lock_root()
-    removed, now = 0, time.time()
+    Opening and closing the file here does not touch the holder's locks: record locks are
+    dropped only when the *holding* process closes a descriptor.
+    """
+    fd = _open_nofollow(path, os.O_RDONLY)
     try:
-        dirs = [d for d in root.iterdir() if d.is_dir() and not d.is_symlink()]
-    except OSError:
-        return 0
-    for d in dirs:
-        for lock in d.glob("*.lock"):
-            try:
-                if now - lock.stat().st_mtime > older_than_s and holder_pid(lock) is None:
-                    for suffix in (".lock", ".tb", ".stack", ".exc"):
-                        try:
-                            os.unlink(d / (lock.name[:-5] + suffix))
-                        except OSError:
-                            pass
-                    removed += 1
-            except OSError:
-                continue
-        try:
-            d.rmdir()  # only when empty
-        except OSError:
-            pass
-    return removed
+        return _holder(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -131,19 +87,6 @@ class Header:
 
 def _open_nofollow(path: Path | str, flags: int, dir_fd: int | None = None) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-
-
-def holder_pid(path: Path) -> int | None:
-    """The pid holding a write lock on ``path``, or None when nobody does (F_GETLK).
-
-    Opening and closing the file here does not touch the holder's locks: record locks are
-    dropped only when the *holding* process closes a descriptor.
-    """
-    fd = _open_nofollow(path, os.O_RDONLY)
-    try:
-        return _holder(fd)
-    finally:
-        os.close(fd)
 
 
 def _holder(fd: int) -> int | None:
@@ -237,6 +180,37 @@ def _rss() -> int:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
+
+
+class NoLiveness:
+    """Stands in for :class:`WorkerLiveness` when the lock file could not be made (the
+    failure is reported as WATCHER_OFF): the step wrappers run unchanged, nothing is written."""
+
+    def __init__(self) -> None:
+        self.state, self.steps, self.in_step_since, self.step_time_ema = IDLE, 0, 0.0, 0.0
+        self.last_progress = time.time()
+
+    def step_begin(self) -> None:
+        self.in_step_since = time.time()
+
+    def step_end(self) -> None:
+        self.last_progress, self.in_step_since = time.time(), 0.0
+        self.steps += 1
+
+    def busy(self) -> None:
+        self.state = BUSY
+
+    def idle(self) -> None:
+        self.state = IDLE
+
+    def record_exception(self, exc: BaseException) -> dict:
+        return {**format_exception(exc), "ts": time.time()}
+
+    def write_header(self, state: int | None = None) -> None:
+        pass
+
+    def close(self, state: int = STOPPED) -> None:
+        self.state = state
 
 
 class WorkerLiveness:
