@@ -48,17 +48,21 @@ def traceback_text(error: BaseException | str) -> str:
     return str(error)[-8000:]
 
 
-def watcher_off_finding(watcher: str, what: str, error: BaseException | str, unseen: str) -> Finding:
+def watcher_off_finding(watcher: str, what: str, error: BaseException | str, unseen: str,
+                        consequence: str = "") -> Finding:
     """WATCHER_OFF as a Finding (an EnvRunner sends Findings): ``watcher`` is off for
-    ``what``; ``unseen`` says what the user will not be told (e.g. "its death or hang")."""
-    return Finding(C.WATCHER_OFF, f"{watcher} is off for {what}: {one_line(error)}; {unseen} will not be named",
+    ``what``; ``unseen`` says what the user will not be told (e.g. "its death or hang"), or
+    ``consequence`` says what happens instead, in full."""
+    tail = consequence or f"{unseen} will not be named"
+    return Finding(C.WATCHER_OFF, f"{watcher} is off for {what}: {one_line(error)}; {tail}",
                    {"watcher": watcher, "what": f"{watcher}: {what}", "error": one_line(error),
                     TRACEBACK: traceback_text(error)})
 
 
-def watcher_off(watcher: str, what: str, error: BaseException | str, unseen: str, **where: Any) -> Event:
+def watcher_off(watcher: str, what: str, error: BaseException | str, unseen: str, consequence: str = "",
+                **where: Any) -> Event:
     """WATCHER_OFF as an Event, with ``where`` (worker_index, pid, node_id, iteration...)."""
-    return watcher_off_finding(watcher, what, error, unseen).to_event(**where)
+    return watcher_off_finding(watcher, what, error, unseen, consequence).to_event(**where)
 
 
 def internal_event(where: str, error: BaseException, **at: Any) -> Event:

@@ -1,5 +1,5 @@
 """The multi-node scenario, run as its own process (its own Ray: a ``ray.cluster_utils.Cluster``
-of a head and two worker nodes on this machine, each node with its own lock directory and
+of a head and three worker nodes on this machine, each node with its own lock directory and
 its own probe). Prints one JSON object: what flow1 reported and what really happened.
 
     python tests/multinode_job.py OUTPUT_DIR
@@ -21,7 +21,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 def main(out_dir: str) -> dict:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
                                                             "object_store_memory": 80 * 1024**2})
-    nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 1024**2) for _ in range(2)]
+    nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 1024**2) for _ in range(3)]
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     from ray.rllib.algorithms.ppo import PPOConfig
 
@@ -31,7 +31,7 @@ def main(out_dir: str) -> dict:
     cb = Flow1Callbacks.with_options(output_dir=out_dir, print_events=False, state_actions=False,
                                      stall_timeout_s=3.0, heartbeat_interval_s=0.5)
     algo = (PPOConfig().environment("CartPole-v1").callbacks(cb)
-            .env_runners(num_env_runners=2, sample_timeout_s=8)
+            .env_runners(num_env_runners=3, sample_timeout_s=8)
             .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True)
             .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=1)).build_algo()
     result = algo.train()
@@ -45,12 +45,12 @@ def main(out_dir: str) -> dict:
            "hub_node": ray.get(hub.status.remote(), timeout=10).get("node_id"),
            "driver_node": ray.get_runtime_context().get_node_id()}
 
-    def wait(code: str, pid: int, timeout: float = 30.0):
+    def wait(code: str, pid: int | None, timeout: float = 30.0, node_id: str | None = None):
         t0 = time.time()
         while time.time() - t0 < timeout:
             ray.get(hub.flush.remote(), timeout=10)
             for e in load_events(run_dir).to_pylist():
-                if e["code"] == code and e["pid"] == pid:
+                if e["code"] == code and (e["pid"] == pid if node_id is None else e["node_id"] == node_id):
                     return {**e, "ts": str(e["ts"]), "evidence": json.loads(e["evidence"]),
                             "seconds": round(time.time() - t0, 2)}
             time.sleep(0.3)
@@ -80,6 +80,13 @@ def main(out_dir: str) -> dict:
     (node,) = [n for n in nodes if n.node_id == node2]
     cluster.remove_node(node)
     out["node_removed"] = wait("WORKER_DIED", pid2, timeout=40)
+    # 4. runner 3's node is lost without warning (its raylet and processes killed, like a
+    # preempted VM): named when its probe falls silent, confirmed when Ray declares it dead
+    pid3, node3 = runners[3]
+    (node,) = [n for n in nodes if n.node_id == node3]
+    cluster.remove_node(node, allow_graceful=False)
+    out["node_lost"] = wait("NODE_LOST", None, timeout=30, node_id=node3)
+    out["node_lost_confirmed"] = wait("WORKER_DIED", pid3, timeout=60)
     out["other_codes"] = sorted({e["code"] for e in load_events(run_dir).to_pylist() if e["status"] != "PASS"})
     _print(out)
     # a hung train() thread: no ray.shutdown(); end this cluster's processes, then exit

@@ -76,6 +76,8 @@ class MonitorCore:
                   "died": "dead", "stalled": "stalled"}.get(kind)
         if status:
             w["status"] = status
+        if kind == "died":
+            w["died_at"] = ch["ts"]
         self.restarts += kind == "restarted"
         self.deaths += kind == "died"
         self.stalls += kind == "stalled"

@@ -221,16 +221,25 @@ class MonitorService(MonitorCore):
             if why is None:
                 continue
             mine = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") in ("alive", "stalled")]
+            # a runner whose death its own probe saw in the node's last moments (the node's
+            # processes are killed one by one) is part of this loss too, already reported
+            before = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") == "dead"
+                      and time.time() - float(w.get("died_at") or 0) < silent_s + 2 * self.heartbeat_interval]
             for w in mine:
                 w["status"], w["node_lost_reported"] = "dead", True
                 self.deaths += 1
-            who = ", ".join(_who({**w, "role": w.get("role")}) for w in mine) or "no runner of this run"
+            who = ", ".join(_who(w) for w in mine) + (" gone with it" if mine else "")
+            if before:
+                who += ("; " if mine else "") + ", ".join(_who(w) for w in before) + " died just before (reported above)"
             self.nodes.suspected[nid] = {"silent_s": round(silent_s, 2), "workers": [w["key"] for w in mine]}
+            fields = ("key", "pid", "worker_index", "role")
             self._send([Event(C.NODE_LOST, f"node {nid[:12]} lost: its probe has not reported for {silent_s:.1f} s "
-                                           f"(it reports every {self.heartbeat_interval:g} s) and {why}: {who} "
-                                           f"gone with it; Ray has not declared the node dead yet",
+                                           f"(it reports every {self.heartbeat_interval:g} s) and {why}: "
+                                           f"{who or 'no runner of this run was on it'}; Ray has not declared the "
+                                           f"node dead yet",
                               {"node_id": nid, "silent_s": round(silent_s, 2), "raylet": why,
-                               "workers": [{k: w.get(k) for k in ("key", "pid", "worker_index", "role")} for w in mine]},
+                               "workers": [{k: w.get(k) for k in fields} for w in mine],
+                               "died_before": [{k: w.get(k) for k in fields} for w in before]},
                               run_id=self.run_id, node_id=nid)])
             lost.append(nid)
         return lost
@@ -286,14 +295,14 @@ class MonitorService(MonitorCore):
                                              f"runners are probed again (the NODE_LOST above was a cut, not a loss)",
                                 {"node_id": node_id, "recovered": True}, status=C.PASS, run_id=self.run_id,
                                 node_id=node_id))
-        for ch in changes:
-            if ch["kind"] == "died":
-                self._deaths.put((node_id, ch, self.update(node_id, ch)))
-        changes = [ch for ch in changes if ch["kind"] != "died"]
-        try:
-            events += self.events_for(node_id, changes) if changes else []
-        except Exception as e:  # a fire-and-forget call would lose this silently: keep it
-            self.probe_errors.append(f"events: {type(e).__name__}: {e}")
+        for ch in changes:   # in the scan's order: a process's start, its death, its successor
+            try:
+                if ch["kind"] == "died":   # Ray's exit detail is awaited on the deaths thread
+                    self._deaths.put((node_id, ch, self.update(node_id, ch)))
+                else:
+                    events += self.events_for(node_id, [ch])
+            except Exception as e:  # a fire-and-forget call would lose this silently: keep it
+                self.probe_errors.append(f"events: {type(e).__name__}: {e}")
         if self.contention is not None:
             try:
                 events += self.contention.observe(node_id, summary)

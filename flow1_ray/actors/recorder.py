@@ -241,8 +241,9 @@ class RecorderCore:
         if self._writing_off:
             return
         self._writing_off = True
-        self.add_events([watcher_off(RECORDER, f"the run directory {self.run_dir}", "; ".join(failed),
-                                     "rows are kept in memory and written when it works again; findings")])
+        self.add_events([watcher_off(RECORDER, f"the run directory {self.run_dir}", "; ".join(failed), "",
+                                     consequence=f"nothing reaches it until it can be written again (rows wait in "
+                                                 f"memory, at most {MAX_PENDING_ROWS:,} per table)")])
     def rebuild(self) -> list[Event]:
         """A restarted Recorder: the run's counts (findings by status and code, processes
         whose env crashed, watchers off, the last iteration) from what the run directory

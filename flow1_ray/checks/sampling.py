@@ -38,6 +38,7 @@ class NoSamples:
         self.last: int | None = None
         self.streak = 0
         self.dropped_at_start: float | None = None
+        self.prev_dropped: float | None = None    # the count before this iteration
         self.reported = False
 
     def add(self, result: dict, iteration: int) -> list[Event]:
@@ -47,12 +48,12 @@ class NoSamples:
         if steps is None:
             return []
         if self.last is not None and steps <= self.last:
-            if self.streak == 0:
-                self.dropped_at_start = dropped
+            if self.streak == 0:   # the drops of this iteration count: from the count before it
+                self.dropped_at_start = self.prev_dropped
             self.streak += 1
         else:
             self.streak, self.reported = 0, False
-        self.last = steps
+        self.last, self.prev_dropped = steps, dropped
         if self.streak < self.iters or self.reported:
             return []
         self.reported = True

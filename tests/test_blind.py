@@ -1,0 +1,124 @@
+"""flow1 is never silently blind: a lock directory nobody else can squat, and every watcher
+that turns off says so (WATCHER_OFF), in the run directory and in ``result["flow1"]``, so
+that the verdict can never be a plain PASS."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from flow1_ray import codes as C
+from flow1_ray import load_events
+from flow1_ray.actors.recorder import RecorderCore
+from flow1_ray.events import Event
+from flow1_ray.report.run import load_run_report
+from test_rllib_callbacks import Run, build, runner_pids
+
+ROOT = Path(__file__).resolve().parents[1]
+as_root = pytest.mark.skipif(os.getuid() != 0, reason="a directory really owned by another uid needs root")
+
+
+@pytest.mark.slow
+@as_root
+def test_a_squatted_temp_path_does_not_blind_the_run(tmp_path, cli_env):
+    """The old predictable lock path (``<tmp>/flow1-<uid>``) made first by another user: the
+    run makes its own private directory, watches its runners and names the injected crash."""
+    tmp = Path(tempfile.mkdtemp(prefix="f1sq-", dir="/tmp"))   # short: Ray's socket paths live under it
+    try:
+        squat = tmp / f"flow1-{os.getuid()}"
+        squat.mkdir(mode=0o777)
+        os.chown(squat, 65534, 65534)
+        env = {**cli_env, "TMPDIR": str(tmp)}
+        env.pop("RAY_ADDRESS", None)
+        r = subprocess.run([sys.executable, "-m", "flow1_ray", "train", "--inject", "crash", "--iterations", "3",
+                            "--quiet", "--output-dir", str(tmp_path)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert "the injected crash was named (ENV_CRASHED)" in r.stdout
+        (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+        codes = {e["code"] for e in load_events(run_dir).to_pylist()}
+        assert C.WATCHER_OFF not in codes and C.FLOW1_INTERNAL not in codes, codes
+        assert list(squat.iterdir()) == []   # nothing of the run went into the squatted directory
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+@as_root
+def test_a_lock_directory_that_cannot_be_used_is_said_never_silent(ray_session, tmp_path):
+    """The job's published lock directory replaced by one of another uid: the runner and
+    the probe refuse it and say what is not watched; a SIGKILLed runner then goes unnamed,
+    and the run's verdict says so instead of PASS."""
+    import ray
+    from ray.experimental import internal_kv
+
+    from flow1_ray.options import NAMESPACE
+    from flow1_ray.worker.lockdir import KV_LOCK_DIR
+
+    ctx = ray.get_runtime_context()
+    key = f"{KV_LOCK_DIR}{ctx.get_job_id()}:{ctx.get_node_id()}"
+    before = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    internal_kv._internal_kv_put(key, str(theirs), overwrite=True, namespace=NAMESPACE)
+    try:
+        algo = build(tmp_path / "runs", runners=1, state_actions=False)
+        try:
+            result = algo.train()
+            run = Run(result)
+            events = run.wait_events(lambda e: {json.loads(x["evidence"]).get("watcher") for x in e
+                                                if x["code"] == C.WATCHER_OFF} >= {"liveness", "probe"}, timeout=30)
+            result = algo.train()
+            assert any("liveness" in w for w in result["flow1"]["watchers_off"]), result["flow1"]
+            os.kill(runner_pids(algo)[1], signal.SIGKILL)
+            time.sleep(2.0)   # a watched run would have named the death by now (0.2 s probe period)
+        finally:
+            algo.stop()
+    finally:
+        if before is None:
+            internal_kv._internal_kv_del(key, namespace=NAMESPACE)
+        else:
+            internal_kv._internal_kv_put(key, before, overwrite=True, namespace=NAMESPACE)
+    off = [e for e in events if e["code"] == C.WATCHER_OFF]
+    assert all(e["status"] == C.WARN and "\n" not in e["message"] for e in off), off
+    liveness = next(e for e in off if json.loads(e["evidence"])["watcher"] == "liveness")
+    assert "owned by uid 65534" in liveness["message"] and liveness["worker_index"] == 1
+    assert "its death or hang will not be named" in liveness["message"]
+    tb = json.loads(liveness["evidence"])["traceback_file"]
+    assert "LockDirError" in (run.dir / tb).read_text()
+    report = load_run_report(run.dir)
+    assert not any(e.code == C.WORKER_DIED for e in report.events)
+    assert report.blind and report.exit_code() == 1 and report.exit_code(allow_blind=True) == 0
+
+
+def test_a_recorder_that_cannot_write_keeps_its_rows_and_says_so(tmp_path):
+    """A table folder that cannot be written (here a file in its place): the rows stay in
+    memory, one WATCHER_OFF says the Recorder is not writing, and once the folder can be
+    written again every row lands, the WATCHER_OFF with them."""
+    rec = RecorderCore(str(tmp_path), "run-w")
+    (tmp_path / "metrics").write_text("in the way")
+    rec.add_metrics({"iteration": 1, "x": 1.0})
+    rec.add_events([Event(C.WORKER_DIED, "worker 1 died", {}, worker_index=1).to_dict()])
+    rec.flush()
+    st = rec.status()
+    assert st["write_failures"] == 1 and st["watchers_off"] and "run directory" in st["watchers_off"][0]
+    assert rec.lines_since(0)[0][-1].count("| FLOW1 | WARN | WATCHER_OFF recorder is off") == 1
+    (tmp_path / "metrics").unlink()
+    rec.add_metrics({"iteration": 2, "x": 2.0})
+    rec.flush()
+    assert rec.status()["write_failures"] == 1
+    from flow1_ray import load_metrics
+
+    assert load_metrics(tmp_path).column("iteration").to_pylist() == [1, 2]
+    codes = [e["code"] for e in load_events(tmp_path).to_pylist()]
+    assert codes.count(C.WATCHER_OFF) == 1 and codes.count(C.WORKER_DIED) == 1
