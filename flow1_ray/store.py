@@ -643,3 +643,43 @@ def _open(run_dir: "str | os.PathLike | Location", name: str, png: bool, head: i
     if png and not data.startswith(PNG_MAGIC):
         return None, f"{shown}: not a PNG image"
     return data, None
+
+
+def heatmap_names(d: Location, seen: "set[str] | frozenset[str]" = frozenset()) -> tuple[list[str], list[str]]:
+    """``heatmaps/iter_*.png`` (those in ``seen`` left out) that a reader may show -- inside
+    the run directory, files, PNGs -- and the others named."""
+    try:
+        names = sorted(n for n in (d / HEATMAPS_DIR).listdir() if n.startswith("iter_") and n.endswith(".png")
+                       and f"{HEATMAPS_DIR}/{n}" not in seen)
+    except Flow1InputError as e:
+        return [], [f"{HEATMAPS_DIR}: {e}"]
+    shown, skipped = [], []
+    for n in names:
+        why = check_file(d, f"{HEATMAPS_DIR}/{n}", png=True)
+        if why:
+            skipped.append(why if why.startswith(HEATMAPS_DIR) else f"{HEATMAPS_DIR}/{why}")
+        else:
+            shown.append(f"{HEATMAPS_DIR}/{n}")
+    return shown, skipped
+
+
+def snapshot_names(d: Location) -> tuple[list[str], list[str]]:
+    """The learner snapshots (folders under ``snapshots/``), links out of the run
+    directory named instead."""
+    folder, why = d.inside(SNAPSHOTS_DIR)
+    if folder is None:
+        return [], [str(why)]
+    try:
+        entries = sorted(folder.entries())
+    except Flow1InputError as e:
+        return [], [f"{SNAPSHOTS_DIR}: {e}"]
+    shown, skipped = [], []
+    for name, _is_file, is_link in entries:
+        if name.startswith("."):
+            continue
+        inside, why = d.inside(f"{SNAPSHOTS_DIR}/{name}") if is_link else (folder / name, None)
+        if inside is None:
+            skipped.append(str(why))
+        else:
+            shown.append(f"{SNAPSHOTS_DIR}/{one_line(name)}")
+    return shown, skipped

@@ -20,9 +20,9 @@ from .. import codes as C
 from ..errors import Flow1InputError
 from ..events import Event, events_from_table, one_line
 from ..runrecord import RUN_JSON, completeness
-from ..store import (EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, PART_COLUMN, SNAPSHOTS_DIR,
-                     Location, check_file, list_parts, name_bad_rows, read_parts)
-from .model import Report, no_verdict
+from ..store import (CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, PART_COLUMN,
+                     SNAPSHOTS_DIR, Location, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names)
+from .model import Report, events_problem, no_verdict
 from .views import TIMELINE
 
 #: findings kept in memory per run (WARN, FAIL and advisories; the counts stay exact beyond)
@@ -53,6 +53,8 @@ def find_runs(path: "str | os.PathLike | Location") -> list[Location]:
     d = Location(path)
     if not d.is_dir():
         raise Flow1InputError(f"run directory not found: {d}")
+    if d.local and not os.access(d.path, os.R_OK | os.X_OK):
+        raise Flow1InputError(f"run directory not readable: {d} (permission denied)")
     if is_run_dir(d):
         return [d]
     runs = [d / n for n in sorted(d.listdir(), reverse=True) if not n.startswith(".") and _is_run(d / n)]
@@ -74,8 +76,8 @@ class RunFollower:
 
     def __init__(self, run_dir: "str | os.PathLike | Location") -> None:
         self.dir = Location(run_dir)
-        self._seen: dict[str, set[str]] = {EVENTS_DIR: set(), METRICS_DIR: set(), LEARNER_DIR: set(),
-                                           HEATMAPS_DIR: set()}
+        self._seen: dict[str, set[str]] = {EVENTS_DIR: set(), METRICS_DIR: set(), CLUSTERS_DIR: set(),
+                                           LEARNER_DIR: set(), HEATMAPS_DIR: set()}
         self._lock = threading.Lock()
         self._polled_at = 0.0
         self.stamps: dict[str, int] = {}          # per source (events, metrics, ...): its changes so far
@@ -93,7 +95,7 @@ class RunFollower:
         self.skipped: list[str] = []              # what could not be read, each named once
         self._skipped_set: set[str] = set()
         self.events_read = 0                      # rows that became Events
-        self.events_problem: str | None = None    # why events/ cannot be read at all, if so
+        self.events_exist = True                  # events/ is there (maybe not readable)
         self.life: dict = completeness(self.dir)
 
     def poll(self) -> bool:
@@ -105,19 +107,26 @@ class RunFollower:
                 return False
             self._polled_at = now
             changed: set[str] = set()
+            # the order flow1 report names what it skips in
             for sub, add in ((EVENTS_DIR, self._add_events), (METRICS_DIR, self._add_metrics),
-                             (LEARNER_DIR, self._add_learner)):
-                if self._poll_table(sub, add):
+                             (CLUSTERS_DIR, None), (HEATMAPS_DIR, None), (LEARNER_DIR, self._add_learner)):
+                if sub == HEATMAPS_DIR:
+                    shown, skipped = heatmap_names(self.dir, self._seen[HEATMAPS_DIR])
+                    self._seen[HEATMAPS_DIR].update(shown)
+                    for what in skipped:
+                        self._skip(what)
+                        self._seen[HEATMAPS_DIR].add(what.split(":", 1)[0])
+                    if shown:
+                        self.heatmaps = sorted(self.heatmaps + [n.split("/", 1)[1] for n in shown])
+                        changed.add(HEATMAPS_DIR)
+                elif self._poll_table(sub, add) and add is not None:
                     changed.add(sub)
-            if self._poll_heatmaps():
-                changed.add(HEATMAPS_DIR)
-            try:
-                snapshots = sorted(n for n in (self.dir / SNAPSHOTS_DIR).listdir() if not n.startswith("."))
-            except Flow1InputError as e:
-                self._skip(f"{SNAPSHOTS_DIR}: {e}")
-                snapshots = self.snapshots
+            snapshots, skipped = snapshot_names(self.dir)
+            for what in skipped:
+                self._skip(what)
+            snapshots = [n.split("/", 1)[1] for n in snapshots]
             if snapshots != self.snapshots:
-                self.snapshots = [one_line(n) for n in snapshots]
+                self.snapshots = snapshots
                 changed.add(SNAPSHOTS_DIR)
             self.life = completeness(self.dir)
             for sub in changed:
@@ -135,24 +144,24 @@ class RunFollower:
             self.skipped.append(what[:400])
         return True
 
-    def _poll_table(self, sub: str, add: "Callable[[pa.Table, str], None]") -> bool:
-        """The new parts of one folder, read at once (the bad ones named and marked seen)."""
-        folder = self.dir / sub
+    def _poll_table(self, sub: str, add: "Callable[[pa.Table, str], None] | None") -> bool:
+        """The new parts of one folder, read at once (the bad ones named and marked seen);
+        ``add`` None: read only to name what cannot be read (the panel shows no cluster rows,
+        flow1 report names their damaged parts)."""
+        folder, why = self.dir.inside(sub)
+        if folder is None:
+            return self._skip(str(why))
         try:
+            there = folder.exists()
             if sub == EVENTS_DIR:
-                there = folder.exists()
-                if not there or not folder.is_dir():
-                    self.events_problem = f"{EVENTS_DIR}/ missing" if not there else f"{EVENTS_DIR} is not a directory"
-                    if there:
-                        self._skip(f"{EVENTS_DIR}: not a directory")
-                    return False
+                self.events_exist = there
+            if not there:
+                return False
+            if not folder.is_dir():
+                return self._skip(f"{sub}: not a directory")
             parts, skipped = list_parts(folder, sub, self._seen[sub])
         except Flow1InputError as e:
-            if sub == EVENTS_DIR:
-                self.events_problem = str(e)
             return self._skip(f"{sub}: {e}")
-        if sub == EVENTS_DIR:
-            self.events_problem = None
         new = [why for why in skipped.values() if self._skip(why)]
         self._seen[sub].update(skipped)
         if not parts:
@@ -161,26 +170,9 @@ class RunFollower:
         self._seen[sub].update(p.name for p in parts)   # read or not: never read again
         for s in loaded.skipped:
             self._skip(s)
-        if loaded.table.num_rows:
+        if loaded.table.num_rows and add is not None:
             add(loaded.table, sub)
         return True
-
-    def _poll_heatmaps(self) -> bool:
-        try:
-            names = sorted(n for n in (self.dir / HEATMAPS_DIR).listdir() if n.startswith("iter_")
-                           and n.endswith(".png") and n not in self._seen[HEATMAPS_DIR])
-        except Flow1InputError as e:
-            return self._skip(f"{HEATMAPS_DIR}: {e}")
-        found = False
-        for n in names:
-            self._seen[HEATMAPS_DIR].add(n)
-            why = check_file(self.dir, f"{HEATMAPS_DIR}/{n}", png=True)
-            if why:
-                self._skip(why if why.startswith(HEATMAPS_DIR) else f"{HEATMAPS_DIR}/{why}")
-            else:
-                self.heatmaps = sorted(self.heatmaps + [n])
-                found = True
-        return found
 
     def _add_events(self, table: pa.Table, sub: str) -> None:
         parts = table.column(PART_COLUMN).to_pylist()
@@ -234,10 +226,9 @@ class RunFollower:
         """What the run directory says so far, as the :class:`Report` whose verdict and gaps
         ``flow1 report`` would give (its events: the findings and the gap events kept)."""
         with self._lock:
-            readable = self.events_problem is None and (self.events_read > 0 or not any(
-                s.startswith(EVENTS_DIR) for s in self.skipped))
-            problem = None if readable else self.events_problem or \
-                f"{sum(s.startswith(EVENTS_DIR) for s in self.skipped)} item(s) of {EVENTS_DIR}/ skipped"
+            bad = sum(s.startswith(EVENTS_DIR) for s in self.skipped)
+            readable = self.events_exist and (self.events_read > 0 or not bad)
+            problem = None if readable else events_problem(self.events_exist, bad)
             life = dict(self.life)
             life["problems"] = list(life.get("problems") or [])
             return Report(target=one_line(self.dir.name), events=list(self.findings) + list(self.gap_events),

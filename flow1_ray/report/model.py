@@ -61,6 +61,13 @@ def no_verdict(completeness: dict[str, Any], events_problem: str | None) -> str 
     return "; ".join(reasons) or None
 
 
+def events_problem(exists: bool, skipped: int) -> str:
+    """Why a run directory has no readable events, for :func:`no_verdict`."""
+    if not exists:
+        return "events/ missing"
+    return f"{skipped} item(s) of events/ skipped" if skipped else "events/ unreadable"
+
+
 def verdict_of(status: str, not_judged: str | None, gaps: list[str]) -> str:
     """The one verdict every rendering shows: ``NOT JUDGED``, ``FAIL``, ``WARN``, ``PASS``,
     or ``PASS, but <gaps, in short>``: a PASS flow1 did not see whole is never a plain PASS."""

@@ -15,10 +15,10 @@ from typing import Any
 from ..errors import Flow1InputError
 from ..events import Event, events_from_table, one_line
 from ..runrecord import RUN_JSON, completeness
-from ..store import (CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, PART_COLUMN,
-                     SNAPSHOTS_DIR, Location, check_file, name_bad_rows, read_table)
+from ..store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, PART_COLUMN,
+                     Location, heatmap_names, name_bad_rows, read_table, snapshot_names)
 from .follow import is_run_dir
-from .model import Report, no_verdict
+from .model import Report, events_problem, no_verdict
 
 def open_run_dir(run_dir: "str | os.PathLike | Location") -> Location:
     """The run directory, or one Flow1InputError: not there, not readable at all (no
@@ -42,7 +42,7 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
     skipped: list[str] = list(life["problems"])
     events, events_skipped, readable = read_events(d)
     skipped += events_skipped
-    not_judged = no_verdict(life, None if readable else events_problem(d, events_skipped))
+    not_judged = no_verdict(life, None if readable else events_problem(_exists(d / EVENTS_DIR), len(events_skipped)))
     summary: dict = {"run_dir": str(d)}
     metrics = read_table(d, METRICS_DIR)
     skipped += metrics.skipped
@@ -64,16 +64,6 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
         summary["learner"] = learner
     return Report(target=one_line(d.name), events=events, summary=summary, skipped=skipped, not_judged=not_judged,
                   completeness=life)
-
-
-def events_problem(d: Location, skipped: list[str]) -> str:
-    """Why a run directory has no readable events (for NOT JUDGED)."""
-    try:
-        if not (d / EVENTS_DIR).exists():
-            return f"{EVENTS_DIR}/ missing"
-    except Flow1InputError as e:
-        return str(e)
-    return f"{len(skipped)} item(s) of {EVENTS_DIR}/ skipped" if skipped else f"{EVENTS_DIR}/ unreadable"
 
 
 def read_events(d: Location) -> tuple[list[Event], list[str], bool]:
@@ -100,6 +90,13 @@ def read_events(d: Location) -> tuple[list[Event], list[str], bool]:
     return events, skipped, bool(events) or not skipped
 
 
+def _exists(f: Location) -> bool:
+    try:
+        return f.exists()
+    except Flow1InputError:
+        return True   # there, but it cannot be looked at: named among the skipped items
+
+
 def _number(v: Any) -> int | float | None:
     """A number of a metrics row, or None (a foreign part may hold anything)."""
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -123,42 +120,6 @@ def _last_snapshot(rows: list[dict]) -> dict:
         verdicts[v] = verdicts.get(v, 0) + 1
     return {"snapshots": len({key(r) for r in rows}), "last_iteration": _int(mine[0].get("iteration")),
             "clusters": len(mine), "states": sum(_int(r.get("size")) or 0 for r in mine), "verdicts": verdicts}
-
-
-def heatmap_names(d: Location) -> tuple[list[str], list[str]]:
-    """``heatmaps/iter_*.png`` that a reader may show (inside the run directory, files,
-    PNGs), and the others named."""
-    try:
-        names = sorted(n for n in (d / HEATMAPS_DIR).listdir() if n.startswith("iter_") and n.endswith(".png"))
-    except Flow1InputError as e:
-        return [], [f"{HEATMAPS_DIR}: {e}"]
-    shown, skipped = [], []
-    for n in names:
-        why = check_file(d, f"{HEATMAPS_DIR}/{n}", png=True)
-        if why:
-            skipped.append(why if why.startswith(HEATMAPS_DIR) else f"{HEATMAPS_DIR}/{why}")
-        else:
-            shown.append(f"{HEATMAPS_DIR}/{n}")
-    return shown, skipped
-
-
-def snapshot_names(d: Location) -> tuple[list[str], list[str]]:
-    """The learner snapshots (folders under ``snapshots/``), links out of the run
-    directory named instead."""
-    try:
-        entries = sorted((d / SNAPSHOTS_DIR).entries())
-    except Flow1InputError as e:
-        return [], [f"{SNAPSHOTS_DIR}: {e}"]
-    shown, skipped = [], []
-    for name, _is_file, is_link in entries:
-        if name.startswith("."):
-            continue
-        inside, why = (d / SNAPSHOTS_DIR).inside(name) if is_link else (d / SNAPSHOTS_DIR / name, None)
-        if inside is None:
-            skipped.append(f"{SNAPSHOTS_DIR}/{why}")
-        else:
-            shown.append(f"{SNAPSHOTS_DIR}/{one_line(name)}")
-    return shown, skipped
 
 
 def _state_actions(d: Location) -> tuple[dict, list[str]]:
