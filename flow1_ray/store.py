@@ -129,6 +129,13 @@ class Location:
         except OSError as e:
             raise Flow1InputError(f"cannot reach {self}: {_first_line(e)}") from None
 
+    def file_type(self) -> str:
+        """``"file"``, ``"dir"`` or ``"missing"``, in one look (Flow1InputError as _type)."""
+        import pyarrow.fs as pafs
+
+        t = self._type()
+        return "dir" if t == pafs.FileType.Directory else "missing" if t == pafs.FileType.NotFound else "file"
+
     def exists(self) -> bool:
         import pyarrow.fs as pafs
 

@@ -53,8 +53,7 @@ def test_the_follower_reads_only_new_parts_and_finds_runs(tmp_path):
     assert f.stamps == {"events": 2, "metrics": 1} and len(f.timeline) == 2
     assert f.report().verdict == C.FAIL and f.report().gaps()[0].startswith("still running (iteration 3")
     rec.close()
-    f._polled_at = 0.0   # the next poll now, not after the throttle
-    f.poll()
+    f.poll(force=True)   # now, not after the throttle
     assert f.report().gaps() == [] and f.report().completeness["state"] == "stopped"
     RecorderCore(str(tmp_path / "runs" / "20260102-000000-bbbbbb"), "run-2")   # a run that just started
     assert [r.name for r in find_runs(tmp_path / "runs")] == ["20260102-000000-bbbbbb", "20260101-000000-aaaaaa"]

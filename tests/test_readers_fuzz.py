@@ -386,8 +386,7 @@ def test_the_follower_marks_a_bad_part_seen_and_never_reads_it_again(run_copy):
     f.poll()
     assert [s for s in f.skipped if LAST in s] and f.report().verdict.startswith("PASS, but ")
     _events_part(run_copy, [_row(code=C.WORKER_DIED, module=C.WORKER, status=C.FAIL, message="late")])
-    f._polled_at = 0.0   # the next poll now, not after the throttle
-    f.poll()
+    f.poll(force=True)   # now, not after the throttle
     assert f.counts[C.FAIL] == 0 and len([s for s in f.skipped if LAST in s]) == 1, "read once, named once"
 
 

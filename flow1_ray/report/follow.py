@@ -29,6 +29,9 @@ from .views import TIMELINE
 MAX_FINDINGS = 5000
 #: a poll closer than this to the previous one returns what is already read
 MIN_POLL_INTERVAL_S = 0.3
+#: the run's records (run.json, heartbeat.json, stop.json) are read again at most this often
+#: (the Recorder rewrites the heartbeat every flush, 2 s by default)
+LIFE_EVERY_S = 2.0
 
 
 def is_run_dir(d: Location) -> bool:
@@ -97,13 +100,15 @@ class RunFollower:
         self.events_read = 0                      # rows that became Events
         self.events_exist = True                  # events/ is there (maybe not readable)
         self.life: dict = completeness(self.dir)
+        self._life_at = time.monotonic()
 
-    def poll(self) -> bool:
+    def poll(self, force: bool = False) -> bool:
         """Read the parts that landed since the last poll; True when something was new.
-        Never raises for what the run directory holds."""
+        Never raises for what the run directory holds. ``force``: now, past the throttles
+        (:data:`MIN_POLL_INTERVAL_S`, :data:`LIFE_EVERY_S`), for a caller with its own pace."""
         with self._lock:
             now = time.monotonic()
-            if now - self._polled_at < MIN_POLL_INTERVAL_S:
+            if now - self._polled_at < MIN_POLL_INTERVAL_S and not force:
                 return False
             self._polled_at = now
             changed: set[str] = set()
@@ -128,7 +133,9 @@ class RunFollower:
             if snapshots != self.snapshots:
                 self.snapshots = snapshots
                 changed.add(SNAPSHOTS_DIR)
-            self.life = completeness(self.dir)
+            if now - self._life_at >= LIFE_EVERY_S or force:   # three small files: not at every poll
+                self.life = completeness(self.dir)
+                self._life_at = now
             for sub in changed:
                 self.stamps[sub] = self.stamps.get(sub, 0) + 1
             if changed:
@@ -152,12 +159,12 @@ class RunFollower:
         if folder is None:
             return self._skip(str(why))
         try:
-            there = folder.exists()
+            kind = folder.file_type()   # one look (one request on an object store)
             if sub == EVENTS_DIR:
-                self.events_exist = there
-            if not there:
+                self.events_exist = kind != "missing"
+            if kind == "missing":
                 return False
-            if not folder.is_dir():
+            if kind != "dir":
                 return self._skip(f"{sub}: not a directory")
             parts, skipped = list_parts(folder, sub, self._seen[sub])
         except Flow1InputError as e:
