@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -251,7 +250,8 @@ def test_every_reader_on_a_damaged_run(m: Mutation, run_copy, capsys):
     if m.events == "none":
         assert verdict == NOT_JUDGED and "no readable events" in data["not_judged"]
     elif m.events == "some":
-        assert verdict != C.PASS and verdict.startswith("PASS, but ") and any(g.startswith("skipped: events") for g in gaps)
+        assert verdict != C.PASS and verdict.startswith("PASS, but ")
+        assert any(g.startswith("skipped: events") for g in gaps)
     if m.code == 2 and m.events == "ok":   # no start record
         assert verdict == NOT_JUDGED and "no start record" in data["not_judged"]
     where = " ".join(gaps + [data["not_judged"] or ""])
@@ -392,7 +392,7 @@ def test_the_follower_marks_a_bad_part_seen_and_never_reads_it_again(run_copy):
 
 def test_load_events_raises_one_line_and_read_table_names_what_it_skipped(run_copy):
     from flow1_ray import Flow1InputError, load_events
-    from flow1_ray.store import read_table
+    from flow1_ray.reading import read_table
 
     good = load_events(run_copy).num_rows
     (run_copy / "events" / LAST).write_bytes(b"")
@@ -454,7 +454,7 @@ def test_an_object_store_that_does_not_answer(cli_env, capsys):
         r = subprocess.run([sys.executable, "-m", "flow1_ray", *args], capture_output=True, text=True, env=env,
                            timeout=60)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert r.stderr.startswith("flow1: error: cannot reach s3://flow1-runs/team/run1") and "Traceback" not in r.stderr
+        assert r.stderr.startswith("flow1: error: cannot reach s3://flow1-runs/team/run1"), r.stderr
 
 
 def test_diagnose_imports_nothing_the_file_names_and_judges_no_all_nan_file(tmp_path, cli_env):

@@ -85,7 +85,8 @@ def test_the_page_says_what_flow1_did_not_see(tmp_path):
     report = load_run_report(clean)
     assert report.verdict == NOT_JUDGED and report.exit_code() == 2
     page = render_html(report, clean)
-    assert 'class="verdict NOT_JUDGED" id="verdict">NOT JUDGED<' in page and "no start record (run.json missing)" in page
+    assert 'class="verdict NOT_JUDGED" id="verdict">NOT JUDGED<' in page
+    assert "no start record (run.json missing)" in page
 
 
 def test_flow1_report_writes_each_format_and_gates_on_its_fail_on(tmp_path, cli_env):

@@ -20,8 +20,8 @@ from .. import codes as C
 from ..errors import Flow1InputError
 from ..events import Event, events_from_table, one_line
 from ..runrecord import RUN_JSON, completeness
-from ..store import (CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, PART_COLUMN,
-                     SNAPSHOTS_DIR, Location, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names)
+from ..reading import PART_COLUMN, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names
+from ..store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, SNAPSHOTS_DIR, Location
 from .model import Report, events_problem, no_verdict
 from .views import TIMELINE
 

@@ -18,7 +18,8 @@ from typing import Any
 import logging
 
 from ..events import one_line
-from ..store import LEARNER_DIR, METRICS_DIR, Location, read_file, read_table
+from ..reading import read_file, read_table
+from ..store import LEARNER_DIR, METRICS_DIR, Location
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, findings_by_module, timeline_marks
 

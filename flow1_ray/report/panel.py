@@ -34,7 +34,8 @@ from typing import Any, Callable
 from .. import codes as C
 from ..errors import Flow1InputError
 from ..events import one_line
-from ..store import EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location, read_file
+from ..reading import read_file
+from ..store import EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
 from .follow import RunFollower, find_runs, is_run_dir
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, current_findings, hypotheses, risk, timeline_marks
@@ -398,7 +399,8 @@ def make_app(path: "str | os.PathLike | Location") -> Any:
 
     app.layout = layout
     list_runs, refresh = panel_callbacks(runs)
-    app.callback(Output("run-picker", "options"), Input("tick", "n_intervals"), State("run-picker", "options"))(list_runs)
+    app.callback(Output("run-picker", "options"), Input("tick", "n_intervals"),
+                 State("run-picker", "options"))(list_runs)
     app.callback(
         Output("run-name", "children"), Output("verdict", "children"), Output("verdict", "className"),
         Output("updated", "children"), Output("result-numbers", "children"), Output("return-graph", "figure"),

@@ -15,8 +15,8 @@ from typing import Any
 from ..errors import Flow1InputError
 from ..events import Event, events_from_table, one_line
 from ..runrecord import RUN_JSON, completeness
-from ..store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, PART_COLUMN,
-                     Location, heatmap_names, name_bad_rows, read_table, snapshot_names)
+from ..reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
+from ..store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
 from .follow import is_run_dir
 from .model import Report, events_problem, no_verdict
 
