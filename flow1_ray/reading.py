@@ -11,6 +11,7 @@ object store that does not answer) stay one-line errors (:class:`~.errors.Flow1I
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -34,6 +35,10 @@ REQUIRED: dict[str, dict[str, Any]] = {
 }
 #: the column a reader may ask for: which part each row came from (its file name)
 PART_COLUMN = "__part"
+# PART_ERRORS: where a part is opened, every exception is caught and the part named. A
+# foreign file can make Arrow's Parquet reader raise OSError, ArrowInvalid, ArrowKeyError,
+# IsADirectoryError, UnicodeDecodeError, MemoryError on a forged length...: what a part
+# holds is input, and no exception type of it may reach a reader's user.
 
 
 class Loaded(NamedTuple):
@@ -142,7 +147,7 @@ def read_parts(parts: list[Location], kind: str, part_column: bool = False) -> L
                 sc = pq.read_schema(p.path, filesystem=fs)
                 _conform(sc.empty_table(), kind, None)
                 schemas.append((p, sc))
-            except (OSError, pa.ArrowException, ValueError) as e:
+            except Exception as e:   # PART_ERRORS
                 skipped.append(f"{_label(kind, p)}: {_why(e)}")
         if not schemas:
             return Loaded(pa.schema([]).empty_table(), skipped)
@@ -159,7 +164,7 @@ def read_parts(parts: list[Location], kind: str, part_column: bool = False) -> L
             table = dataset.to_table()
         _conform(table, kind, None)
         return Loaded(table, skipped)
-    except (OSError, pa.ArrowException, ValueError):
+    except Exception:   # PART_ERRORS
         pass   # one part at a time below, to name the bad ones
     tables = []
     for p in parts:
@@ -168,7 +173,7 @@ def read_parts(parts: list[Location], kind: str, part_column: bool = False) -> L
             if part_column:
                 t = t.append_column(PART_COLUMN, pa.array([p.name] * t.num_rows, pa.string()))
             tables.append(t)
-        except (OSError, pa.ArrowException, ValueError, Flow1InputError) as e:
+        except Exception as e:   # PART_ERRORS
             skipped.append(f"{_label(kind, p)}: {_why(e)}")
     if not tables:
         return Loaded(((schema if kind == EVENTS_DIR else None) or pa.schema([])).empty_table(), skipped)
@@ -202,7 +207,7 @@ def name_bad_rows(folder: Location, parts: list[str], bad: dict[int, str]) -> li
         label = f"{EVENTS_DIR}/{one_line(part)}"
         try:
             names = pq.read_schema((folder / part).path, filesystem=None if folder.local else folder.fs).names
-        except (OSError, pa.ArrowException, Flow1InputError):
+        except Exception:   # PART_ERRORS: then its rows are named one by one
             names = None
         missing = [c for c in REQUIRED_COLUMNS if names is not None and c not in names]
         if missing:
@@ -214,6 +219,10 @@ def name_bad_rows(folder: Location, parts: list[str], bad: dict[int, str]) -> li
     return out
 
 
+#: Arrow's prefix to a Parquet file it cannot open (it repeats the part's whole path)
+_ARROW_OPEN = re.compile(r"^Could not open Parquet input source '.*?': ")
+
+
 def _why(e: BaseException) -> str:
     if isinstance(e, IsADirectoryError):
         return "a directory, not a file"
@@ -221,7 +230,9 @@ def _why(e: BaseException) -> str:
         return "not readable (permission denied)"
     if isinstance(e, Flow1InputError):
         return str(e)
-    return error_line(e)
+    if isinstance(e, (OSError, pa.ArrowException, ValueError)):
+        return _ARROW_OPEN.sub("", error_line(e))
+    return f"{type(e).__name__}: {error_line(e)}"
 
 
 def read_table(path: "str | os.PathLike | Location", kind: str, part_column: bool = False) -> Loaded:

@@ -39,12 +39,18 @@ def hub_line(e: Event) -> str:
 def life_gaps(completeness: dict[str, Any] | None) -> list[str]:
     """The run's life as gaps: a run that ended without a clean stop, or is still running."""
     c = completeness or {}
-    it, at = c.get("last_iteration"), c.get("last_data_at") or "unknown"
+    at = c.get("last_data_at") or "unknown"
     if c.get("state") == "ended":
-        return [f"ended without a clean stop after iteration {it}, last data at {at}"]
+        return [f"ended without a clean stop{_after(c.get('last_iteration'))}, last data at {at}"]
     if c.get("state") == "running":
-        return [f"still running (iteration {it}, last data at {at}): the verdict may change"]
+        it = c.get("last_iteration")
+        return [f"still running ({'iteration ' + str(it) + ', ' if it is not None else ''}last data at {at}): "
+                f"the verdict may change"]
     return []
+
+
+def _after(iteration: Any) -> str:
+    return f" after iteration {iteration}" if iteration is not None else " (no iteration written)"
 
 
 def no_verdict(completeness: dict[str, Any], events_problem: str | None) -> str | None:
@@ -94,8 +100,8 @@ def life_line(completeness: dict[str, Any] | None) -> str | None:
     head = f"started {start}" if start else "no start record (run.json)"
     stop = c.get("stop") or {}
     if c.get("state") == "stopped":
-        return f"{head}; stopped cleanly after iteration {stop.get('iteration')} ({stop.get('how')}) at " \
-               f"{stop.get('stopped_at')}"
+        after = f" after iteration {stop['iteration']}" if stop.get("iteration") is not None else ""
+        return f"{head}; stopped cleanly{after} ({stop.get('how')}) at {stop.get('stopped_at')}"
     more = life_gaps(c)
     return f"{head}; " + (more[0] if more else f"last data at {c.get('last_data_at') or 'unknown'}")
 
@@ -161,7 +167,7 @@ class Report:
         the worst status; a PASS with gaps is never a plain PASS: ``PASS, but not watched:
         ...`` (:func:`verdict_of`). Every rendering shows this string and :meth:`gaps`."""
         c = self.completeness or {}
-        life = {"ended": f"ended without a clean stop after iteration {c.get('last_iteration')}",
+        life = {"ended": f"ended without a clean stop{_after(c.get('last_iteration'))}",
                 "running": "still running"}.get(c.get("state"))
         hubs = sum(e.code == C.HUB_RESTARTED for e in self.events)
         short = ([f"not watched: {b}" for b in self.blind] + ([life] if life else [])

@@ -110,8 +110,10 @@ class Runs:
 # -- figures ---------------------------------------------------------------------------------
 def esc(text: object) -> str:
     """A run string for Plotly: HTML-escaped (Plotly renders ``<a href>``, ``<b>``,
-    ``<br>`` in legends, titles and hover text) and on one line."""
-    return _html.escape(one_line(text), quote=True)
+    ``<br>`` in legends, titles and hover text) and on one line. Quotes stay: with ``<``
+    escaped no tag can open, and Plotly decodes ``&lt;`` ``&gt;`` ``&amp;`` but shows
+    ``&quot;`` as it is."""
+    return _html.escape(one_line(text), quote=False)
 
 
 def _iterations_axis(fig: Any, iterations: list) -> None:
