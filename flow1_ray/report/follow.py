@@ -22,7 +22,7 @@ from ..events import Event, events_from_table, one_line
 from ..runrecord import RUN_JSON, completeness
 from ..reading import PART_COLUMN, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names
 from ..store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, SNAPSHOTS_DIR, Location
-from .model import Report, events_problem, no_verdict
+from .model import GAP_CODES, Report, events_problem, no_verdict
 from .views import TIMELINE
 
 #: findings kept in memory per run (WARN, FAIL and advisories; the counts stay exact beyond)
@@ -112,20 +112,15 @@ class RunFollower:
                 return False
             self._polled_at = now
             changed: set[str] = set()
-            # the order flow1 report names what it skips in
-            for sub, add in ((EVENTS_DIR, self._add_events), (METRICS_DIR, self._add_metrics),
-                             (CLUSTERS_DIR, None), (HEATMAPS_DIR, None), (LEARNER_DIR, self._add_learner)):
-                if sub == HEATMAPS_DIR:
-                    shown, skipped = heatmap_names(self.dir, self._seen[HEATMAPS_DIR])
-                    self._seen[HEATMAPS_DIR].update(shown)
-                    for what in skipped:
-                        self._skip(what)
-                        self._seen[HEATMAPS_DIR].add(what.split(":", 1)[0])
-                    if shown:
-                        self.heatmaps = sorted(self.heatmaps + [n.split("/", 1)[1] for n in shown])
-                        changed.add(HEATMAPS_DIR)
-                elif self._poll_table(sub, add) and add is not None:
+            # in the order flow1 report names what it skips
+            for sub, add in ((EVENTS_DIR, self._add_events), (METRICS_DIR, self._add_metrics)):
+                if self._poll_table(sub, add):
                     changed.add(sub)
+            self._poll_table(CLUSTERS_DIR, None)
+            if self._poll_heatmaps():
+                changed.add(HEATMAPS_DIR)
+            if self._poll_table(LEARNER_DIR, self._add_learner):
+                changed.add(LEARNER_DIR)
             snapshots, skipped = snapshot_names(self.dir)
             for what in skipped:
                 self._skip(what)
@@ -181,6 +176,17 @@ class RunFollower:
             add(loaded.table, sub)
         return True
 
+    def _poll_heatmaps(self) -> bool:
+        """New heatmaps that may be shown (True when there is one); the others named once."""
+        shown, skipped = heatmap_names(self.dir, self._seen[HEATMAPS_DIR])
+        self._seen[HEATMAPS_DIR].update(shown)
+        for what in skipped:
+            self._skip(what)
+            self._seen[HEATMAPS_DIR].add(what.split(":", 1)[0])   # "heatmaps/<name>: why"
+        if shown:
+            self.heatmaps = sorted(self.heatmaps + [n.split("/", 1)[1] for n in shown])
+        return bool(shown)
+
     def _add_events(self, table: pa.Table, sub: str) -> None:
         parts = table.column(PART_COLUMN).to_pylist()
         events, bad = events_from_table(table.drop_columns([PART_COLUMN]))
@@ -189,10 +195,10 @@ class RunFollower:
         self.events_read += len(events)
         for e in events:
             self.first_ts = e.ts if self.first_ts is None else min(self.first_ts, e.ts)
-            if e.code in (C.WATCHER_OFF, C.HUB_RESTARTED) and e.status != C.FAIL:
+            if (e.code in GAP_CODES or e.code == C.HUB_RESTARTED) and e.status != C.FAIL:
                 if len(self.gap_events) < MAX_FINDINGS:   # what flow1 did not see: shown with the verdict
                     self.gap_events.append(e)
-                if e.code == C.WATCHER_OFF:
+                if e.code in GAP_CODES:   # a gap, not a finding (as in Report.status)
                     continue
             self.counts[e.status] += 1
             if e.status != C.PASS:

@@ -9,15 +9,14 @@ from typing import Any
 
 from .. import codes as C
 from ..events import Event, jsonable, one_line
-from ..store import REPORT_JSON, REPORT_MD, Location, write_events
+from ..runrecord import RUN_JSON
+from ..store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
 NOT_JUDGED = "NOT JUDGED"
 #: events that say what flow1 did not see rather than what the run did: gaps, not findings
 #: (below FAIL they change no status; a run with one is "PASS, but not watched: ...")
 GAP_CODES = (C.WATCHER_OFF,)
-#: the folder name a skipped item of the events table starts with (store.Loaded.skipped)
-EVENTS_PREFIX = "events"
 
 
 def blind_line(e: Event) -> str:
@@ -56,8 +55,6 @@ def _after(iteration: Any) -> str:
 def no_verdict(completeness: dict[str, Any], events_problem: str | None) -> str | None:
     """Why there is no verdict to give, or None: no start record (the directory may be
     anything), no readable events (nothing to judge)."""
-    from ..runrecord import RUN_JSON
-
     reasons = []
     if not completeness.get("started"):
         bad = any(str(p).startswith(RUN_JSON) for p in completeness.get("problems") or [])
@@ -70,8 +67,8 @@ def no_verdict(completeness: dict[str, Any], events_problem: str | None) -> str 
 def events_problem(exists: bool, skipped: int) -> str:
     """Why a run directory has no readable events, for :func:`no_verdict`."""
     if not exists:
-        return "events/ missing"
-    return f"{skipped} item(s) of events/ skipped" if skipped else "events/ unreadable"
+        return f"{EVENTS_DIR}/ missing"
+    return f"{skipped} item(s) of {EVENTS_DIR}/ skipped" if skipped else f"{EVENTS_DIR}/ unreadable"
 
 
 def verdict_of(status: str, not_judged: str | None, gaps: list[str]) -> str:
@@ -97,7 +94,7 @@ def life_line(completeness: dict[str, Any] | None) -> str | None:
         return None
     c = completeness
     start = (c.get("start") or {}).get("started_at")
-    head = f"started {start}" if start else "no start record (run.json)"
+    head = f"started {start}" if start else f"no start record ({RUN_JSON})"
     stop = c.get("stop") or {}
     if c.get("state") == "stopped":
         after = f" after iteration {stop['iteration']}" if stop.get("iteration") is not None else ""
@@ -150,7 +147,7 @@ class Report:
     @property
     def partial(self) -> bool:
         """Some of the events could not be read: a FAIL may be among them."""
-        return any(s.startswith(EVENTS_PREFIX) for s in self.skipped)
+        return any(s.startswith(EVENTS_DIR) for s in self.skipped)
 
     def gaps(self) -> list[str]:
         """What flow1 did not see whole, besides the events themselves: watchers off, a run
@@ -177,8 +174,9 @@ class Report:
         return verdict_of(self.status, self.not_judged, short)
 
     def codes(self, min_status: str = C.WARN) -> set[str]:
+        """The codes at or above ``min_status`` (WATCHER_OFF aside, as in :attr:`status`)."""
         floor = C.STATUS_RANK[min_status]
-        return {e.code for e in self.events if C.STATUS_RANK[e.status] >= floor}
+        return {e.code for e in self._judged() if C.STATUS_RANK[e.status] >= floor}
 
     def advisories(self) -> list[Event]:
         """The advisory events: PASS, but worth reading (listed in every rendering)."""
