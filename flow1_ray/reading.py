@@ -54,13 +54,18 @@ def _is_null_or(test: Any) -> Any:
     return lambda t: pa.types.is_null(t) or test(t)
 
 
+def _required(schema: pa.Schema, kind: str) -> None:
+    """ValueError unless ``schema`` has the columns :data:`REQUIRED` names, of their types."""
+    for name, test in REQUIRED.get(kind, {}).items():
+        if name not in schema.names:
+            raise ValueError(f"no column {name!r}")
+        if not _is_null_or(test)(schema.field(name).type):
+            raise ValueError(f"column {name!r} is {schema.field(name).type}")
+
+
 def _conform(table: pa.Table, kind: str, schema: pa.Schema | None) -> pa.Table:
     """``table`` as the folder's schema wants it, or ValueError saying why not."""
-    for name, test in REQUIRED.get(kind, {}).items():
-        if name not in table.column_names:
-            raise ValueError(f"no column {name!r}")
-        if not _is_null_or(test)(table.schema.field(name).type):
-            raise ValueError(f"column {name!r} is {table.schema.field(name).type}")
+    _required(table.schema, kind)
     if schema is None:
         return table
     cols = []
@@ -145,7 +150,7 @@ def read_parts(parts: list[Location], kind: str, part_column: bool = False) -> L
         for p in parts:
             try:
                 sc = pq.read_schema(p.path, filesystem=fs)
-                _conform(sc.empty_table(), kind, None)
+                _required(sc, kind)
                 schemas.append((p, sc))
             except Exception as e:   # PART_ERRORS
                 skipped.append(f"{_label(kind, p)}: {_why(e)}")
@@ -155,14 +160,13 @@ def read_parts(parts: list[Location], kind: str, part_column: bool = False) -> L
         skipped += more
     try:
         dataset = ds.dataset([x.path for x in parts], schema=schema, format="parquet", filesystem=fs)
-        if part_column:
-            table = dataset.to_table(columns={**{n: ds.field(n) for n in schema.names},
-                                              PART_COLUMN: ds.field("__filename")})
-            names = pa.array([n.rsplit("/", 1)[-1] for n in table.column(PART_COLUMN).to_pylist()], pa.string())
-            table = table.set_column(table.schema.get_field_index(PART_COLUMN), PART_COLUMN, names)
+        if part_column:   # Arrow's own column of each row's file (a list projection: a dict one refuses it)
+            table = dataset.to_table(columns=[*schema.names, "__filename"])
+            names = pa.array([n.rsplit("/", 1)[-1] for n in table.column("__filename").to_pylist()], pa.string())
+            table = table.set_column(table.num_columns - 1, PART_COLUMN, names)
         else:
             table = dataset.to_table()
-        _conform(table, kind, None)
+        _required(table.schema, kind)
         return Loaded(table, skipped)
     except Exception:   # PART_ERRORS
         pass   # one part at a time below, to name the bad ones

@@ -2,7 +2,7 @@
 
 The interpreter starts as root and drops to ``UID`` (groups cleared) before it reads
 anything of the run: what the test needs is a process the kernel refuses, and an
-interpreter that lives under a 0700 home (pyenv under /root) could not be started as
+interpreter installed under a home directory of mode 0700 could not be started as
 another uid at all. Everything the CLI imports later is imported first, for the same
 reason.
 """
