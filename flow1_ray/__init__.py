@@ -3,8 +3,10 @@
 ``check_env`` judges an env's contracts on every step of a rollout without training;
 ``Flow1Callbacks`` watches a live RLlib run, its EnvRunners and its Learners;
 ``diagnose_curves`` reads a run's learner curves from its result dicts (live or a finished
-run's result.json); ``load_events`` reads a run directory's findings back as an Arrow table. Names are imported on first use, so that a process that
-needs one part (a node probe, ``flow1 report``) does not pay for the others.
+run's result.json); ``load_events`` reads a run directory's findings back as an Arrow table
+(``read_table`` too, naming the parts it could not read instead of raising). Names are
+imported on first use, so that a process that needs one part (a node probe, ``flow1
+report``) does not pay for the others.
 """
 
 from importlib import import_module
@@ -23,6 +25,7 @@ _LAZY = {
     "load_metrics": "store",
     "load_clusters": "store",
     "load_learner": "store",
+    "read_table": "reading",
     "diagnose_curves": "diagnose",
     "analyze_state_actions": "clustering.state_action_map",
     "StateActionMap": "clustering.state_action_map",

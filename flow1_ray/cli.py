@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from typing import Any
+
 from . import codes as C
 from .errors import Flow1InputError
 
@@ -48,8 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("diagnose", help="read a finished run's result.json (Tune/RLlib, no flow1 needed) "
                                         "through the learner-curve rules")
     d.add_argument("path", help="a result.json (one RLlib result per line) or the directory holding it")
-    d.add_argument("--env", help="registered env id whose action space sets the entropy maximum "
-                                 "(default: the run config's env, when it is a registered id)")
+    d.add_argument("--env", help="registered env id whose action space sets the entropy maximum (made, so its "
+                                 "module is imported: never taken from the file read; without it the entropy "
+                                 "ratio is not assessable)")
     d.add_argument("--thresholds", metavar="PATH", help="JSON object overriding default thresholds")
     d.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
     d.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
@@ -60,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write the report in this format (html: one self-contained page)")
     r.add_argument("--out", metavar="FILE", help="where --format writes (default RUN_DIR/report.<format>; '-' stdout)")
     r.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
+    r.add_argument("--allow-blind", action="store_true",
+                   help="exit 0 on a run flow1 did not watch whole (a watcher off, no clean stop, events parts "
+                        "skipped) when nothing reached --fail-on (default: exit 1)")
     s = sub.add_parser("serve", help="a live panel of a run in the browser: result, cause, hypothesis, risk "
                                      "(read-only; follows the run as it is written)")
     s.add_argument("path", help="a run directory, or an output directory whose runs the panel lists "
@@ -87,16 +93,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .report.run import load_run_report
 
     report = load_run_report(args.run_dir)
+    text = None
+    if args.format:   # rendered first: a plot it cannot draw is named in every rendering below
+        from .report.html import render_html
+
+        text = {"md": report.to_markdown, "json": report.to_json,
+                "html": lambda: render_html(report, args.run_dir)}[args.format]()
     human = console(sys.stderr if "-" in (args.json, args.out) else None)
     print_events(human, [e for e in report.events if e.status != C.PASS or e.advisory])
     print_run_report(human, report)
     _write_json(args.json, report.to_json())
-    if args.format:
-        from .report.html import render_html
+    if text is not None:
         from .store import Location
 
-        text = {"md": report.to_markdown, "json": report.to_json,
-                "html": lambda: render_html(report, args.run_dir)}[args.format]()
         out = args.out or str(Location(args.run_dir) / f"report.{args.format}")
         if out == "-":
             sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
@@ -106,30 +115,45 @@ def _cmd_report(args: argparse.Namespace) -> int:
             except OSError as e:
                 raise Flow1InputError(f"cannot write {out}: {e}") from None
             human.print(f"report: {out}")
-    return report.exit_code(args.fail_on)
+    return _judged(report, report.exit_code(args.fail_on, args.allow_blind))
+
+
+def _judged(report: "Any", code: int) -> int:
+    """Exit 2 with the one line that says why there is no verdict."""
+    from .events import one_line
+    from .report.model import NOT_JUDGED
+
+    if code == EXIT_USAGE and report.not_judged:
+        print(f"flow1: error: {NOT_JUDGED}: {one_line(report.not_judged)}", file=sys.stderr)
+    return code
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from .checks.thresholds import Thresholds
-    from .diagnose import action_space_of, diagnose_curves, read_results
+    from .diagnose import action_space_of, diagnose_curves, not_assessable, read_results
     from .report.model import Report
-    from .report.render import console, print_events
+    from .report.render import console, print_events, print_gaps, verdict_text
 
     th = Thresholds.from_file(args.thresholds) if args.thresholds else None
     results, config = read_results(args.path)
-    env = args.env or (config or {}).get("env")
-    space = action_space_of(env, required=bool(args.env)) if isinstance(env, str) and env else None
+    # only the env the user names is made: the file's own config env may name a module to import
+    space = action_space_of(args.env, required=True) if args.env else None
     events = diagnose_curves(results, config=config, action_space=space, thresholds=th)
-    report = Report(target=str(args.path), events=events,
+    missing, judged = not_assessable(results, space)
+    report = Report(target=str(args.path), events=events, not_assessable=missing,
+                    not_judged=None if judged else "no signal the rules read is ever a finite number",
                     summary={"iterations": len(results), "config": "found" if config else "none (advice without "
                              "current values)", "action_space": str(space) if space is not None else "unknown"})
     human = console(sys.stderr if args.json == "-" else None)
     print_events(human, events)
     loud = [e for e in events if e.status != C.PASS]
-    human.print(f"flow1 diagnose: {len(results)} iterations read, {len(loud)} finding(s)"
+    line = verdict_text("flow1 diagnose", report)
+    line.append(f"; {len(results)} iterations read, {len(loud)} finding(s)"
                 f"{'' if config else ' (no config in the results: advice has no current values)'}")
+    human.print(line)
+    print_gaps(human, report)
     _write_json(args.json, report.to_json())
-    return report.exit_code(args.fail_on)
+    return _judged(report, report.exit_code(args.fail_on))
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -214,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return _cmd_serve(args)
     except Flow1InputError as e:
-        print(f"flow1: error: {e}", file=sys.stderr)
+        from .events import one_line
+
+        print(f"flow1: error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("flow1: interrupted", file=sys.stderr)

@@ -8,6 +8,11 @@ without flow1 can be read too. The return is judged once, on the run (REWARD_DRO
 the seed's per-episode EMA (alpha 0.99) for the cross-checks; the rest is per RLModule
 (:mod:`.checks.learner_curves`) and, where flow1 traced the Learner, per layer
 (:mod:`.checks.gradients`). No Ray here.
+
+A result file is data, never code: nothing it names is imported (its config's ``env`` may
+be ``my_pkg.envs:Env`` or a registered id whose entry point imports a package); only an env
+the user names (``--env``) is made, for its action space. A signal the rules need that is
+absent or all NaN is listed as not assessable (:func:`not_assessable`), never silence.
 """
 
 from __future__ import annotations
@@ -191,9 +196,52 @@ def read_results(path: str | Path) -> tuple[list[dict], dict | None]:
     return results, config
 
 
+#: the run-level signal the rules read: label -> path in a result
+RUN_SIGNALS = {"episode return (env_runners/episode_return_mean)": ("env_runners", "episode_return_mean")}
+#: each RLModule's signals: label -> the learner stats names that carry it
+MODULE_SIGNALS = {"entropy": ("entropy",), "KL": ("mean_kl_loss",), "policy loss": ("policy_loss",),
+                  "value loss": ("vf_loss",), "learning rate": ("default_optimizer_learning_rate", "curr_lr")}
+
+
+def not_assessable(results: list[Mapping], action_space: Any = None) -> tuple[list[str], bool]:
+    """What the curve rules cannot judge in these results -- each signal absent or never a
+    finite number, per RLModule, and the entropy maximum without an action space -- and
+    whether anything at all can be judged (False: every signal absent or NaN)."""
+    from .checks.curves import finite
+
+    out: list[str] = []
+    judged = False
+    for label, path in RUN_SIGNALS.items():
+        if any(result_number(r, *path) is not None for r in results):
+            judged = True
+        else:
+            out.append(f"{label}: absent or never a finite number")
+    modules: dict[str, dict[str, bool]] = {}
+    for r in results:
+        for mid, stats in _section(r, "learners").items():
+            if mid == ALL_MODULES or not isinstance(stats, Mapping):
+                continue
+            seen = modules.setdefault(str(mid), {k: False for k in MODULE_SIGNALS})
+            for label, names in MODULE_SIGNALS.items():
+                seen[label] = seen[label] or any(finite(stats.get(n)) is not None for n in names)
+    if not modules:
+        out.append("learner numbers (learners/<module>/...): absent")
+    for mid, seen in sorted(modules.items()):
+        missing = [label for label, ok in seen.items() if not ok]
+        judged = judged or len(missing) < len(seen)
+        if len(missing) == len(seen):
+            out.append(f"module {mid}: no learner number is ever finite")
+        elif missing:
+            out.append(f"module {mid}: {', '.join(missing)} absent or never finite")
+    if action_space is None and judged:
+        out.append("entropy / max entropy: no action space (name the env with --env); ENTROPY_COLLAPSE not judged")
+    return out, judged
+
+
 def action_space_of(env_id: str, required: bool = False) -> Any:
     """The action space of a registered gymnasium env (made and closed at once); None when
-    it cannot be made, unless ``required`` (the user named it): then a clear error."""
+    it cannot be made, unless ``required`` (the user named it): then a clear error. Only
+    for an env id the user gave: making an env may import the module its id names."""
     import gymnasium as gym
 
     try:

@@ -123,10 +123,18 @@ def read_json(run_dir: Any, name: str) -> tuple[dict | None, str | None]:
     return rec, None
 
 
+def _number(v: Any) -> float | None:
+    """A positive finite number from a record, or None (a record is read as untrusted)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if 0 < v < float("inf") else None
+
+
 def _ts(text: Any) -> float | None:
     try:
-        return datetime.fromisoformat(str(text)).timestamp()
-    except (TypeError, ValueError):
+        ts = datetime.fromisoformat(str(text))
+        return (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).timestamp()
+    except (TypeError, ValueError, OverflowError, OSError):
         return None
 
 
@@ -151,13 +159,14 @@ def completeness(run_dir: Any, now: float | None = None, flush_interval_s: float
     if last_it is None and stop is not None:
         last_it = stop.get("iteration")
     out["last_data_at"] = _iso(last_ts) if last_ts is not None else None
-    out["last_iteration"] = last_it
+    out["last_iteration"] = last_it if isinstance(last_it, int) and not isinstance(last_it, bool) else None
     if start is None:
         out["state"] = "unknown"
     elif stop is not None:
         out["state"] = "stopped"
     else:
-        flush = flush_interval_s or float(((start.get("options") or {}).get("flush_interval_s")) or 2.0)
+        options = start.get("options") if isinstance(start.get("options"), dict) else {}
+        flush = flush_interval_s or _number(options.get("flush_interval_s")) or 2.0
         fresh = last_ts is not None and now - last_ts < max(STALE_AFTER_S, 5 * flush)
         if last_ts is None:   # no heartbeat yet: judge by the start time
             started_ts = _ts(start.get("started_at"))

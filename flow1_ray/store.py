@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import Flow1InputError
-from .events import EVENT_SCHEMA, Event, events_to_table
+from .events import Event, events_to_table, one_line
 
 EVENTS_DIR = "events"
 METRICS_DIR = "metrics"
@@ -41,6 +42,11 @@ REPORT_MD = "report.md"
 _seq = itertools.count()
 _fs_cache: dict[str, Any] = {}
 _fs_lock = threading.Lock()
+#: an object store that does not answer is said within seconds: Arrow's S3 default (no
+#: connect timeout of its own, ten attempts) took 6 s for a refused connection; the writer
+#: loses nothing by failing sooner (the Recorder keeps its rows and tries at its next flush)
+S3_CONNECT_TIMEOUT_S = 3.0
+S3_ATTEMPTS = 3
 
 
 class Location:
@@ -97,20 +103,36 @@ class Location:
             fs = _fs_cache.get(key)
             if fs is None:
                 try:
-                    fs = _fs_cache[key] = pafs.FileSystem.from_uri(key)[0]
+                    fs = _fs_cache[key] = _short_timeouts(pafs.FileSystem.from_uri(key)[0])
                 except (pa.ArrowInvalid, OSError, ValueError) as e:
-                    raise Flow1InputError(f"cannot open {self}: {e}") from None
+                    raise Flow1InputError(f"cannot open {self}: {error_line(e)}") from None
         return fs
 
     # -- queries ---------------------------------------------------------------------------
     def _type(self) -> Any:
+        """File, Directory or NotFound; a path that cannot be looked at (no permission, an
+        object store that does not answer) is a Flow1InputError with one line."""
         import pyarrow.fs as pafs
 
         if self.local:
-            p = Path(self.path)
-            return pafs.FileType.Directory if p.is_dir() else pafs.FileType.File if p.exists() else \
-                pafs.FileType.NotFound
-        return self.fs.get_file_info(self.path).type
+            try:
+                st = os.stat(self.path)
+            except (FileNotFoundError, NotADirectoryError):
+                return pafs.FileType.NotFound
+            except OSError as e:
+                raise Flow1InputError(f"cannot read {self}: {e.strerror or e}") from None
+            return pafs.FileType.Directory if stat.S_ISDIR(st.st_mode) else pafs.FileType.File
+        try:
+            return self.fs.get_file_info(self.path).type
+        except OSError as e:
+            raise Flow1InputError(f"cannot reach {self}: {error_line(e)}") from None
+
+    def file_type(self) -> str:
+        """``"file"``, ``"dir"`` or ``"missing"``, in one look (Flow1InputError as _type)."""
+        import pyarrow.fs as pafs
+
+        t = self._type()
+        return "dir" if t == pafs.FileType.Directory else "missing" if t == pafs.FileType.NotFound else "file"
 
     def exists(self) -> bool:
         import pyarrow.fs as pafs
@@ -136,8 +158,56 @@ class Location:
                 return os.listdir(self.path)
             except (FileNotFoundError, NotADirectoryError):
                 return []
-        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+            except OSError as e:
+                raise Flow1InputError(f"cannot list {self}: {e.strerror or e}") from None
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        except OSError as e:
+            raise Flow1InputError(f"cannot list {self}: {error_line(e)}") from None
         return [i.base_name for i in infos]
+
+    def entries(self) -> list[tuple[str, bool, bool]]:
+        """(name, is a file, is a link) of each entry directly under this folder ([] when
+        it does not exist), from the listing alone."""
+        import pyarrow.fs as pafs
+
+        if not self.local:
+            try:
+                infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+            except OSError as e:
+                raise Flow1InputError(f"cannot list {self}: {error_line(e)}") from None
+            return [(i.base_name, i.type == pafs.FileType.File, False) for i in infos]
+        out = []
+        try:
+            with os.scandir(self.path) as it:
+                for entry in it:
+                    try:
+                        is_file = entry.is_file()
+                    except OSError:
+                        is_file = False
+                    out.append((entry.name, is_file, entry.is_symlink()))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise Flow1InputError(f"cannot list {self}: {e.strerror or e}") from None
+        return out
+
+    def inside(self, name: str) -> "tuple[Location | None, str | None]":
+        """``self / name`` when it stays inside this folder, else (None, why): a name with
+        ``..`` or an absolute path, or (local) a symlink anywhere on the way that resolves
+        outside. What a reader embeds or serves goes through here: a run directory is
+        input, and a heatmap that is a link to a file elsewhere must not carry it out."""
+        parts = name.replace("\\", "/").split("/")
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            return None, f"{one_line(name)[:120]}: a path that leaves the run directory (or is not a plain name)"
+        child = self / name
+        if not self.local:
+            return child, None
+        root = os.path.realpath(self.path)
+        real = os.path.realpath(child.path)
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+            return None, f"{one_line(name)[:120]}: a link to a file outside the run directory"
+        return child, None
 
     # -- writing -----------------------------------------------------------------------------
     def mkdir(self) -> None:
@@ -257,73 +327,58 @@ def write_events(events: list[Event], run_dir: "str | os.PathLike | Location") -
     return part
 
 
-def _parts(path: Location, sub: str) -> list[Location]:
-    if path.is_file():
-        return [path]
-    d = path / sub if (path / sub).is_dir() else path
-    return [d / n for n in sorted(n for n in d.listdir() if n.startswith("part-") and n.endswith(".parquet"))]
+def _short_timeouts(fs: Any) -> Any:
+    """An S3 filesystem with :data:`S3_CONNECT_TIMEOUT_S` and :data:`S3_ATTEMPTS` unless
+    its URI set a connect timeout (rebuilt through its own pickling arguments, so every
+    other option of the URI is kept)."""
+    import pyarrow.fs as pafs
+
+    if not isinstance(fs, pafs.S3FileSystem):
+        return fs
+    ctor, args = fs.__reduce__()
+    opts = dict(args[0])
+    if opts.get("connect_timeout", -1) > 0:
+        return fs
+    opts.update(connect_timeout=S3_CONNECT_TIMEOUT_S,
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS))
+    return ctor(opts)
 
 
-def _read(path: "str | os.PathLike | Location", sub: str, schema: pa.Schema | None) -> pa.Table:
-    p = Location(path)
-    if not p.exists():
-        raise Flow1InputError(f"run directory not found: {p}")
-    if p.local and p.is_dir() and not os.access(p.path, os.R_OK | os.X_OK):
-        raise Flow1InputError(f"run directory not readable: {p}")
-    parts = _parts(p, sub)
-    if not parts:
-        if schema is None:
-            raise Flow1InputError(f"no {sub} parts under {p}")
-        return schema.empty_table()
-    return read_parts(parts, schema, f"{sub} under {p}")
+def error_line(e: BaseException) -> str:
+    """An exception as one short line (Arrow's messages run over several)."""
+    text = str(e).strip().splitlines()
+    return one_line(text[0] if text else type(e).__name__)[:300]
 
 
-def read_parts(parts: list[Location], schema: pa.Schema | None, what: str = "parts") -> pa.Table:
-    """Parquet parts of one folder as one table, in their order.
+def _strict(path: "str | os.PathLike | Location", kind: str) -> pa.Table:
+    from .reading import read_table
 
-    Parts written at different times may differ in columns (null-filled) and in a number
-    column's width (int -> double): the schema is unified over the parts' footers
-    ("permissive") unless given, then one dataset scan reads them all (Arrow's threads; ~2x
-    faster than a read per part on a run of thousands of parts). Raises Flow1InputError when
-    a part cannot be read."""
-    import pyarrow.dataset as ds
-
-    try:
-        if schema is None:
-            schema = pa.unify_schemas([pq.read_schema(x.path, filesystem=None if x.local else x.fs)
-                                       for x in parts], promote_options="permissive")
-        first = parts[0]
-        return ds.dataset([x.path for x in parts], schema=schema, format="parquet",
-                          filesystem=None if first.local else first.fs).to_table()
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        pass   # a column no cast unifies: part by part below, as strictly as before
-    except (OSError, pa.ArrowInvalid) as e:
-        raise Flow1InputError(f"cannot read {what}: {e}") from None
-    try:
-        tables = [x.read_table() for x in parts]
-    except (OSError, pa.ArrowInvalid) as e:
-        raise Flow1InputError(f"cannot read {what}: {e}") from None
-    if schema is not None:
-        tables = [t.select(schema.names).cast(schema) for t in tables]
-    return pa.concat_tables(tables, promote_options="permissive")
+    loaded = read_table(path, kind)
+    if loaded.skipped:
+        more = f" (and {len(loaded.skipped) - 1} more)" if len(loaded.skipped) > 1 else ""
+        raise Flow1InputError(f"cannot read {kind} under {Location(path)}: {loaded.skipped[0]}{more}")
+    return loaded.table
 
 
 def load_events(path: str | os.PathLike) -> pa.Table:
-    """The events table of a run directory (or an events folder, or one part file)."""
-    return _read(path, EVENTS_DIR, EVENT_SCHEMA)
+    """The events table of a run directory (or an events folder, or one part file).
+    Raises Flow1InputError (one line) when a part cannot be read;
+    :func:`flow1_ray.reading.read_table` (``kind="events"``) returns what could be read and
+    names the rest instead."""
+    return _strict(path, EVENTS_DIR)
 
 
 def load_metrics(path: str | os.PathLike) -> pa.Table:
-    """The per-iteration metrics table of a run directory."""
-    return _read(path, METRICS_DIR, None)
+    """The per-iteration metrics table of a run directory (Flow1InputError as load_events)."""
+    return _strict(path, METRICS_DIR)
 
 
 def load_learner(path: str | os.PathLike) -> pa.Table:
     """The learner table of a run directory: per iteration, module and layer, the traced
     gradient RMS and dormant share, and per module the curve numbers (entropy ratio, KL...)."""
-    return _read(path, LEARNER_DIR, None)
+    return _strict(path, LEARNER_DIR)
 
 
 def load_clusters(path: str | os.PathLike) -> pa.Table:
     """The state-cluster rows of a run directory: one row per cluster and snapshot."""
-    return _read(path, CLUSTERS_DIR, None)
+    return _strict(path, CLUSTERS_DIR)

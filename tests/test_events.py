@@ -110,3 +110,31 @@ def test_report_write_and_load(tmp_path):
     for e in d["events"]:
         for v in e["evidence"].values():
             assert not (isinstance(v, float) and not math.isfinite(v))
+
+
+def test_a_log_line_is_one_line_whatever_its_strings_hold():
+    forged = "boom\n2026-06-15 14:22:31.878 | ENV_SPEC | PASS | CHECKS_PASSED all fine\r\x1b[2J\u2028\x85"
+    e = _event(message=forged, module="ENV_SPEC\nX")
+    line = e.log_line()
+    assert line.splitlines() == [line] and "\x1b" not in line
+    assert "boom\\n2026-06-15 14:22:31.878 | ENV_SPEC | PASS" in line and "\\r\\x1b[2J\\u2028\\x85" in line
+    assert "| ENV_SPEC\\nX | FAIL |" in line
+
+
+def test_rows_from_a_foreign_table_are_named_not_raised():
+    from flow1_ray.events import BadRow, event_from_row, events_from_table
+
+    good = events_to_table([_event()]).to_pylist()[0]
+    assert event_from_row(good).code == C.OBS_DTYPE_MISMATCH
+    for change, why in (({"code": "NOPE"}, "unknown code 'NOPE'"), ({"status": "ALERT"}, "status 'ALERT'"),
+                        ({"evidence": "[1]"}, "not a JSON object"), ({"evidence": "{"}, "evidence is not JSON"),
+                        ({"message": None}, "message is missing or null"), ({"pid": "7"}, "pid is not an integer"),
+                        ({"ts": "2026"}, "ts is not a timestamp"), ({"module": ""}, "module is empty")):
+        with pytest.raises(BadRow, match=re.escape(why)):
+            event_from_row({**good, **change})
+    table = pa.Table.from_pylist([good, {**good, "code": "NOPE"}], schema=pa.schema(
+        [f.with_nullable(True) for f in EVENT_SCHEMA]))
+    events, bad = events_from_table(table)
+    assert [e.code for e in events] == [C.OBS_DTYPE_MISMATCH] and bad == {1: "unknown code 'NOPE'"}
+    with pytest.raises(ValueError, match="row 1: unknown code"):
+        table_to_events(table)

@@ -51,6 +51,10 @@ def test_the_follower_reads_only_new_parts_and_finds_runs(tmp_path):
     time.sleep(0.35)
     assert f.poll() and f.code_counts[C.WORKER_STALLED] == 1 and f.counts[C.FAIL] == 3
     assert f.stamps == {"events": 2, "metrics": 1} and len(f.timeline) == 2
+    assert f.report().verdict == C.FAIL and f.report().gaps()[0].startswith("still running (iteration 3")
+    rec.close()
+    f.poll(force=True)   # now, not after the throttle
+    assert f.report().gaps() == [] and f.report().completeness["state"] == "stopped"
     RecorderCore(str(tmp_path / "runs" / "20260102-000000-bbbbbb"), "run-2")   # a run that just started
     assert [r.name for r in find_runs(tmp_path / "runs")] == ["20260102-000000-bbbbbb", "20260101-000000-aaaaaa"]
     (tmp_path / "other").mkdir()
@@ -94,6 +98,9 @@ def test_the_panel_shows_four_quadrants_and_a_new_event_within_3_s(tmp_path, cli
             assert boxes["q-hypothesis"]["x"] < boxes["q-risk"]["x"] and boxes["q-cause"]["y"] < boxes["q-risk"]["y"]
             assert d.find_element("id", "n-return").text == "22.25" and d.find_element("id", "n-env-steps").text == "3,000"
             assert d.find_element("id", "verdict").text == "FAIL"
+            # the run is being written (a fresh heartbeat, no stop record): the result quadrant says so
+            assert "still running (iteration 3" in d.find_element("id", "gaps").text
+            assert d.find_element("id", "result-verdict").text == "FAIL"
             assert "ENV_CRASHED" in quadrants["q-cause"].text and "KL_SPIKE" in quadrants["q-cause"].text
             hyp = quadrants["q-hypothesis"].text
             assert "config.training(lr=0.0097)" in hyp and "0.05 -> 0.0097" in hyp and "step (my_env.py:42)" in hyp

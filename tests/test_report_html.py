@@ -7,22 +7,25 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
-import pyarrow as pa
 
 from browser import assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot
 from flow1_ray import codes as C
+from flow1_ray.actors.recorder import RecorderCore
 from flow1_ray.events import Event
 from flow1_ray.report.html import render_html
+from flow1_ray.report.model import NOT_JUDGED
 from flow1_ray.report.run import load_run_report
-from flow1_ray.store import HEATMAPS_DIR, METRICS_DIR, Location, write_events, write_part
+from flow1_ray.store import HEATMAPS_DIR
 
 EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 
 
-def _run_dir(tmp_path):
+def _run_dir(tmp_path, stop: bool = True):
+    """A run as the Recorder writes it (run.json at once, stop.json at a clean close)."""
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     events = [
         Event(C.ENV_CRASHED, f"env.step raised ValueError: {EVIL}", {"frame": EVIL}, worker_index=1, pid=11,
@@ -34,10 +37,14 @@ def _run_dir(tmp_path):
             {"knob": "entropy_coeff", "current": 0.0, "value": 0.01, "why": "bonus",
              "line": "config.training(entropy_coeff=0.01)"}]}, iteration=3, ts=t0 + timedelta(seconds=10)),
     ]
-    write_events(events, tmp_path)
-    write_part(pa.Table.from_pylist([{"iteration": i, "env_steps": 1000 * i, "episode_return_mean": 20.0 + i,
-                                      "flow1/learner/return_ema": 20.0 + i / 2, "flow1/worker/alive": 2}
-                                     for i in range(1, 5)]), Location(tmp_path) / METRICS_DIR)
+    rec = RecorderCore(str(tmp_path), "run-1", flush_interval_s=3600)
+    rec.add_events(events)
+    for i in range(1, 5):
+        rec.add_metrics({"iteration": i, "env_steps": 1000 * i, "episode_return_mean": 20.0 + i,
+                         "flow1/learner/return_ema": 20.0 + i / 2, "flow1/worker/alive": 2})
+    rec.flush()
+    if stop:
+        rec.close()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,8 +62,31 @@ def test_the_page_is_self_contained_and_shows_run_strings_as_text(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;img src=x onerror=" in page
     assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page), "nothing from the network"
     assert page.count("data:image/png;base64,") == 3   # timeline, curves, the heatmap
-    assert 'class="verdict FAIL"' in page and "config.training(entropy_coeff=0.01)" in page
+    assert 'class="verdict FAIL" id="verdict">FAIL<' in page and "config.training(entropy_coeff=0.01)" in page
     assert 'id="timeline"' in page and 'id="curves"' in page
+    assert "stopped cleanly after iteration 4" in page and 'id="gaps"' not in page
+
+
+def test_the_page_says_what_flow1_did_not_see(tmp_path):
+    """No clean stop and a stale heartbeat: the run ended early, and the page says so; no
+    start record: NOT JUDGED, never a PASS."""
+    d = _run_dir(tmp_path, stop=False)
+    page = render_html(load_run_report(d, now=time.time() + 86400), d)
+    assert 'class="verdict FAIL" id="verdict">FAIL<' in page
+    (gap,) = re.findall(r'<ul id="gaps"><li>(.*?)</li></ul>', page)
+    assert gap.startswith("ended without a clean stop after iteration 4, last data at ")
+    clean = tmp_path / "clean"
+    rec = RecorderCore(str(clean), "run-2", flush_interval_s=3600)
+    rec.add_metrics({"iteration": 1, "env_steps": 10, "episode_return_mean": 1.0})
+    rec.close()
+    report = load_run_report(clean, now=time.time())
+    assert report.verdict == C.PASS and report.exit_code() == 0
+    (clean / "run.json").unlink()
+    report = load_run_report(clean)
+    assert report.verdict == NOT_JUDGED and report.exit_code() == 2
+    page = render_html(report, clean)
+    assert 'class="verdict NOT_JUDGED" id="verdict">NOT JUDGED<' in page
+    assert "no start record (run.json missing)" in page
 
 
 def test_flow1_report_writes_each_format_and_gates_on_its_fail_on(tmp_path, cli_env):
@@ -71,7 +101,7 @@ def test_flow1_report_writes_each_format_and_gates_on_its_fail_on(tmp_path, cli_
     assert report("--format", "md", "--out", str(tmp_path / "r.md")).returncode == 1
     assert (tmp_path / "r.md").read_text().startswith("# flow1 report")
     js = report("--format", "json", "--out", "-")
-    assert js.returncode == 1 and '"status": "FAIL"' in js.stdout
+    assert js.returncode == 1 and '"status": "FAIL"' in js.stdout and '"verdict": "FAIL"' in js.stdout
     bad = subprocess.run([sys.executable, "-m", "flow1_ray", "report", str(tmp_path / "nope"), "--format", "html"],
                          capture_output=True, text=True, env=cli_env, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

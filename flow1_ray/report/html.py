@@ -5,6 +5,8 @@ Everything the page shows is inside the file (plots as embedded PNGs, no script,
 no stylesheet from the network), so it opens from disk anywhere. Every string that came
 from the run -- env messages, exception text, stack frames, env ids -- goes through Jinja2's
 autoescaping: an event whose message holds ``<script>`` shows that text and runs nothing.
+A heatmap is embedded only when it is a PNG inside the run directory (a link to a file
+elsewhere is named among the skipped items, never carried into the page).
 """
 
 from __future__ import annotations
@@ -13,9 +15,15 @@ import base64
 import io
 from typing import Any
 
-from ..store import HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, Location, load_learner, load_metrics
-from .model import Report
+import logging
+
+from ..events import one_line
+from ..reading import read_file, read_table
+from ..store import LEARNER_DIR, METRICS_DIR, Location
+from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, findings_by_module, timeline_marks
+
+log = logging.getLogger(__name__)
 
 TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -26,13 +34,18 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;
 h1{font-size:1.4rem} h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
 .verdict{font-size:1.2rem;font-weight:600;padding:.5rem 1rem;border-radius:4px;display:inline-block}
 .PASS{background:#e8f6ec;color:#1e7b34} .WARN{background:#fff4e0;color:#9a5b00} .FAIL{background:#fde8e6;color:#a61b0f}
+.NOT_JUDGED{background:#eceff1;color:#37474f} .GAPS{background:#fff8e1;color:#7a5c00}
 table{border-collapse:collapse;width:100%;font-size:.9rem} td,th{border:1px solid #ddd;padding:.3rem .5rem;vertical-align:top;text-align:left}
 th{background:#f5f5f5} pre{white-space:pre-wrap;font-size:.8rem;margin:.2rem 0;max-height:16rem;overflow:auto}
 img{max-width:100%} .muted{color:#777} details summary{cursor:pointer}
 </style></head><body>
 <h1>flow1 report: {{ target }}</h1>
-<p><span class="verdict {{ status }}" id="verdict">{{ status }}</span>
+<p><span class="verdict {{ kind }}" id="verdict">{{ verdict }}</span>
  {{ counts.FAIL }} FAIL, {{ counts.WARN }} WARN, {{ counts.PASS }} PASS</p>
+{% if not_judged %}<p id="not-judged">Not judged: {{ not_judged }}</p>{% endif %}
+{% if life %}<p class="muted" id="life">Run: {{ life }}</p>{% endif %}
+{% if gaps %}<h2>Gaps</h2><p>What flow1 did not see whole:</p>
+<ul id="gaps">{% for g in gaps %}<li>{{ g }}</li>{% endfor %}</ul>{% endif %}
 <p class="muted" id="numbers">{% for k, v in numbers %}{{ k }}: {{ v }}{% if not loop.last %} · {% endif %}{% endfor %}</p>
 
 <h2>Findings</h2>
@@ -106,11 +119,17 @@ def _timeline(report: Report) -> str | None:
     return _png(fig)
 
 
+def _num(v: Any) -> float:
+    """A plotted value: a number, else NaN (a gap in the line, never an error)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+
+
 def _curves(d: Location) -> str | None:
-    """The return and its EMA per iteration; the learner's entropy ratio and KL per module."""
-    rows = load_metrics(d).to_pylist() if (d / METRICS_DIR).is_dir() else []
-    learner = [r for r in load_learner(d).to_pylist() if r.get("kind") == "module"] \
-        if (d / LEARNER_DIR).is_dir() else []
+    """The return and its EMA per iteration; the learner's entropy ratio and KL per module
+    (parts that cannot be read are already named by the report: left out here)."""
+    rows = [r for r in read_table(d, METRICS_DIR).table.to_pylist() if isinstance(r.get("iteration"), int)]
+    learner = [r for r in read_table(d, LEARNER_DIR).table.to_pylist() if r.get("kind") == "module"
+               and isinstance(r.get("module_id"), str) and isinstance(r.get("iteration"), int)]
     if not rows and not learner:
         return None
     import matplotlib
@@ -119,17 +138,19 @@ def _curves(d: Location) -> str | None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    rows.sort(key=lambda r: r.get("iteration") or 0)
-    it = [r.get("iteration") for r in rows]
-    axes[0].plot(it, [r.get("episode_return_mean") for r in rows], label="return (mean of 100 episodes)")
+    rows.sort(key=lambda r: r["iteration"])
+    it = [r["iteration"] for r in rows]
+    axes[0].plot(it, [_num(r.get("episode_return_mean")) for r in rows], label="return (mean of 100 episodes)")
     if any("flow1/learner/return_ema" in r for r in rows):
-        axes[0].plot(it, [r.get("flow1/learner/return_ema") for r in rows], label="EMA (alpha 0.99 per episode)")
+        axes[0].plot(it, [_num(r.get("flow1/learner/return_ema")) for r in rows], label="EMA (alpha 0.99 per episode)")
     axes[0].set_title("episode return")
     axes[0].legend(fontsize=7)
     for mid in sorted({r["module_id"] for r in learner}):
         mine = sorted((r for r in learner if r["module_id"] == mid), key=lambda r: r["iteration"])
-        axes[1].plot([r["iteration"] for r in mine], [r.get("entropy_ratio") for r in mine], label=mid)
-        axes[2].plot([r["iteration"] for r in mine], [r.get("mean_kl_loss") for r in mine], label=mid)
+        # matplotlib reads "$...$" as TeX and a label starting with "_" as hidden
+        label = one_line(mid).replace("$", r"\$")
+        axes[1].plot([r["iteration"] for r in mine], [_num(r.get("entropy_ratio")) for r in mine], label=label)
+        axes[2].plot([r["iteration"] for r in mine], [_num(r.get("mean_kl_loss")) for r in mine], label=label)
     axes[1].set_title("entropy / max entropy")
     axes[2].set_title("KL (old -> new policy)")
     from matplotlib.ticker import MaxNLocator
@@ -142,8 +163,21 @@ def _curves(d: Location) -> str | None:
     return _png(fig)
 
 
+def _drawn(what: str, draw: Any, skipped: list[str]) -> str | None:
+    """A plot, or None with why it could not be drawn named in ``skipped``: the page is
+    written whatever a run's numbers hold."""
+    try:
+        return draw()
+    except Exception as e:   # matplotlib on data from the run: named, never a traceback
+        log.debug("flow1 report: %s not drawn", what, exc_info=True)
+        skipped.append(f"{what}: not drawn ({type(e).__name__}: {one_line(e)[:200]})")
+        return None
+
+
 def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
-    """The report as one HTML page (everything embedded; run strings escaped)."""
+    """The report as one HTML page (everything embedded; run strings escaped). The heatmaps
+    are those the report lists (``summary["state_actions"]["heatmaps"]``: checked inside
+    the run directory and PNG), read again through the same check."""
     import jinja2
 
     d = Location(run_dir) if run_dir is not None else None
@@ -155,17 +189,26 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
                for k, v in numbers]
     heatmaps, gradients, snapshots = [], [], []
     curves = None
+    late: list[str] = []   # what could not be drawn now (the verdict below already counts the rest)
     if d is not None:
-        for name in sorted(n for n in (d / HEATMAPS_DIR).listdir() if n.endswith(".png")):
-            heatmaps.append((name, base64.b64encode((d / HEATMAPS_DIR / name).read_bytes()).decode("ascii")))
-        curves = _curves(d)
-        if (d / LEARNER_DIR).is_dir():
-            grads = [r for r in load_learner(d).to_pylist() if r.get("kind") == "grad"]
-            last = max((r["iteration"] for r in grads), default=None)
-            gradients = [r for r in grads if r["iteration"] == last]
+        for name in (s.get("state_actions") or {}).get("heatmaps", []):
+            png, why = read_file(d, name, png=True)
+            if png is None:
+                late.append(why or name)
+                continue
+            heatmaps.append((name.rsplit("/", 1)[-1], base64.b64encode(png).decode("ascii")))
+        curves = _drawn("training curves", lambda: _curves(d), late)
+        grads = [r for r in read_table(d, LEARNER_DIR).table.to_pylist() if r.get("kind") == "grad"
+                 and isinstance(r.get("iteration"), int)]
+        last = max((r["iteration"] for r in grads), default=None)
+        gradients = [r for r in grads if r["iteration"] == last]
         snapshots = (s.get("learner") or {}).get("snapshots", [])
+    timeline = _drawn("worker timeline", lambda: _timeline(report), late)
+    if late:
+        report.skipped.extend(x for x in late if x not in report.skipped)
     env = jinja2.Environment(autoescape=True)
     return env.from_string(TEMPLATE).render(
-        target=report.target, status=report.status, counts=report.by_status(), numbers=numbers,
-        modules=findings_by_module(report.events), timeline=_timeline(report), curves=curves, heatmaps=heatmaps,
+        target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
+        not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
+        modules=findings_by_module(report.events), timeline=timeline, curves=curves, heatmaps=heatmaps,
         gradients=gradients, snapshots=snapshots)

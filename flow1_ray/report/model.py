@@ -8,11 +8,99 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import codes as C
-from ..events import Event, jsonable
-from ..store import REPORT_JSON, REPORT_MD, Location, write_events
+from ..events import Event, jsonable, one_line
+from ..runrecord import RUN_JSON
+from ..store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
 NOT_JUDGED = "NOT JUDGED"
+#: events that say what flow1 did not see rather than what the run did: gaps, not findings
+#: (below FAIL they change no status; a run with one is "PASS, but not watched: ...")
+GAP_CODES = (C.WATCHER_OFF,)
+
+
+def blind_line(e: Event) -> str:
+    """What a WATCHER_OFF event says was not watched, and by which part."""
+    what = e.evidence.get("what") or e.message
+    watcher = e.evidence.get("watcher")
+    return f"{what} ({watcher})" if watcher else str(what)
+
+
+def hub_line(e: Event) -> str:
+    """A HUB_RESTARTED event as part of the run's life: how long the hub was down."""
+    ev = e.evidence
+    down = ev.get("down_s")
+    down = f"{down:.1f} s" if isinstance(down, (int, float)) and not isinstance(down, bool) else "for an unknown time"
+    pids = f", pid {ev.get('previous_pid')} -> {ev.get('pid')}" if ev.get("pid") is not None else ""
+    return f"hub restarted at {e.ts:%Y-%m-%d %H:%M:%S} UTC after {down} down{pids}: rows it held then may be lost"
+
+
+def life_gaps(completeness: dict[str, Any] | None) -> list[str]:
+    """The run's life as gaps: a run that ended without a clean stop, or is still running."""
+    c = completeness or {}
+    at = c.get("last_data_at") or "unknown"
+    if c.get("state") == "ended":
+        return [f"ended without a clean stop{_after(c.get('last_iteration'))}, last data at {at}"]
+    if c.get("state") == "running":
+        it = c.get("last_iteration")
+        return [f"still running ({'iteration ' + str(it) + ', ' if it is not None else ''}last data at {at}): "
+                f"the verdict may change"]
+    return []
+
+
+def _after(iteration: Any) -> str:
+    return f" after iteration {iteration}" if iteration is not None else " (no iteration written)"
+
+
+def no_verdict(completeness: dict[str, Any], events_problem: str | None) -> str | None:
+    """Why there is no verdict to give, or None: no start record (the directory may be
+    anything), no readable events (nothing to judge)."""
+    reasons = []
+    if not completeness.get("started"):
+        bad = any(str(p).startswith(RUN_JSON) for p in completeness.get("problems") or [])
+        reasons.append(f"no start record ({RUN_JSON} {'unreadable' if bad else 'missing'})")
+    if events_problem:
+        reasons.append(f"no readable events ({events_problem})")
+    return "; ".join(reasons) or None
+
+
+def events_problem(exists: bool, skipped: int) -> str:
+    """Why a run directory has no readable events, for :func:`no_verdict`."""
+    if not exists:
+        return f"{EVENTS_DIR}/ missing"
+    return f"{skipped} item(s) of {EVENTS_DIR}/ skipped" if skipped else f"{EVENTS_DIR}/ unreadable"
+
+
+def verdict_of(status: str, not_judged: str | None, gaps: list[str]) -> str:
+    """The one verdict every rendering shows: ``NOT JUDGED``, ``FAIL``, ``WARN``, ``PASS``,
+    or ``PASS, but <gaps, in short>``: a PASS flow1 did not see whole is never a plain PASS."""
+    if not_judged and status != C.FAIL:
+        return NOT_JUDGED
+    if status != C.PASS:
+        return status
+    return f"PASS, but {'; '.join(gaps)}" if gaps else C.PASS
+
+
+def verdict_kind(verdict: str) -> str:
+    """The verdict as a CSS class: PASS, WARN, FAIL, GAPS (a PASS with gaps) or NOT_JUDGED."""
+    if verdict in C.STATUSES:
+        return verdict
+    return "NOT_JUDGED" if verdict == NOT_JUDGED else "GAPS"
+
+
+def life_line(completeness: dict[str, Any] | None) -> str | None:
+    """The run's life in one line (None for a report that is not of a run directory)."""
+    if completeness is None:
+        return None
+    c = completeness
+    start = (c.get("start") or {}).get("started_at")
+    head = f"started {start}" if start else f"no start record ({RUN_JSON})"
+    stop = c.get("stop") or {}
+    if c.get("state") == "stopped":
+        after = f" after iteration {stop['iteration']}" if stop.get("iteration") is not None else ""
+        return f"{head}; stopped cleanly{after} ({stop.get('how')}) at {stop.get('stopped_at')}"
+    more = life_gaps(c)
+    return f"{head}; " + (more[0] if more else f"last data at {c.get('last_data_at') or 'unknown'}")
 
 
 @dataclass
@@ -27,8 +115,9 @@ class Report:
     target: str
     events: list[Event] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
-    #: what a reader could not read and left out, each "what: why" (a damaged part, a file
-    #: outside the run directory...): never silently
+    #: what a reader could not read and left out, each "what: why" beginning with the
+    #: folder or file it came from (``events/part-....parquet: not Parquet``, ``heatmaps/x.png:
+    #: a link to a file outside the run directory``): never silently
     skipped: list[str] = field(default_factory=list)
     #: signals a rule needs that were absent or all NaN ("KL: absent"), so not judged
     not_assessable: list[str] = field(default_factory=list)
@@ -39,60 +128,77 @@ class Report:
     #: None for a report that is not of a run directory (``check_env``)
     completeness: dict[str, Any] | None = None
 
+    def _judged(self) -> list[Event]:
+        """The events a status is made of: all but the gap events below FAIL."""
+        return [e for e in self.events if e.code not in GAP_CODES or e.status == C.FAIL]
+
     @property
     def status(self) -> str:
-        """The worst status of the events read (PASS for none): a fact about those events.
-        What a gate acts on is :attr:`verdict` and :meth:`exit_code`."""
-        return C.worst(e.status for e in self.events)
+        """The worst status of the events read (PASS for none), WATCHER_OFF aside (a gap,
+        not a finding): a fact about those events. What a gate acts on is :attr:`verdict`
+        and :meth:`exit_code`."""
+        return C.worst(e.status for e in self._judged())
 
     @property
     def blind(self) -> list[str]:
         """What flow1 did not watch in this run (one line per WATCHER_OFF event)."""
-        return [str(e.evidence.get("what") or e.message) for e in self.events if e.code == C.WATCHER_OFF]
+        return [blind_line(e) for e in self.events if e.code == C.WATCHER_OFF]
+
+    @property
+    def partial(self) -> bool:
+        """Some of the events could not be read: a FAIL may be among them."""
+        return any(s.startswith(EVENTS_DIR) for s in self.skipped)
 
     def gaps(self) -> list[str]:
         """What flow1 did not see whole, besides the events themselves: watchers off, a run
-        that ended without a clean stop, parts that were skipped."""
-        out = [f"not watched: {b}" for b in self.blind]
-        c = self.completeness or {}
-        if c.get("state") == "ended":
-            out.append(f"ended without a clean stop after iteration {c.get('last_iteration')}, last data at "
-                       f"{c.get('last_data_at') or 'unknown'}")
-        out += [f"skipped: {s}" for s in self.skipped]
-        return out
+        that ended without a clean stop (or is still running), hub restarts, signals not
+        assessable, items skipped."""
+        return ([f"not watched: {b}" for b in self.blind] + life_gaps(self.completeness)
+                + [hub_line(e) for e in self.events if e.code == C.HUB_RESTARTED]
+                + [f"not assessable: {n}" for n in self.not_assessable]
+                + [f"skipped: {s}" for s in self.skipped])
 
     @property
     def verdict(self) -> str:
         """``NOT JUDGED`` when there is no verdict to give (see :attr:`not_judged`), else
-        the worst status; a PASS with gaps is never shown as a plain PASS (renderers add
-        :meth:`gaps`)."""
-        if self.not_judged and self.status != C.FAIL:
-            return NOT_JUDGED
-        return self.status
+        the worst status; a PASS with gaps is never a plain PASS: ``PASS, but not watched:
+        ...`` (:func:`verdict_of`). Every rendering shows this string and :meth:`gaps`."""
+        c = self.completeness or {}
+        life = {"ended": f"ended without a clean stop{_after(c.get('last_iteration'))}",
+                "running": "still running"}.get(c.get("state"))
+        hubs = sum(e.code == C.HUB_RESTARTED for e in self.events)
+        short = ([f"not watched: {b}" for b in self.blind] + ([life] if life else [])
+                 + ([f"hub restarted {hubs} time(s)"] if hubs else [])
+                 + ([f"{len(self.not_assessable)} signal(s) not assessable"] if self.not_assessable else [])
+                 + ([f"{len(self.skipped)} item(s) skipped"] if self.skipped else []))
+        return verdict_of(self.status, self.not_judged, short)
 
     def codes(self, min_status: str = C.WARN) -> set[str]:
+        """The codes at or above ``min_status`` (WATCHER_OFF aside, as in :attr:`status`)."""
         floor = C.STATUS_RANK[min_status]
-        return {e.code for e in self.events if C.STATUS_RANK[e.status] >= floor}
+        return {e.code for e in self._judged() if C.STATUS_RANK[e.status] >= floor}
 
     def advisories(self) -> list[Event]:
         """The advisory events: PASS, but worth reading (listed in every rendering)."""
         return [e for e in self.events if e.advisory]
 
     def by_status(self) -> dict[str, int]:
+        """Events by status, WATCHER_OFF aside (listed in :meth:`gaps`)."""
         counts = {s: 0 for s in C.STATUSES}
-        for e in self.events:
+        for e in self._judged():
             counts[e.status] += 1
         return counts
 
     def exit_code(self, fail_on: str = C.FAIL, allow_blind: bool = False) -> int:
         """The CLI's contract: 1 when an event at or above ``fail_on`` was read; else 2 when
         there is no verdict (:attr:`not_judged`); else 1 when flow1 did not watch the run
-        whole (a watcher off, no clean stop) unless ``allow_blind``; else 0."""
+        whole (a watcher off, no clean stop, events parts skipped) unless ``allow_blind``;
+        else 0."""
         if C.STATUS_RANK[self.status] >= C.STATUS_RANK[fail_on]:
             return 1
         if self.not_judged:
             return 2
-        if not allow_blind and (self.blind or (self.completeness or {}).get("state") == "ended"):
+        if not allow_blind and (self.blind or self.partial or (self.completeness or {}).get("state") == "ended"):
             return 1
         return 0
 
@@ -100,6 +206,7 @@ class Report:
         return {"target": self.target, "status": self.status, "verdict": self.verdict, "counts": self.by_status(),
                 "not_judged": self.not_judged, "gaps": self.gaps(), "skipped": list(self.skipped),
                 "not_assessable": list(self.not_assessable), "completeness": jsonable(self.completeness),
+                "life": life_line(self.completeness),
                 "advisories": sorted({e.code for e in self.advisories()}),
                 "summary": jsonable(self.summary), "events": [e.to_dict() for e in self.events]}
 
@@ -128,24 +235,49 @@ class Report:
         return d
 
     def to_markdown(self) -> str:
+        """The report as Markdown; every string from the run goes through :func:`md` (no
+        raw HTML, no table cell broken by a ``|``, no line of its own)."""
         n = self.by_status()
-        lines = [f"# flow1 report: {self.target}", "",
-                 f"**{self.status}**: {n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {n[C.PASS]} PASS "
-                 f"({len(self.advisories())} advisory)", "",
-                 "| time (UTC) | module | status | code | evidence |", "|---|---|---|---|---|"]
+        lines = [f"# flow1 report: {md(self.target)}", "",
+                 f"**{md(self.verdict)}**: {n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {n[C.PASS]} PASS "
+                 f"({len(self.advisories())} advisory)", ""]
+        if self.not_judged:
+            lines += [f"Not judged: {md(self.not_judged)}", ""]
+        life = life_line(self.completeness)
+        if life:
+            lines += [f"Run: {md(life)}", ""]
+        gaps = self.gaps()
+        if gaps:
+            lines += ["Gaps (what flow1 did not see whole):", ""] + [f"- {md(g)}" for g in gaps] + [""]
+        lines += ["| time (UTC) | module | status | code | evidence |", "|---|---|---|---|---|"]
         for e in self.events:
             if e.status != C.PASS or e.advisory:
-                msg = e.message.replace("|", "\\|").replace("\n", " ")
-                lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {e.module} | {e.status} | {e.code} | {msg} |")
+                lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {md(e.module)} | {md(e.status)} | {md(e.code)} | "
+                             f"{md(e.message)} |")
         sa = self.summary.get("state_actions")
         if sa:
             lines += ["", "## State clusters x actions", ""]
             for module, snap in (sa.get("modules") or {"": sa}).items():
                 if snap.get("verdicts"):
-                    lines.append(f"{'Module ' + module + ': l' if module else 'L'}ast snapshot (iteration "
-                                 f"{snap.get('last_iteration')}, {snap.get('clusters')} clusters, {snap.get('states')} "
-                                 f"states): " + ", ".join(f"{n} {v}" for v, n in sorted(snap["verdicts"].items())) + ".")
+                    lines.append(f"{'Module ' + md(module) + ': l' if module else 'L'}ast snapshot (iteration "
+                                 f"{md(snap.get('last_iteration'))}, {md(snap.get('clusters'))} clusters, "
+                                 f"{md(snap.get('states'))} states): "
+                                 + ", ".join(f"{n} {md(v)}" for v, n in sorted(snap["verdicts"].items())) + ".")
             if sa.get("heatmaps"):
-                lines += ["", f"![P(action | cluster)]({sa['heatmaps'][-1]})", "",
+                from urllib.parse import quote
+
+                lines += ["", f"![P(action | cluster)]({quote(sa['heatmaps'][-1])})", "",
                           f"{len(sa['heatmaps'])} heatmap(s) in `heatmaps/`."]
         return "\n".join(lines) + "\n"
+
+
+#: Markdown's characters that a run string may not carry raw: HTML (``<`` ``>`` ``&``),
+#: a table cell's end (``|``), code spans (backtick), links (``[`` ``]``) and the escape
+#: itself
+_MD = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def md(text: Any) -> str:
+    """A string from a run, safe inside a Markdown line or table cell: one line
+    (:func:`~flow1_ray.events.one_line`), no raw HTML, no ``|``, backtick or link."""
+    return "".join(_MD.get(ch, ch) for ch in one_line("" if text is None else text))

@@ -9,8 +9,12 @@ dropped samples, the worker timeline).
 
 Built on Dash (Flask, React, Plotly): its JavaScript comes from the installed package, so
 the page loads nothing from the network; every string of the run is a React text node,
-never parsed as HTML. The page polls once a second; each poll reads only the Parquet parts
-the Recorder wrote since the last one (:class:`~.follow.RunFollower`). Nothing here writes.
+never parsed as HTML -- except inside Plotly figures, whose legends, titles, axis titles,
+hover text and annotations take a subset of HTML (``<a href>``, ``<b>``, ``<br>``): every
+run string handed to Plotly goes through :func:`esc` first. The page polls once a second;
+each poll reads only the Parquet parts the Recorder wrote since the last one
+(:class:`~.follow.RunFollower`), and a callback never raises: what cannot be read is named
+on the page. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import errno
+import html as _html
 import ipaddress
 import logging
 import os
@@ -28,9 +33,14 @@ from typing import Any, Callable
 
 from .. import codes as C
 from ..errors import Flow1InputError
+from ..events import one_line
+from ..reading import read_file
 from ..store import EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
 from .follow import RunFollower, find_runs, is_run_dir
+from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, current_findings, hypotheses, risk, timeline_marks
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8050
 POLL_MS = 1000
@@ -53,6 +63,8 @@ pre{white-space:pre-wrap;word-break:break-word;font-size:.75rem;max-height:14rem
 padding:.4rem;margin:.2rem 0} table{border-collapse:collapse;width:100%;font-size:.85rem} td,th{border-bottom:1px solid
 #e4e7eb;padding:.25rem .4rem;text-align:left;vertical-align:top} code{font-size:.8rem;background:#f0f4f8;padding:0 .2rem}
 tr.fail td:first-child{color:#a61b0f;font-weight:600} tr.warn td:first-child{color:#9a5b00;font-weight:600}
+.NOT_JUDGED{background:#eceff1;color:#37474f} .GAPS{background:#fff8e1;color:#7a5c00}
+#gaps{font-size:.85rem;margin:.2rem 0 .5rem} #gaps li{margin:.1rem 0}
 .muted{color:#7b8794} img.heatmap{max-width:100%;margin-top:.4rem} @media(max-width:1000px){main{grid-template-columns:1fr}}
 """
 
@@ -96,6 +108,14 @@ class Runs:
 
 
 # -- figures ---------------------------------------------------------------------------------
+def esc(text: object) -> str:
+    """A run string for Plotly: HTML-escaped (Plotly renders ``<a href>``, ``<b>``,
+    ``<br>`` in legends, titles and hover text) and on one line. Quotes stay: with ``<``
+    escaped no tag can open, and Plotly decodes ``&lt;`` ``&gt;`` ``&amp;`` but shows
+    ``&quot;`` as it is."""
+    return _html.escape(one_line(text), quote=False)
+
+
 def _iterations_axis(fig: Any, iterations: list) -> None:
     """Whole iterations only (plotly would label 1.5 as "2" with an integer format)."""
     span = (max(iterations) - min(iterations)) if iterations else 0
@@ -138,9 +158,9 @@ def policy_figure(f: RunFollower) -> Any:
     for mid in sorted({r["module_id"] for r in f.learner}):
         mine = sorted((r for r in f.learner if r["module_id"] == mid), key=lambda r: r["iteration"])
         x = [r["iteration"] for r in mine]
-        fig.add_trace(go.Scatter(x=x, y=[r.get("entropy_ratio") for r in mine], name=mid, legendgroup=mid,
+        fig.add_trace(go.Scatter(x=x, y=[r.get("entropy_ratio") for r in mine], name=esc(mid), legendgroup=esc(mid),
                                  mode=_mode(len(x))), row=1, col=1)
-        fig.add_trace(go.Scatter(x=x, y=[r.get("mean_kl_loss") for r in mine], name=mid, legendgroup=mid,
+        fig.add_trace(go.Scatter(x=x, y=[r.get("mean_kl_loss") for r in mine], name=esc(mid), legendgroup=esc(mid),
                                  showlegend=False, mode=_mode(len(x))), row=1, col=2)
     _iterations_axis(fig, [r["iteration"] for r in f.learner])
     fig.update_annotations(font_size=12)
@@ -156,9 +176,9 @@ def timeline_figure(f: RunFollower) -> Any:
     for state, colour in STATE_COLOURS.items():
         mine = [m for m in marks if m["state"] == state]
         if mine:
-            fig.add_scatter(x=[(m["ts"] - t0).total_seconds() for m in mine], y=[m["who"] for m in mine],
-                            mode="markers", name=state, marker={"size": 12, "color": colour},
-                            text=[f"{m['code']} pid {m['pid']}" for m in mine], hoverinfo="text+x")
+            fig.add_scatter(x=[(m["ts"] - t0).total_seconds() for m in mine], y=[esc(m["who"]) for m in mine],
+                            mode="markers", name=esc(state), marker={"size": 12, "color": colour},
+                            text=[esc(f"{m['code']} pid {m['pid']}") for m in mine], hoverinfo="text+x")
     xs = [(m["ts"] - t0).total_seconds() for m in marks]
     pad = max(max(xs, default=0.0) * 0.04, 0.5)   # marks at either end stay whole
     fig.update_xaxes(title_text="seconds since the run's first event", range=[-pad, max(xs, default=0.0) + pad])
@@ -176,13 +196,35 @@ def _num(label: str, value: Any, ident: str) -> Any:
     return html.Div(className="num", children=[html.Span(label), html.B(text, id=ident)])
 
 
+def _number(v: Any) -> float | int | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def verdict_block(report: Report) -> list:
+    """The verdict with what flow1 did not see (the gaps: watchers off, the run's life, hub
+    restarts, skipped parts), as ``flow1 report`` gives them."""
+    from dash import html
+
+    gaps = report.gaps()
+    life = life_line(report.completeness)
+    out: list = [html.Div([html.Span(report.verdict, id="result-verdict", className=f"verdict "
+                                     f"{verdict_kind(report.verdict)}")]
+                          + ([" ", html.Span(report.not_judged, className="muted")] if report.not_judged else []))]
+    if life:
+        out.append(html.Div(life, id="life", className="muted"))
+    if gaps:
+        out.append(html.Ul([html.Li(g) for g in gaps[:50]] + ([html.Li(f"... and {len(gaps) - 50} more")]
+                                                              if len(gaps) > 50 else []), id="gaps"))
+    return out
+
+
 def result_numbers(f: RunFollower) -> list:
     last = f.last_metrics()
-    ret = last.get("episode_return_mean")
+    ret = _number(last.get("episode_return_mean"))
     return [_num("iteration", last.get("iteration"), "n-iteration"),
             _num("env steps", last.get("env_steps"), "n-env-steps"),
             _num("return (mean)", float(ret) if ret is not None else None, "n-return"),
-            _num("return EMA", last.get("flow1/learner/return_ema"), "n-return-ema"),
+            _num("return EMA", _number(last.get("flow1/learner/return_ema")), "n-return-ema"),
             _num("FAIL · WARN", f"{f.counts.get(C.FAIL, 0)} · {f.counts.get(C.WARN, 0)}", "n-findings"),
             _num("events read", sum(f.counts.values()), "n-events")]
 
@@ -193,10 +235,9 @@ def heatmap_block(f: RunFollower) -> list:
     if not f.heatmaps:
         return [html.P("No state x action heatmap yet.", className="muted")]
     name = f.heatmaps[-1]
-    try:
-        png = (f.dir / HEATMAPS_DIR / name).read_bytes()
-    except OSError:
-        return []
+    png, why = read_file(f.dir, f"{HEATMAPS_DIR}/{name}", png=True)   # checked again: it may have changed
+    if png is None:
+        return [html.P(f"heatmap not shown: {why}", className="muted")]
     return [html.Details(open=True, children=[
         html.Summary(f"P(action | state cluster), {name} ({len(f.heatmaps)} snapshot(s) in heatmaps/)"),
         html.Img(className="heatmap", src="data:image/png;base64," + base64.b64encode(png).decode("ascii"),
@@ -252,14 +293,82 @@ def risk_block(f: RunFollower) -> list:
                         for r in risk(f.last_metrics(), f.code_counts, f.findings)])]
 
 
+# -- the callbacks ------------------------------------------------------------------------------
+#: what the refresh callback returns, in order (make_app's Outputs)
+REFRESH_OUTPUTS = ("run-name", "verdict", "verdict-class", "updated", "result-numbers", "return-graph",
+                   "policy-graph", "policy-wrap", "heatmap", "cause", "hypothesis", "risk", "timeline-graph",
+                   "timeline-wrap", "seen", "result-head")
+
+
+def panel_callbacks(runs: Runs) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The panel's two callbacks, as plain functions (make_app registers them; tests call
+    them): ``list_runs(n, shown)`` -> the picker's options, ``refresh(n, name, seen)`` ->
+    one value per :data:`REFRESH_OUTPUTS`. Neither raises."""
+    from dash import no_update
+
+    def _list_runs(_n: int | None, shown: list | None) -> Any:
+        try:
+            listed = runs.refresh()
+        except Exception:   # a callback never raises: the page keeps what it shows
+            log.exception("flow1 serve: listing the runs failed")
+            return no_update
+        return listed if listed != shown else no_update
+
+    def _refresh(_n: int | None, name: str | None, seen: dict | None) -> tuple:
+        """Each tick: poll, then redraw what changed. Never raises (a figure that cannot be
+        drawn from what the run holds leaves the page as it was and says so)."""
+        try:
+            return _draw(name, seen)
+        except Exception as e:
+            log.exception("flow1 serve: drawing %s failed", name)
+            out = [no_update] * len(REFRESH_OUTPUTS)
+            out[REFRESH_OUTPUTS.index("updated")] = f"not redrawn: {type(e).__name__}: {one_line(e)[:200]}"
+            return tuple(out)
+
+    def _draw(name: str | None, seen: dict | None) -> tuple:
+        f = runs.get(name)
+        if f is None:
+            return (no_update,) * len(REFRESH_OUTPUTS)
+        f.poll()
+        report = f.report()
+        ago = f"last new data {time.time() - f.last_change:.0f} s ago" if f.last_change else "no data yet"
+        updated = f"live · {ago} · read {dt.datetime.now():%H:%M:%S}"
+        if f.skipped:
+            updated += f" · {len(f.skipped)} item(s) skipped"
+        stamps = {"run": name, **f.stamps}
+        seen = seen if isinstance(seen, dict) and seen.get("run") == name else {}
+
+        def fresh(*subs: str) -> bool:   # did any of these sources change since this page drew them?
+            return any(stamps.get(k) != seen.get(k) for k in subs) or not seen
+
+        keep = no_update
+        ev, mt, ln, hm = fresh(EVENTS_DIR), fresh(METRICS_DIR), fresh(LEARNER_DIR), fresh(HEATMAPS_DIR)
+        verdict = report.verdict   # with the run's life and what was skipped: redrawn at each tick
+        return (name if not seen else keep,
+                verdict, f"verdict {verdict_kind(verdict)}", updated,
+                result_numbers(f) if ev or mt else keep,
+                return_figure(f) if mt else keep,
+                (policy_figure(f) if f.learner else keep) if ln else keep,
+                ({} if f.learner else {"display": "none"}) if ln else keep,
+                heatmap_block(f) if hm else keep,
+                cause_block(f) if ev else keep,
+                hypothesis_block(f) if ev or fresh(SNAPSHOTS_DIR) else keep,
+                risk_block(f) if ev or mt else keep,
+                (timeline_figure(f) if f.timeline else keep) if ev else keep,
+                ({} if f.timeline else {"display": "none"}) if ev else keep,
+                stamps, verdict_block(report))
+
+    return _list_runs, _refresh
+
+
 # -- the app --------------------------------------------------------------------------------------
 def make_app(path: "str | os.PathLike | Location") -> Any:
     """The Dash app of a run directory or an output directory of runs (Flow1InputError when
     ``path`` holds no run)."""
-    from dash import Dash, Input, Output, State, dcc, html, no_update
+    from dash import Dash, Input, Output, State, dcc, html
 
     runs = Runs(path)
-    app = Dash(__name__, title=f"flow1: {runs.path.name}", update_title=None, serve_locally=True,
+    app = Dash(__name__, title=esc(f"flow1: {runs.path.name}"), update_title=None, serve_locally=True,
                assets_folder=os.path.join(os.path.dirname(__file__), "no-assets"), assets_ignore=".*",
                index_string=INDEX)
     graph_config = {"displaylogo": False, "displayModeBar": False}   # drag to zoom, double-click to reset
@@ -277,7 +386,7 @@ def make_app(path: "str | os.PathLike | Location") -> Any:
                          html.Span("", id="verdict", className="verdict"), html.Span("", id="updated")]),
             html.Main([
                 html.Section(id="q-result", className="q", children=[
-                    html.H2("Result"), html.Div(id="result-numbers", className="nums"),
+                    html.H2("Result"), html.Div(id="result-head"), html.Div(id="result-numbers", className="nums"),
                     dcc.Graph(id="return-graph", config=graph_config, style={"height": "250px"}),
                     html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=graph_config,
                                                                   style={"height": "230px"})),
@@ -291,51 +400,17 @@ def make_app(path: "str | os.PathLike | Location") -> Any:
             ])])
 
     app.layout = layout
-
-    @app.callback(Output("run-picker", "options"), Input("tick", "n_intervals"), State("run-picker", "options"))
-    def _list_runs(_n: int | None, shown: list | None) -> Any:
-        listed = runs.refresh()
-        return listed if listed != shown else no_update
-
-    @app.callback(
+    list_runs, refresh = panel_callbacks(runs)
+    app.callback(Output("run-picker", "options"), Input("tick", "n_intervals"),
+                 State("run-picker", "options"))(list_runs)
+    app.callback(
         Output("run-name", "children"), Output("verdict", "children"), Output("verdict", "className"),
         Output("updated", "children"), Output("result-numbers", "children"), Output("return-graph", "figure"),
         Output("policy-graph", "figure"), Output("policy-wrap", "style"), Output("heatmap", "children"),
         Output("cause", "children"), Output("hypothesis", "children"), Output("risk", "children"),
         Output("timeline-graph", "figure"), Output("timeline-wrap", "style"), Output("seen", "data"),
-        Input("tick", "n_intervals"), Input("run-picker", "value"), State("seen", "data"))
-    def _refresh(_n: int | None, name: str | None, seen: dict | None) -> tuple:
-        f = runs.get(name)
-        if f is None:
-            return (no_update,) * 15
-        f.poll()
-        ago = f"last new data {time.time() - f.last_change:.0f} s ago" if f.last_change else "no data yet"
-        updated = f"live · {ago} · read {dt.datetime.now():%H:%M:%S}"
-        if f.errors:
-            updated += f" · {len(f.errors)} unreadable part(s): {f.errors[-1]}"
-        stamps = {"run": name, **f.stamps}
-        seen = seen if isinstance(seen, dict) and seen.get("run") == name else {}
-
-        def fresh(*subs: str) -> bool:   # did any of these sources change since this page drew them?
-            return any(stamps.get(k) != seen.get(k) for k in subs) or not seen
-
-        keep = no_update
-        ev, mt, ln, hm = fresh(EVENTS_DIR), fresh(METRICS_DIR), fresh(LEARNER_DIR), fresh(HEATMAPS_DIR)
-        status = f.status
-        return (name if not seen else keep,
-                status if ev else keep, f"verdict {status}" if ev else keep, updated,
-                result_numbers(f) if ev or mt else keep,
-                return_figure(f) if mt else keep,
-                (policy_figure(f) if f.learner else keep) if ln else keep,
-                ({} if f.learner else {"display": "none"}) if ln else keep,
-                heatmap_block(f) if hm else keep,
-                cause_block(f) if ev else keep,
-                hypothesis_block(f) if ev or fresh(SNAPSHOTS_DIR) else keep,
-                risk_block(f) if ev or mt else keep,
-                (timeline_figure(f) if f.timeline else keep) if ev else keep,
-                ({} if f.timeline else {"display": "none"}) if ev else keep,
-                stamps)
-
+        Output("result-head", "children"),
+        Input("tick", "n_intervals"), Input("run-picker", "value"), State("seen", "data"))(refresh)
     return app
 
 

@@ -1,6 +1,9 @@
 """Console rendering: coloured log lines, a summary table, the verdict line.
 
-rich decides colour: none when the output is not a terminal or NO_COLOR is set.
+rich decides colour: none when the output is not a terminal or NO_COLOR is set. Every
+string from a run is printed as a :class:`~rich.text.Text` of :func:`one_line` (never as
+rich markup, never with a control character of its own): a module id ``[red]`` or a
+message holding an escape sequence shows as what it is.
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import codes as C
-from ..events import Event
-from .model import Report
+from ..events import Event, one_line
+from .model import GAP_CODES, Report, life_line, verdict_kind
 
-STYLE = {C.PASS: "green", C.WARN: "yellow", C.FAIL: "bold red"}
+STYLE = {C.PASS: "green", C.WARN: "yellow", C.FAIL: "bold red", "GAPS": "yellow", "NOT_JUDGED": "bold magenta"}
 
 
 def console(file: TextIO | None = None) -> Console:
@@ -24,11 +27,16 @@ def console(file: TextIO | None = None) -> Console:
 
 def log_text(e: Event) -> Text:
     line = e.log_line()
-    head = f" | {e.module} | "
+    head = f" | {one_line(e.module)} | "
     i = line.find(head) + len(head)
     t = Text(line)
     t.stylize(STYLE[e.status], i, i + len(e.status))
     return t
+
+
+def plain(text: object) -> Text:
+    """A line from a run's strings, as text (no markup, no control characters)."""
+    return Text(one_line(text))
 
 
 def print_events(con: Console, events: list[Event]) -> None:
@@ -37,7 +45,7 @@ def print_events(con: Console, events: list[Event]) -> None:
 
 
 def summary_table(report: Report, title: str = "flow1 check") -> Table:
-    table = Table(title=f"{title}: {report.target}", title_justify="left")
+    table = Table(title=plain(f"{title}: {report.target}"), title_justify="left")
     table.add_column("module")
     table.add_column("status")
     table.add_column("codes")
@@ -45,27 +53,47 @@ def summary_table(report: Report, title: str = "flow1 check") -> Table:
     for e in report.events:
         modules.setdefault(e.module, []).append(e)
     for m, evs in modules.items():
-        st = C.worst(e.status for e in evs)
+        gap = [e.code in GAP_CODES and e.status != C.FAIL for e in evs]
+        st = C.worst(e.status for e, g in zip(evs, gap) if not g)
         counts: dict[str, int] = {}
-        for e in evs:
+        for e, g in zip(evs, gap):
             if e.status != C.PASS or e.advisory:
-                name = f"{e.code} (advisory)" if e.advisory else e.code
+                name = f"{e.code} (advisory)" if e.advisory else f"{e.code} (gap)" if g else e.code
                 counts[name] = counts.get(name, 0) + 1
         codes = ", ".join(f"{c} x{n}" if n > 1 else c for c, n in sorted(counts.items())) or "-"
-        table.add_row(m, Text(st, style=STYLE[st]), codes)
+        table.add_row(plain(m), Text(st, style=STYLE[st]), plain(codes))
     return table
 
 
-def verdict_line(report: Report) -> Text:
+def verdict_text(head: str, report: Report) -> Text:
+    """``head: VERDICT (n FAIL, n WARN, n advisory)`` with the verdict coloured."""
     n = report.by_status()
+    t = Text(f"{head}: ")
+    verdict = report.verdict
+    t.append(one_line(verdict), style=STYLE[verdict_kind(verdict)])
+    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {len(report.advisories())} advisory)")
+    return t
+
+
+def print_gaps(con: Console, report: Report) -> None:
+    """Why there is no verdict, the run's life, and what flow1 did not see whole."""
+    if report.not_judged:
+        con.print(plain(f"not judged: {report.not_judged}"))
+    life = life_line(report.completeness)
+    if life:
+        con.print(plain(f"run: {life}"))
+    for g in report.gaps():
+        con.print(plain(f"gap: {g}"))
+
+
+def verdict_line(report: Report) -> Text:
     s = report.summary
-    t = Text("flow1 check: ")
-    t.append(report.status, style=STYLE[report.status])
-    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {len(report.advisories())} advisory) {report.target}: "
+    t = verdict_text("flow1 check", report)
+    t.append(one_line(f" {report.target}: "
              f"{s.get('steps', 0)} steps, "
-             f"{s.get('episodes', 0)} episodes, {s.get('seconds', 0):.2f} s")
+             f"{s.get('episodes', 0)} episodes, {s.get('seconds', 0):.2f} s"))
     if s.get("stopped_early"):
-        t.append(f"; stopped early: {s['stopped_early']}")
+        t.append(one_line(f"; stopped early: {s['stopped_early']}"))
     return t
 
 
@@ -73,38 +101,40 @@ def print_report(con: Console, report: Report) -> None:
     print_events(con, report.events)
     con.print(summary_table(report))
     con.print(verdict_line(report))
+    print_gaps(con, report)
 
 
 def print_run_report(con: Console, report: Report) -> None:
     """The end screen of a training run or of ``flow1 report``."""
     con.print(summary_table(report, "flow1 run"))
     s = report.summary
-    n = report.by_status()
-    t = Text("flow1 run: ")
-    t.append(report.status, style=STYLE[report.status])
-    t.append(f" ({n[C.FAIL]} FAIL, {n[C.WARN]} WARN, {len(report.advisories())} advisory)")
+    t = verdict_text("flow1 run", report)
     if s.get("iterations") is not None:
         w = s.get("workers") or {}
-        t.append(f"; {s['iterations']} iterations, {s.get('env_steps')} env steps, return mean "
-                 f"{s.get('episode_return_mean') or float('nan'):.1f}; workers alive {w.get('alive', '?')}, "
-                 f"dead {w.get('dead', '?')}, stalled {w.get('stalled', '?')}, restarts {w.get('restarts', '?')}")
+        ret = s.get("episode_return_mean")
+        t.append(one_line(f"; {s['iterations']} iterations, {s.get('env_steps')} env steps, return mean "
+                          f"{ret if isinstance(ret, (int, float)) else float('nan'):.1f}; workers alive "
+                          f"{w.get('alive', '?')}, dead {w.get('dead', '?')}, stalled {w.get('stalled', '?')}, "
+                          f"restarts {w.get('restarts', '?')}"))
     con.print(t)
+    print_gaps(con, report)
     sa = s.get("state_actions") or {}
     for module, snap in (sa.get("modules") or {"": sa}).items():
         if snap.get("verdicts"):
-            con.print(f"state clusters{' of ' + module if module else ''} (snapshot at iteration "
-                      f"{snap.get('last_iteration')}): " + ", ".join(f"{n} {v}" for v, n in sorted(snap["verdicts"].items()))
-                      + (f"; {len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}"
-                         if sa.get("heatmaps") and not module else ""))
+            con.print(plain(f"state clusters{' of ' + module if module else ''} (snapshot at iteration "
+                            f"{snap.get('last_iteration')}): "
+                            + ", ".join(f"{n} {v}" for v, n in sorted(snap["verdicts"].items()))
+                            + (f"; {len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}"
+                               if sa.get("heatmaps") and not module else "")))
     if sa.get("modules") and sa.get("heatmaps"):
-        con.print(f"{len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}")
+        con.print(plain(f"{len(sa['heatmaps'])} heatmap(s), last {sa['heatmaps'][-1]}"))
     ln = s.get("learner") or {}
     for module, r in (ln.get("modules") or {}).items():
         parts = [f"{label} {r[key]:.3g}" for key, label in (
             ("entropy_ratio", "entropy/max"), ("mean_kl_loss", "KL"), ("policy_loss", "policy loss"),
             ("vf_loss", "vf loss"), ("default_optimizer_learning_rate", "lr"), ("grad_norm", "grad norm"))
-            if isinstance(r.get(key), (int, float))]
-        con.print(f"learner {module} (iteration {r.get('iteration')}): " + (", ".join(parts) or "no curves"))
+            if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+        con.print(plain(f"learner {module} (iteration {r.get('iteration')}): " + (", ".join(parts) or "no curves")))
     if ln.get("snapshots"):
-        con.print(f"{len(ln['snapshots'])} learner snapshot(s), last {ln['snapshots'][-1]}")
-    con.print(f"run directory: {s.get('run_dir')}")
+        con.print(plain(f"{len(ln['snapshots'])} learner snapshot(s), last {ln['snapshots'][-1]}"))
+    con.print(plain(f"run directory: {s.get('run_dir')}"))

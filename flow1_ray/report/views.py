@@ -27,10 +27,16 @@ EVIDENCE_CHARS = 6000
 def finding_row(e: Event) -> dict[str, Any]:
     """One finding for display: its knobs apart, the rest of the evidence as indented JSON."""
     ev = dict(e.evidence)
-    knobs = ev.pop("knobs", None) if isinstance(ev.get("knobs"), list) else None
+    knobs = knob_list(ev.pop("knobs", None)) if isinstance(ev.get("knobs"), list) else None
     return {"ts": e.ts.strftime("%Y-%m-%d %H:%M:%S"), "status": e.status, "code": e.code, "module": e.module,
             "where": e.where().strip(" []"), "message": e.message, "knobs": knobs or [],
             "evidence": json.dumps(ev, indent=1, default=str)[:EVIDENCE_CHARS]}
+
+
+def knob_list(knobs: Any) -> list[dict]:
+    """The knob entries of a finding's evidence that are what the advice writes (dicts):
+    evidence is read from the run, and may hold anything."""
+    return [k for k in knobs if isinstance(k, dict)] if isinstance(knobs, list) else []
 
 
 def is_finding(e: Event) -> bool:
@@ -67,7 +73,7 @@ def hypotheses(events: list[Event], snapshots: list[str]) -> list[dict]:
     seen: set[tuple] = set()
     out: list[dict] = []
     for e in sorted((e for e in events if e.status != C.PASS), key=lambda e: -e.ts.timestamp()):
-        knobs = e.evidence.get("knobs") if isinstance(e.evidence.get("knobs"), list) else []
+        knobs = knob_list(e.evidence.get("knobs"))
         for k in knobs:
             key = ("knob", e.code, k.get("knob"))
             if key not in seen:
@@ -125,9 +131,9 @@ def risk(last: dict, code_counts: dict[str, int], findings: list[Event]) -> list
                   "level": level(bool(contention), any(e.status == C.FAIL for e in contention))})
     memory = [e for e in findings if e.code in MEMORY_CODES]
     mem = []
-    if last.get("flow1/memory/node_percent") is not None:
+    if _is_number(last.get("flow1/memory/node_percent")):
         mem.append(f"node {last['flow1/memory/node_percent']:.0f} % used")
-    if last.get("flow1/memory/runners_rss_mb") is not None:
+    if _is_number(last.get("flow1/memory/runners_rss_mb")):
         mem.append(f"EnvRunners {last['flow1/memory/runners_rss_mb']:.0f} MB RSS")
     if memory:
         mem.append(memory[-1].message)
@@ -138,6 +144,10 @@ def risk(last: dict, code_counts: dict[str, int], findings: list[Event]) -> list
     lines.append({"label": "samples dropped", "value": _n(dropped),
                   "level": level(bool(code_counts.get(C.SAMPLES_DROPPED)))})
     return lines
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _n(v: Any) -> str:
