@@ -37,7 +37,7 @@ STOP_JSON = "stop.json"
 INTERNAL_DIR = "internal"
 #: a run whose last heartbeat is older than this (and at least 5 flush intervals) without a
 #: stop record has ended without a clean stop; younger, it may still be running
-STALE_AFTER_S = 60.0
+STALE_AFTER_S = 15.0
 #: the packages whose versions a start record keeps
 VERSIONED = ("flow1-ray", "ray", "gymnasium", "torch", "numpy", "pyarrow")
 
@@ -151,6 +151,7 @@ def completeness(run_dir: Any, now: float | None = None, flush_interval_s: float
     beat, p2 = read_json(run_dir, HEARTBEAT_JSON)
     stop, p3 = read_json(run_dir, STOP_JSON)
     out: dict[str, Any] = {"started": start is not None, "start": start, "stopped": stop is not None, "stop": stop,
+                           "heartbeat": beat,
                            "problems": [p for p in (p1, p2, p3) if p]}
     last_ts, last_it = None, None
     for rec, key in ((beat, "ts"), (stop, "stopped_at")):

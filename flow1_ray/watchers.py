@@ -32,7 +32,7 @@ DRIVER_WATCH = "driver watchdog"
 TRACEBACK, TRACEBACK_FILE = "traceback", "traceback_file"
 
 
-def one_line(error: BaseException | str, limit: int = 300) -> str:
+def error_line(error: BaseException | str, limit: int = 300) -> str:
     """``Type: first line of the message`` (or the text's first line), at most ``limit`` chars."""
     if isinstance(error, BaseException):
         first = (str(error).strip().splitlines() or [""])[0]
@@ -54,8 +54,8 @@ def watcher_off_finding(watcher: str, what: str, error: BaseException | str, uns
     ``what``; ``unseen`` says what the user will not be told (e.g. "its death or hang"), or
     ``consequence`` says what happens instead, in full."""
     tail = consequence or f"{unseen} will not be named"
-    return Finding(C.WATCHER_OFF, f"{watcher} is off for {what}: {one_line(error)}; {tail}",
-                   {"watcher": watcher, "what": f"{watcher}: {what}", "error": one_line(error),
+    return Finding(C.WATCHER_OFF, f"{watcher} is off for {what}: {error_line(error)}; {tail}",
+                   {"watcher": watcher, "what": f"{watcher}: {what}", "error": error_line(error),
                     TRACEBACK: traceback_text(error)})
 
 
@@ -67,6 +67,6 @@ def watcher_off(watcher: str, what: str, error: BaseException | str, unseen: str
 
 def internal_event(where: str, error: BaseException, **at: Any) -> Event:
     """FLOW1_INTERNAL: a flow1 hook or check failed once and goes on (not a watcher off)."""
-    return Event(C.FLOW1_INTERNAL, f"flow1 {where} failed: {one_line(error)}; training goes on",
-                 {"hook": where, "exception": type(error).__name__, "error": one_line(error),
+    return Event(C.FLOW1_INTERNAL, f"flow1 {where} failed: {error_line(error)}; training goes on",
+                 {"hook": where, "exception": type(error).__name__, "error": error_line(error),
                   TRACEBACK: traceback_text(error)}, **at)

@@ -201,6 +201,8 @@ MUTATIONS = [
     Mutation("worker_index as text", lambda r: _events_part(r, [_row(worker_index="one")], schema=pa.schema(
         [f.with_nullable(True) if f.name != "worker_index" else pa.field("worker_index", pa.string())
          for f in EVENT_SCHEMA])), f"{LAST}: column 'worker_index' (string) cannot be read as int32", "some", 1),
+    Mutation("an events part removed", lambda r: _first_part(r, "events").unlink(),
+             "events: the Recorder wrote", "some", 1),
     Mutation("every events part damaged", lambda r: _every_events_part(r, b"PAR1 not really"), "events/part-",
              "none", 2),
     Mutation("metrics iteration as a string", lambda r: _write_pq(pa.table({"iteration": ["3"], "env_steps": [1]}),

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .. import codes as C
 from ..events import Event
-from ..watchers import CONTENTION, PROBE, one_line, watcher_off
+from ..watchers import CONTENTION, PROBE, error_line, watcher_off
 from .incidents import MonitorCore, _who
 from .nodes import NodeWatch
 
@@ -145,7 +145,7 @@ class MonitorService(MonitorCore):
                 try:
                     info = ray.get(ref, timeout=0)
                 except Exception as e:
-                    info = {"error": one_line(e)}
+                    info = {"error": error_line(e)}
                 if info.get("error"):
                     self.off(PROBE, f"node {nid[:12]}", info["error"], "deaths and hangs of its runners", node_id=nid)
         return len(ready) + (self.node_id in self.probes)

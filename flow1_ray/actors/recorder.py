@@ -20,7 +20,7 @@ import pyarrow as pa
 from .. import codes as C
 from ..events import Event, events_to_table
 from ..runrecord import INTERNAL_DIR, write_heartbeat, write_start, write_stop
-from ..watchers import RECORDER, TRACEBACK, TRACEBACK_FILE, one_line, watcher_off
+from ..watchers import RECORDER, TRACEBACK, TRACEBACK_FILE, error_line, watcher_off
 from ..store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location, warm_up,
                      write_learner_snapshot, write_part)
 from .heatmaps import HeatmapWriter
@@ -71,6 +71,7 @@ class RecorderCore:
         self._writing_off = False             # a WATCHER_OFF for the Recorder is out (until a write works)
         self._soon = threading.Event()        # a WARN/FAIL or a metric row: flush without waiting the interval
         self._internal_n = 0
+        self.events_written = 0               # rows in events/ (the heartbeat says it: a reader can tell parts missing)
 
     # -- intake --------------------------------------------------------------------------
     def add_events(self, events: list[dict]) -> int:
@@ -181,12 +182,12 @@ class RecorderCore:
                 try:
                     write(rows)
                 except Exception as e:
-                    failed.append(f"{name}: {one_line(e)}")
+                    failed.append(f"{name}: {error_line(e)}")
                     self._keep(name, rows)
             try:
-                write_heartbeat(self.run_dir, self.last_iteration)
+                write_heartbeat(self.run_dir, self.last_iteration, events_written=self.events_written)
             except Exception as e:
-                failed.append(f"heartbeat: {one_line(e)}")
+                failed.append(f"heartbeat: {error_line(e)}")
             self.flushes += 1
             self._note_writes(failed)
             return 0 if failed else len(events) + len(metrics) + len(learner) + sum(t.num_rows for t in clusters)
@@ -198,6 +199,7 @@ class RecorderCore:
         for e in events:
             self._move_traceback(e)
         write_part(events_to_table(events), self.run_dir / EVENTS_DIR)
+        self.events_written += len(events)
         (self.run_dir / LOG_FILE).append_text("".join(e.log_line() + "\n" for e in events))
 
     def _write_metrics(self, rows: list[dict]) -> None:
@@ -260,6 +262,7 @@ class RecorderCore:
         with self._lock:
             for e in events:
                 self._count(e)
+            self.events_written = len(events)
         beat, _ = read_json(self.run_dir, HEARTBEAT_JSON)
         if beat and isinstance(beat.get("iteration"), int):
             self.last_iteration = beat["iteration"]
@@ -269,7 +272,7 @@ class RecorderCore:
         """The clean end: the last rows, then the stop record (a run without one ended
         without a clean stop)."""
         self.flush()
-        write_stop(self.run_dir, self.last_iteration, how)
+        write_stop(self.run_dir, self.last_iteration, how, events_written=self.events_written)
         return self.status()
 
     def crash_recorded(self, pid: int) -> bool:

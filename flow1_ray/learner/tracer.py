@@ -25,7 +25,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ..watchers import one_line, traceback_text
+from ..watchers import error_line, traceback_text
 
 logger = logging.getLogger("flow1_ray")
 
@@ -198,7 +198,7 @@ class LearnerTracer:
         except Exception as e:  # tracing must never stop an update; off, and said (WATCHER_OFF on the driver)
             self.errors += 1
             self.enabled = False
-            self.off_reason = one_line(e)
+            self.off_reason = error_line(e)
             self.off_traceback = traceback_text(e)
             self._disarm()
             logger.warning("flow1: learner tracing turned off after an error: %s", self.off_reason)

@@ -232,13 +232,13 @@ def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, 
     """On one Learner: the tracing, and (in a Learner actor) its lock-file liveness."""
     from . import liveness
 
-    from ..watchers import one_line, traceback_text
+    from ..watchers import error_line, traceback_text
 
     status = {**T.install(learner, grad_every, tau), "rank": _rank()}
     try:
         liveness.attach(learner, _rank(), heartbeat_s, stall_s)
     except Exception as e:  # liveness is flow1's; the Learner goes on without it (said: WATCHER_OFF)
-        status = {**status, "liveness_error": one_line(e), "liveness_traceback": traceback_text(e)}
+        status = {**status, "liveness_error": error_line(e), "liveness_traceback": traceback_text(e)}
     return {"status": status, "spaces": _spaces(learner)}
 
 

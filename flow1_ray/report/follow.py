@@ -22,7 +22,7 @@ from ..events import Event, events_from_table, one_line
 from ..runrecord import RUN_JSON, completeness
 from ..reading import PART_COLUMN, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names
 from ..store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, SNAPSHOTS_DIR, Location
-from .model import GAP_CODES, Report, events_problem, no_verdict
+from .model import GAP_CODES, Report, events_problem, missing_events, no_verdict
 from .views import TIMELINE
 
 #: findings kept in memory per run (WARN, FAIL and advisories; the counts stay exact beyond)
@@ -239,13 +239,18 @@ class RunFollower:
         """What the run directory says so far, as the :class:`Report` whose verdict and gaps
         ``flow1 report`` would give (its events: the findings and the gap events kept)."""
         with self._lock:
-            bad = sum(s.startswith(EVENTS_DIR) for s in self.skipped)
+            skipped = list(self.skipped)
+            life = dict(self.life)
+            # once stopped, the stop record's count is final: parts removed since are named
+            missing = (missing_events(life, self.events_read, [s for s in skipped if s.startswith(EVENTS_DIR)])
+                       if self.events_exist and life.get("state") == "stopped" else None)
+            skipped += [missing] if missing else []
+            bad = sum(s.startswith(EVENTS_DIR) for s in skipped)
             readable = self.events_exist and (self.events_read > 0 or not bad)
             problem = None if readable else events_problem(self.events_exist, bad)
-            life = dict(self.life)
             life["problems"] = list(life.get("problems") or [])
             return Report(target=one_line(self.dir.name), events=list(self.findings) + list(self.gap_events),
-                          skipped=life["problems"] + list(self.skipped), completeness=life,
+                          skipped=life["problems"] + skipped, completeness=life,
                           not_judged=no_verdict(life, problem))
 
     def metric_rows(self) -> list[dict]:

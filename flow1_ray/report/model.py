@@ -71,6 +71,17 @@ def events_problem(exists: bool, skipped: int) -> str:
     return f"{skipped} item(s) of {EVENTS_DIR}/ skipped" if skipped else f"{EVENTS_DIR}/ unreadable"
 
 
+def missing_events(life: dict[str, Any], found: int, skipped: list[str]) -> str | None:
+    """Parts removed from ``events/`` (nothing damaged, nothing named, just fewer rows): the
+    Recorder says in its heartbeat and stop records how many events it wrote. Read the
+    records before the events (a live run only adds to both)."""
+    counts = [r.get("events_written") for r in (life.get("stop") or {}, life.get("heartbeat") or {})]
+    written = max((n for n in counts if isinstance(n, int) and not isinstance(n, bool)), default=None)
+    if written is None or found >= written or skipped:
+        return None
+    return f"{EVENTS_DIR}: the Recorder wrote {written} event(s), {found} are here: parts are missing"
+
+
 def verdict_of(status: str, not_judged: str | None, gaps: list[str]) -> str:
     """The one verdict every rendering shows: ``NOT JUDGED``, ``FAIL``, ``WARN``, ``PASS``,
     or ``PASS, but <gaps, in short>``: a PASS flow1 did not see whole is never a plain PASS."""

@@ -18,7 +18,7 @@ from ..runrecord import RUN_JSON, completeness
 from ..reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
 from ..store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
 from .follow import is_run_dir
-from .model import Report, events_problem, no_verdict
+from .model import Report, events_problem, missing_events, no_verdict
 
 def open_run_dir(run_dir: "str | os.PathLike | Location") -> Location:
     """The run directory, or one Flow1InputError: not there, not readable at all (no
@@ -41,6 +41,10 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
     life = completeness(d, now=now)
     skipped: list[str] = list(life["problems"])
     events, events_skipped, readable = read_events(d)
+    missing = missing_events(life, len(events), events_skipped) if _exists(d / EVENTS_DIR) else None
+    if missing:
+        events_skipped.append(missing)
+        readable = bool(events)
     skipped += events_skipped
     not_judged = no_verdict(life, None if readable else events_problem(_exists(d / EVENTS_DIR), len(events_skipped)))
     summary: dict = {"run_dir": str(d)}

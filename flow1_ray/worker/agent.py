@@ -31,7 +31,7 @@ from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
 from .liveness import STEP_EMA, NoLiveness, WorkerLiveness
 from .lockdir import job_lock_dir
-from ..watchers import LIVENESS, TRACEBACK, one_line, traceback_text, watcher_off_finding
+from ..watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
 from .sender import Sender
 from .states import StateSampler
 
@@ -272,8 +272,8 @@ class RunnerAgent:
     def _internal(self, exc: BaseException) -> None:
         """A live check failed: counted in the log, sent with the next batch."""
         self.log.hit(C.FLOW1_INTERNAL, type(exc).__name__, lambda: (
-            f"flow1 failed to judge a live step: {one_line(exc)}",
-            {"exception": type(exc).__name__, "error": one_line(exc), TRACEBACK: traceback_text(exc)}))
+            f"flow1 failed to judge a live step: {error_line(exc)}",
+            {"exception": type(exc).__name__, "error": error_line(exc), TRACEBACK: traceback_text(exc)}))
 
     def report_internal(self, where: str, exc: BaseException) -> None:
         """A flow1 hook failed: send it now (the failing hook may be the one that sends),
@@ -282,8 +282,8 @@ class RunnerAgent:
         if key in self._internal_sent:
             return
         self._internal_sent.add(key)
-        self._send([Finding(C.FLOW1_INTERNAL, f"flow1 hook {where} failed: {one_line(exc)}; training goes on",
-                            {"hook": where, "exception": type(exc).__name__, "error": one_line(exc),
+        self._send([Finding(C.FLOW1_INTERNAL, f"flow1 hook {where} failed: {error_line(exc)}; training goes on",
+                            {"hook": where, "exception": type(exc).__name__, "error": error_line(exc),
                              TRACEBACK: traceback_text(exc)})])
 
     def on_sample_end(self, samples: list | None = None) -> None:
