@@ -12,6 +12,7 @@ plus the multi-agent contract).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
@@ -38,6 +39,8 @@ from .report import Report
 CHECKED_MODULES = (C.IMPORT_RESOLVE, C.ENV_SPEC, C.OBS_FLOW, C.ACTION_PIPE, C.REWARD_STATS)
 MAX_CONSECUTIVE_CRASHES = 3
 TRACEBACK_TAIL_CHARS = 1500
+#: the one parameter of an RLlib env class or creator, called with ``{}`` when nothing else is required
+RLLIB_CONFIG_ARGS = ("config", "env_config")
 
 EnvLike = Any  # gym.Env | str | Callable[[], gym.Env]
 _ENV_API = ("reset", "step", "observation_space", "action_space")
@@ -97,13 +100,18 @@ def resolve_env(env: EnvLike) -> tuple[Callable[[], gym.Env] | gym.Env, str]:
 
 
 def _zero_arg(factory: Callable, name: str) -> Callable:
-    """The factory itself, once sure it can be called with no arguments."""
+    """The factory itself, once sure it can be called with no arguments. A class or factory
+    whose one required parameter is RLlib's ``config`` (``env_config``) gets an empty dict,
+    as ``PPOConfig().environment(MyEnv)`` does with no ``env_config``."""
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):  # a builtin or C callable: let the call decide
         return factory
     required = [p.name for p in sig.parameters.values()
                 if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if len(required) == 1 and required[0] in RLLIB_CONFIG_ARGS and \
+            sig.parameters[required[0]].kind != inspect.Parameter.KEYWORD_ONLY:
+        return functools.partial(factory, {})  # RLlib's env creator convention: env_creator(env_config)
     if required:
         raise Flow1InputError(f"{name} needs argument(s) {', '.join(required)}; expected an env class or factory "
                               f"callable with no arguments")
