@@ -268,6 +268,24 @@ class OverflowObservation(Base):
         return o
 
 
+class BigObservation(gym.Env):
+    """Clean 4 MiB observations (a (1024, 1024) float32 frame) in 500-step episodes."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1024, 1024), np.float32)
+    action_space = spaces.Discrete(2)
+    horizon = 500
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.full(self.observation_space.shape, (self.t % 100) / 100.0, np.float32)
+        return obs, 1.0, False, self.t >= self.horizon, {}
+
+
 # --- REWARD_STATS -----------------------------------------------------------------------
 
 

@@ -270,8 +270,7 @@ class AliasWatch:
         """(leaf, step returned, max abs change) for each remembered array that changed."""
         bad = []
         for leaf, ref, copy, at in self._refs:
-            # bytes, not values: NaN-safe and ~20x cheaper than np.array_equal on small arrays
-            if ref.shape != copy.shape or ref.tobytes() != copy.tobytes():
+            if ref.shape != copy.shape or not _same_bytes(ref, copy):
                 try:
                     diff = float(np.max(np.abs(ref.astype(np.float64) - copy.astype(np.float64))))
                 except ValueError:
@@ -281,11 +280,23 @@ class AliasWatch:
         return bad
 
 
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality of two arrays of one dtype and shape (NaN-safe). Bytes are ~20x
+    cheaper than ``np.array_equal`` on small arrays; a large one is compared as unsigned
+    integers of its item size, so no bytes copy of it is made (100 MB each, per step)."""
+    if a.nbytes <= 1 << 16 or a.dtype != b.dtype or a.dtype.itemsize not in (1, 2, 4, 8) or a.dtype == object:
+        return a.tobytes() == b.tobytes()
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(u), b.view(u)))
+
+
 # --- whole-run statistics ---------------------------------------------------------------
 
 
-def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int = 1) -> list[Finding]:
-    """STEP_DURATION_OUTLIER from all step durations (seconds).
+def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int = 1,
+                       steps: np.ndarray | None = None) -> list[Finding]:
+    """STEP_DURATION_OUTLIER from all step durations (seconds); ``steps``, when given, are
+    their env steps (else a duration's index stands for its step).
 
     The p95 rule catches periodic slowness (every tenth step slow), the max rule a long
     stall; each needs the ratio to the median *and* an absolute excess, so that the
@@ -307,13 +318,14 @@ def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int 
                         f"{int(np.sum(d * 1e3 > th.step_time_ratio * med))} of {d.size} steps slow",
                         {**ev, "rule": "p95", "floor_ms": th.step_time_p95_floor_ms})]
     line = max(th.step_time_ratio * med, med + th.step_time_max_floor_ms)
+    at = int(steps[int(np.argmax(d))]) if steps is not None and len(steps) == d.size else int(np.argmax(d))
     stalls = int(np.sum(d * 1e3 > line))
     if mx > th.step_time_ratio * med and mx - med > th.step_time_max_floor_ms and stalls >= min_stalls:
         return [Finding(C.STEP_DURATION_OUTLIER,
                         f"step time max {mx:.1f} ms vs median {med:.3f} ms: expected <= {th.step_time_ratio:g}x "
                         f"median (and excess <= {th.step_time_max_floor_ms:g} ms), actual {mx / med:.0f}x "
-                        f"at step {int(np.argmax(d))}",
-                        {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": int(np.argmax(d)),
+                        f"at step {at}",
+                        {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": at,
                          "stalls": stalls, "min_stalls": min_stalls})]
     return []
 
