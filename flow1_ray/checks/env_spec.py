@@ -427,12 +427,16 @@ obs_equal = values_equal
 
 def crash_finding(call: str, exc: BaseException, step: int, episode: int | None, tail_chars: int = 1500,
                   who: str = "") -> Finding:
-    """ENV_CRASHED for an exception raised by the env's reset/step (or constructor)."""
+    """ENV_CRASHED for an exception raised by the env's reset/step (or constructor), or a
+    ``sys.exit(n)`` called inside it (SystemExit, with its code)."""
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-tail_chars:]
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{frames[-1].name} ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else "?"
+    exited = isinstance(exc, SystemExit)
+    what = f"called sys.exit({exc.code!r})" if exited else f"raised {type(exc).__name__}: {exc}"
     return Finding(C.ENV_CRASHED,
-                   f"{who}{call}() raised {type(exc).__name__}: {exc} in {where} at step {step}"
+                   f"{who}{call}() {what} in {where} at step {step}"
                    + (f", episode {episode}" if episode is not None else ""),
                    {"call": call, "exception": type(exc).__name__, "error": str(exc)[:500], "frame": where,
-                    "first_step": step, "episode": episode, "traceback_tail": tail}, env_step=step)
+                    "first_step": step, "episode": episode, "traceback_tail": tail,
+                    **({"exit_code": exc.code} if exited else {})}, env_step=step)

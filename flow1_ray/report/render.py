@@ -73,6 +73,12 @@ def print_report(con: Console, report: Report) -> None:
     print_events(con, report.events)
     con.print(summary_table(report))
     con.print(verdict_line(report))
+    not_run = report.summary.get("not_run")
+    if not_run:
+        as_of = report.summary.get("findings_as_of_step")
+        con.print("not run (the check stopped before judging the rollout as a whole): " + "; ".join(not_run)
+                  + (f". Findings and their counts as last reported by the env's process, at step {as_of}."
+                     if as_of is not None else ""))
 
 
 def print_run_report(con: Console, report: Report) -> None:
