@@ -8,6 +8,12 @@ the same object the EnvRunner callbacks feed with live samples. An RLlib MultiAg
 driven with per-agent random actions and judged by
 :class:`~flow1_ray.checks.multi_agent.MultiAgentRolloutChecker` (one RolloutChecker per agent,
 plus the multi-agent contract).
+
+:func:`drive` is the whole check: resolving what the user named, making the env, driving
+and judging it. ``check_env`` runs it in this process, or (``isolate=True``, as ``flow1
+check`` does) in a child process watched by :mod:`flow1_ray.isolate`, which adds per-call
+timeouts and survives an env that crashes its process; a :class:`Watch` is how the drive
+tells that watcher where it is.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ def _import_attr(path: str) -> Any:
         mod = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise Flow1InputError(f"cannot import module {mod_name!r} (from {path!r}): {e}") from None
-    except Exception as e:  # the module itself is broken
+    except (Exception, SystemExit) as e:  # the module itself is broken (or exits when imported)
         raise Flow1InputError(f"importing module {mod_name!r} failed: {type(e).__name__}: {e}") from None
     obj = mod
     for part in attr.split("."):
@@ -521,7 +527,8 @@ def _multi_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, fin
     return _MultiAgentDriver(env, steps, seed, th, agents, obs_spaces, act_spaces)
 
 
-def drive(env: EnvLike, steps: int, seed: int, th: Thresholds, watch: Watch = NO_WATCH) -> tuple[str, list[Finding], dict]:
+def drive(env: EnvLike, steps: int, seed: int, th: Thresholds,
+          watch: Watch = NO_WATCH) -> tuple[str, list[Finding], dict]:
     """Resolve, make and drive the env; (name, findings, summary). The one implementation of
     a check, run in this process by ``check_env`` and in the child of an isolated check.
 

@@ -131,7 +131,7 @@ class _ChildWatch(Watch):
             self.stop_requested = False
             raise KeyboardInterrupt  # asked for between two calls: taken before the next
         d = self._driver
-        if d is not None:
+        if d is not None and call != "close":
             n = len(d.rc.log) + len(self._findings)
             if n != self._sent or (self._seq & 31 == 0 and time.monotonic() >= self._next):
                 self._progress(n)
@@ -383,7 +383,8 @@ class _Supervisor:
         step = steps + 1 if call == "step" else steps
         if hung:
             summary.pop("interrupted", None)
-            summary["stopped_early"] = f"{hung}() did not return within {limit:g} s {_at(hung, steps, episodes)}{killed}"
+            summary["stopped_early"] = (f"{hung}() did not return within {limit:g} s "
+                                        f"{_at(hung, steps, episodes)}{killed}")
         else:
             summary["interrupted"] = True
             at = f" in {call}() at step {step}" if call in ("reset", "step", "make", "import") else ""
@@ -629,7 +630,8 @@ def _death_finding(exitcode: int | None, call: str, steps: int, episodes: int, f
         how = f"exited with code {exitcode}"
     step = steps + 1 if call == "step" else steps
     if call in ("import", "make", "reset", "step", "close"):
-        inside = f"in {'the import of the env module' if call == 'import' else call + '()'} {_at(call, steps, episodes)}"
+        what = "the import of the env module" if call == "import" else f"{call}()"
+        inside = f"in {what} {_at(call, steps, episodes)}"
     elif call == "start":
         inside = "while the check's process started"
     else:

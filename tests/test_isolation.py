@@ -4,13 +4,11 @@ the real CLI with real child processes and real signals."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -130,7 +128,8 @@ def test_input_errors_found_in_the_child_are_one_line_exit_2(cli_env):
     assert r.returncode == 2 and r.stderr.startswith("flow1: error: zoo:CastToFloat64 needs argument(s) env")
     assert len(r.stderr.strip().splitlines()) == 1
     r = flow1("check", "--env", "CartPole-v1", "--step-timeout", "-1", env=cli_env)
-    assert r.returncode == 2 and r.stderr == "flow1: error: --step-timeout must be >= 0 seconds (0: no limit), got -1.0\n"
+    assert r.returncode == 2
+    assert r.stderr == "flow1: error: --step-timeout must be >= 0 seconds (0: no limit), got -1.0\n"
 
 
 def test_help_states_the_timeouts(cli_env):
@@ -208,6 +207,14 @@ def test_isolated_and_in_process_checks_give_the_same_report(target):
         {k: v for k, v in b.summary.items() if k not in ("seconds", "modules", "isolated")}
 
 
+@pytest.mark.parametrize("target", ["zoo_multi_agent:AgentDtypeDrift", "zoo_multi_agent:CrashInEpisode2"])
+def test_isolated_multi_agent_checks_give_the_same_report(target):
+    pytest.importorskip("ray.rllib.env.multi_agent_env")
+    a = check_env(target, steps=300, seed=0)
+    b = check_env(target, steps=300, seed=0, isolate=True)
+    assert a.summary["multi_agent"] is True and _shape(a) == _shape(b) and a.codes() == b.codes() != set()
+
+
 def test_spawn_start_method_works_and_refuses_what_it_cannot_pickle():
     r = check_env("zoo:DtypeFaultThenSegfault", steps=200, isolate=True, start_method="spawn")
     assert r.summary["isolated"] == "spawn" and {C.ENV_CRASHED, C.OBS_DTYPE_MISMATCH} <= r.codes()
@@ -237,10 +244,11 @@ def test_in_process_ctrl_c_judges_the_steps_seen_and_carries_the_report():
     assert isinstance(e.value, KeyboardInterrupt)
 
 
-def test_the_parent_keeps_no_child_and_no_temporary_files(tmp_path):
-    before = set(Path(tempfile.gettempdir()).glob("flow1-check-*"))
-    check_env("zoo:AbortsInStep", steps=100, isolate=True)
+def test_the_parent_keeps_no_child_and_no_temporary_files(tmp_path, monkeypatch):
     import multiprocessing
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the check's folder goes
+    report = check_env("zoo:AbortsInStep", steps=100, isolate=True)
+    assert C.ENV_CRASHED in report.codes()
     assert multiprocessing.active_children() == []
-    assert set(Path(tempfile.gettempdir()).glob("flow1-check-*")) == before
+    assert list(tmp_path.iterdir()) == []

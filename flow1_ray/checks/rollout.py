@@ -86,8 +86,8 @@ class RolloutChecker:
         row_bytes = sum(_leaf_bytes(lf) for lf in self.obs_leaves + self.act_leaves)
         self.batch_rows = max(1, thresholds.batch_max_bytes // max(row_bytes, 1))
         self._buffered = 0               # rows in the buffers since the last flush
-        self.batch_judged = 0            # observations judged by the batch checks so far ...
-        self._counted_leaf = next((i for i, lf in enumerate(self.obs_leaves) if not lf.opaque), None)  # ... in this leaf
+        self.batch_judged = 0            # observations judged by the batch checks so far, in this leaf:
+        self._counted_leaf = next((i for i, lf in enumerate(self.obs_leaves) if not lf.opaque), None)
         self._info = es.InfoWatch()
         self._alias = es.AliasWatch()
         cap = thresholds.series_max_bytes
