@@ -133,7 +133,7 @@ class _ChildWatch(Watch):
         d = self._driver
         if d is not None and call != "close":
             n = len(d.rc.log) + len(self._findings)
-            if n != self._sent or (self._seq & 31 == 0 and time.monotonic() >= self._next):
+            if n != self._sent or time.monotonic() >= self._next:
                 self._progress(n)
         v = self.v
         v[_STEPS] = steps
