@@ -15,7 +15,10 @@ from typing import Any
 from . import codes as C
 from .errors import Flow1InputError
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: flow1 check's per-call timeouts (seconds); flow1_ray.isolate.DEFAULT_TIMEOUTS, repeated
+#: here so that the parser does not import the checker
+DEFAULT_TIMEOUTS = {"make": 300.0, "reset": 120.0, "step": 60.0}
 DEMO_FAULTY = "flow1_ray.demo:faulty_cartpole"
 DEMO_CLEAN = "CartPole-v1"
 
@@ -36,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="JSON object overriding default thresholds (see configs/thresholds.json)")
     c.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL,
                    help="lowest status that makes the exit code 1 (default FAIL)")
+    for call, what in (("make", "importing module:attr and constructing the env"), ("reset", "one reset()"),
+                       ("step", "one step()")):
+        c.add_argument(f"--{call}-timeout", type=float, default=DEFAULT_TIMEOUTS[call], metavar="S",
+                       help=f"seconds {what} may take before the check stops with ENV_HUNG and the env's stack "
+                            f"(default {DEFAULT_TIMEOUTS[call]:g}; 0: no limit)")
     t = sub.add_parser("train", help="PPO with Flow1Callbacks on a local Ray (the demo job)")
     t.add_argument("--env", default="CartPole-v1", help="registered id or module:attr (default CartPole-v1)")
     t.add_argument("--iterations", type=int, default=6)
@@ -185,38 +193,55 @@ def _write_json(dest: str | None, text: str) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from .envcheck import check_env
+    """Each env runs in a child process (flow1_ray.isolate): a hang past its timeout, a
+    crash or a print of the env cannot take this process, its report or its stdout. Ctrl-C
+    stops the child and still writes the partial report (--json, --output-dir), exit 130."""
+    from .envcheck import CheckInterrupted, check_env
     from .report.render import console, print_report
 
     from .checks.thresholds import Thresholds
 
     if args.steps < 1:
         raise Flow1InputError(f"--steps must be >= 1, got {args.steps}")
+    for call in DEFAULT_TIMEOUTS:
+        value = getattr(args, f"{call}_timeout")
+        if not value >= 0:  # NaN too
+            raise Flow1InputError(f"--{call}-timeout must be >= 0 seconds (0: no limit), got {value}")
     th = Thresholds.from_file(args.thresholds) if args.thresholds else None
     human = console(sys.stderr if args.json == "-" else None)
-    if args.demo:
-        faulty = check_env(DEMO_FAULTY, steps=args.steps, seed=args.seed, thresholds=th)
-        print_report(human, faulty)
-        human.print()
-        clean = check_env(DEMO_CLEAN, steps=args.steps, seed=args.seed, thresholds=th)
-        print_report(human, clean)
+    opts = {"steps": args.steps, "seed": args.seed, "thresholds": th, "isolate": True,
+            **{f"{call}_timeout_s": getattr(args, f"{call}_timeout") for call in DEFAULT_TIMEOUTS}}
+    reports: list = []
+    interrupted = False
+    try:
+        for target in ([DEMO_FAULTY, DEMO_CLEAN] if args.demo else [args.env]):
+            reports.append(check_env(target, **opts))
+    except CheckInterrupted as e:
+        reports.append(e.report)
+        interrupted = True
+    for i, r in enumerate(reports):
+        if i:
+            human.print()
+        print_report(human, r)
+    if interrupted:
+        code = EXIT_INTERRUPTED
+    elif args.demo:
+        faulty, clean = reports
         ok = faulty.status == C.FAIL and clean.status == C.PASS
         human.print(f"demo: the faulty env {'was' if faulty.status == C.FAIL else 'was NOT'} caught "
                     f"({', '.join(sorted(faulty.codes()))}); the clean env "
                     f"{'passed' if clean.status == C.PASS else 'did NOT pass'}")
-        reports = [faulty, clean]
         code = EXIT_OK if ok else EXIT_FAIL
     else:
-        report = check_env(args.env, steps=args.steps, seed=args.seed, thresholds=th)
-        print_report(human, report)
-        reports = [report]
-        code = report.exit_code(args.fail_on)
+        code = reports[0].exit_code(args.fail_on)
     if args.output_dir:
         for r in reports:
-            r.write(Path(args.output_dir) / _slug(r.target) if len(reports) > 1 else args.output_dir)
+            r.write(Path(args.output_dir) / _slug(r.target) if args.demo else args.output_dir)
     if args.json:
-        _write_json(args.json, reports[0].to_json() if len(reports) == 1
+        _write_json(args.json, reports[0].to_json() if not args.demo
                     else "[" + ",".join(r.to_json() for r in reports) + "]")
+    if interrupted:
+        print("flow1: interrupted; the partial report was written", file=sys.stderr)
     return code
 
 

@@ -8,10 +8,17 @@ the same object the EnvRunner callbacks feed with live samples. An RLlib MultiAg
 driven with per-agent random actions and judged by
 :class:`~flow1_ray.checks.multi_agent.MultiAgentRolloutChecker` (one RolloutChecker per agent,
 plus the multi-agent contract).
+
+:func:`drive` is the whole check: resolving what the user named, making the env, driving
+and judging it. ``check_env`` runs it in this process, or (``isolate=True``, as ``flow1
+check`` does) in a child process watched by :mod:`flow1_ray.isolate`, which adds per-call
+timeouts and survives an env that crashes its process; a :class:`Watch` is how the drive
+tells that watcher where it is.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
@@ -38,6 +45,8 @@ from .report import Report
 CHECKED_MODULES = (C.IMPORT_RESOLVE, C.ENV_SPEC, C.OBS_FLOW, C.ACTION_PIPE, C.REWARD_STATS)
 MAX_CONSECUTIVE_CRASHES = 3
 TRACEBACK_TAIL_CHARS = 1500
+#: the one parameter of an RLlib env class or creator, called with ``{}`` when nothing else is required
+RLLIB_CONFIG_ARGS = ("config", "env_config")
 
 EnvLike = Any  # gym.Env | str | Callable[[], gym.Env]
 _ENV_API = ("reset", "step", "observation_space", "action_space")
@@ -54,7 +63,7 @@ def _import_attr(path: str) -> Any:
         mod = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise Flow1InputError(f"cannot import module {mod_name!r} (from {path!r}): {e}") from None
-    except Exception as e:  # the module itself is broken
+    except (Exception, SystemExit) as e:  # the module itself is broken (or exits when imported)
         raise Flow1InputError(f"importing module {mod_name!r} failed: {type(e).__name__}: {e}") from None
     obj = mod
     for part in attr.split("."):
@@ -97,13 +106,18 @@ def resolve_env(env: EnvLike) -> tuple[Callable[[], gym.Env] | gym.Env, str]:
 
 
 def _zero_arg(factory: Callable, name: str) -> Callable:
-    """The factory itself, once sure it can be called with no arguments."""
+    """The factory itself, once sure it can be called with no arguments. A class or factory
+    whose one required parameter is RLlib's ``config`` (``env_config``) gets an empty dict,
+    as ``PPOConfig().environment(MyEnv)`` does with no ``env_config``."""
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):  # a builtin or C callable: let the call decide
         return factory
     required = [p.name for p in sig.parameters.values()
                 if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if len(required) == 1 and required[0] in RLLIB_CONFIG_ARGS and \
+            sig.parameters[required[0]].kind != inspect.Parameter.KEYWORD_ONLY:
+        return functools.partial(factory, {})  # RLlib's env creator convention: env_creator(env_config)
     if required:
         raise Flow1InputError(f"{name} needs argument(s) {', '.join(required)}; expected an env class or factory "
                               f"callable with no arguments")
@@ -160,6 +174,50 @@ class _ActionProbe:
 # --- the drive --------------------------------------------------------------------------
 
 
+class Watch:
+    """What the drive tells whoever watches it; this base, the in-process check, does nothing.
+
+    An isolated check (:mod:`flow1_ray.isolate`) runs the drive in a child process whose
+    watch writes the env call in progress to memory its parent reads (so a timeout or a
+    death names the call and the step) and sends the findings to the parent as they are
+    made (so a crash or a hang loses none of them). The hooks cost a few attribute writes
+    per step.
+    """
+
+    #: set (by a signal handler) when the run must stop at the next step boundary
+    stop_requested = False
+
+    def enter(self, call: str, steps: int, episodes: int) -> None:
+        """Before ``call`` ("import", "make", "reset", "step", "close"), after ``steps``
+        judged steps and ``episodes`` ended episodes. Every finding made so far must reach
+        the watcher before the env runs again; a stop asked for is taken here, between two
+        env calls, where the checker is never half-way through a step."""
+
+    def leave(self) -> None:
+        """The env call returned (or raised): flow1's own checks run until the next one."""
+
+    def named(self, name: str, env: Any) -> None:
+        """The target resolved to ``name``; ``env`` is the instance once made (else None)."""
+
+    def started(self, findings: list[Finding], driver: Any) -> None:
+        """The drive begins: ``findings`` so far (spaces, gym alias), the driver and its checker."""
+
+    def done(self, findings: list[Finding], summary: dict) -> None:
+        """Everything is judged; the env is closed after this."""
+
+
+NO_WATCH = Watch()
+
+
+class CheckInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``check_env``: a KeyboardInterrupt that carries the partial report
+    (``summary["interrupted"]`` is True), so a caller can still write it."""
+
+    def __init__(self, report: Report) -> None:
+        super().__init__("check interrupted")
+        self.report = report
+
+
 def _internal(exc: BaseException, step: int) -> tuple[str, dict]:
     """(message, evidence) of a FLOW1_INTERNAL finding; built once per exception type."""
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8))[-TRACEBACK_TAIL_CHARS:]
@@ -176,6 +234,7 @@ class _DriverBase:
 
     def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds, rc: Any) -> None:
         self.env, self.budget, self.seed, self.th, self.rc = env, steps, seed, th, rc
+        self.watch: Watch = NO_WATCH
         self.crashes = 0
         self.stopped_early = ""
         self.first_end: int | None = None  # the step at which the first episode ended
@@ -183,13 +242,18 @@ class _DriverBase:
         self._consecutive = 0               # step() crashes in a row
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
-        """Reset, tolerating the old API; None when reset raised."""
+        """Reset, tolerating the old API; None when reset raised (or called sys.exit)."""
+        self.watch.enter("reset", self.rc.steps, self.rc.episodes)
         try:
             out = self.env.reset(seed=seed) if seed is not None else self.env.reset()
-        except Exception as e:
+        except (Exception, SystemExit) as e:
+            self.watch.leave()
             self.crashes += 1
             self.rc.record(crash_finding("reset", e, self.rc.steps, self.rc.episodes), f"reset:{type(e).__name__}")
+            if isinstance(e, SystemExit):
+                self.stopped_early = f"reset() called sys.exit({e.code!r})"
             return None
+        self.watch.leave()
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
             return out
         self.rc.record(old_api_finding("reset", "a bare observation" if not isinstance(out, tuple)
@@ -202,16 +266,18 @@ class _DriverBase:
             if got is not None:
                 self.rc.on_reset(*got)
                 return True
+            if self.stopped_early:  # the env called sys.exit: no retry
+                return False
         self.stopped_early = f"reset() raised {MAX_CONSECUTIVE_CRASHES} times in a row"
         return False
 
     def _determinism(self) -> bool:
         first = self._reset(self.seed)
         if first is None:
-            return self._start_episode()
+            return not self.stopped_early and self._start_episode()
         second = self._reset(self.seed)
         if second is None:
-            return self._start_episode()
+            return not self.stopped_early and self._start_episode()
         if not obs_equal(first[0], second[0]):
             self.rc.record(Finding(C.NONDETERMINISTIC_RESET,
                                    f"reset(seed={self.seed}) twice gave different observations: expected equal; "
@@ -259,14 +325,25 @@ class _DriverBase:
         return True
 
     def _step(self) -> bool:
-        """One random-action step, timed and fed to the checker; False when the run must stop."""
+        """One random-action step, timed and fed to the checker; False when the run must stop.
+        The watch's "step" call covers the action's sampling too (a custom space's code)."""
+        w = self.watch
+        w.enter("step", self.rc.steps, self.rc.episodes)
         action = self._action()
         t0 = time.perf_counter()
         try:
             out = self.env.step(action)
+        except SystemExit as e:  # the env wanted the process gone: a crash, and the end of the run
+            w.leave()
+            self.crashes += 1
+            self.rc.record(crash_finding("step", e, self.rc.steps + 1, self.rc.episodes), "step:SystemExit")
+            self.stopped_early = f"step() called sys.exit({e.code!r})"
+            return False
         except Exception as e:
+            w.leave()
             return self._step_crashed(e)
         dt = time.perf_counter() - t0
+        w.leave()
         self._consecutive = 0
         return self._judge_step(action, out, dt)
 
@@ -450,19 +527,19 @@ def _multi_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, fin
     return _MultiAgentDriver(env, steps, seed, th, agents, obs_spaces, act_spaces)
 
 
-def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
-              thresholds: Thresholds | dict | None = None, run_id: str | None = None) -> Report:
-    """Check an env's contracts on every step of ``steps`` random-action steps.
+def drive(env: EnvLike, steps: int, seed: int, th: Thresholds,
+          watch: Watch = NO_WATCH) -> tuple[str, list[Finding], dict]:
+    """Resolve, make and drive the env; (name, findings, summary). The one implementation of
+    a check, run in this process by ``check_env`` and in the child of an isolated check.
 
-    ``env`` is a ``gymnasium.Env``, a registered id, a ``"module:attr"`` path (a class, a
-    factory or an instance) or a zero-argument callable. Returns a :class:`Report`;
-    raises :class:`Flow1InputError` only for input the user got wrong.
+    Ctrl-C (a KeyboardInterrupt) ends the drive early but not the judging: the steps seen so
+    far are judged as a whole, and ``summary["interrupted"]`` is set. ``watch.done`` gets the
+    result before the env is closed (an isolated check's parent does not wait for close()).
     """
-    if steps < 1:
-        raise Flow1InputError(f"steps must be >= 1, got {steps}")
-    th = thresholds if isinstance(thresholds, Thresholds) else DEFAULT.with_overrides(thresholds)
-    run_id = run_id or f"check-{uuid.uuid4().hex[:8]}"
+    watch.enter("import", 0, 0)
     target, name = resolve_env(env)
+    watch.leave()
+    watch.named(name, None)
     t_start = time.perf_counter()
     findings: list[Finding] = []
     summary: dict[str, Any] = {"env": name, "steps_budget": steps, "seed": seed}
@@ -470,34 +547,75 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
     instance: gym.Env | None = None
     try:
         try:
-            instance = target() if owned else target
-        except Flow1InputError:
-            raise
-        except gym.error.Error as e:
-            raise Flow1InputError(f"cannot make env {name!r}: {e}") from None
-        except Exception as e:
-            findings.append(crash_finding("make", e, 0, 0))
-        if instance is not None and not all(hasattr(instance, a) for a in _ENV_API):
-            raise Flow1InputError(f"{name!r} gave a {type(instance).__name__}, expected a gymnasium.Env")
-        findings.extend(gym_alias_findings(instance))
-        if instance is not None:
-            make_driver = _multi_agent_driver if _is_multi_agent(instance) else _single_agent_driver
-            drv = make_driver(instance, steps, seed, th, findings, summary)
-            if drv is not None:
-                drv.run()
-                findings.extend(drv.rc.finish(expect_episode_end=False))
-                ending = drv.episode_finding()
-                if ending is not None:
-                    findings.append(ending)
-                summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
-                                "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
+            instance = _make(target, owned, name, findings, watch)
+            if instance is not None:
+                watch.named(name, instance)
+                _judge(instance, steps, seed, th, findings, summary, watch)
+        except KeyboardInterrupt:
+            summary["interrupted"] = True
+            summary["stopped_early"] = summary.get("stopped_early") or "interrupted"
+        summary["seconds"] = round(time.perf_counter() - t_start, 4)
+        watch.done(findings, summary)
     finally:
         if owned and instance is not None:
+            watch.enter("close", summary.get("steps", 0), summary.get("episodes", 0))
             try:
                 instance.close()
             except Exception:
                 pass
-    summary["seconds"] = round(time.perf_counter() - t_start, 4)
+    return name, findings, summary
+
+
+def _make(target: Any, owned: bool, name: str, findings: list[Finding], watch: Watch) -> gym.Env | None:
+    """The env instance; None when its constructor raised (an ENV_CRASHED finding)."""
+    instance = None
+    watch.enter("make", 0, 0)
+    try:
+        instance = target() if owned else target
+    except Flow1InputError:
+        raise
+    except gym.error.Error as e:
+        raise Flow1InputError(f"cannot make env {name!r}: {e}") from None
+    except (Exception, SystemExit) as e:
+        findings.append(crash_finding("make", e, 0, 0))
+    watch.leave()
+    if instance is not None and not all(hasattr(instance, a) for a in _ENV_API):
+        raise Flow1InputError(f"{name!r} gave a {type(instance).__name__}, expected a gymnasium.Env")
+    findings.extend(gym_alias_findings(instance))
+    return instance
+
+
+def _judge(instance: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding], summary: dict,
+           watch: Watch) -> None:
+    """Drive the instance for the budget and judge it; the results go into findings/summary."""
+    make_driver = _multi_agent_driver if _is_multi_agent(instance) else _single_agent_driver
+    drv = make_driver(instance, steps, seed, th, findings, summary)
+    if drv is None:
+        return
+    drv.watch = watch
+    watch.started(findings, drv)
+    try:
+        drv.run()
+    except KeyboardInterrupt:
+        summary["interrupted"] = True
+        drv.stopped_early = drv.stopped_early or f"interrupted after {drv.rc.steps} steps"
+    try:
+        findings.extend(drv.rc.finish(expect_episode_end=False))
+    except Exception as e:  # a Ctrl-C that landed inside the checker can leave it half-way through a step
+        if not summary.get("interrupted"):
+            raise
+        msg, ev = _internal(e, drv.rc.steps)
+        findings.append(Finding(C.FLOW1_INTERNAL, msg, ev))
+    ending = drv.episode_finding()
+    if ending is not None:
+        findings.append(ending)
+    summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
+                    "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
+
+
+def build_report(name: str, findings: list[Finding], summary: dict, run_id: str) -> Report:
+    """The report of a check: its findings as events, one PASS row per clean module (when
+    the module's whole-rollout rules ran), ordered by module then severity."""
     events = [f.to_event(run_id=run_id) for f in findings]
     bad_modules = {e.module for e in events if e.status != C.PASS}
     module_stats = summary.get("modules", {})
@@ -510,4 +628,51 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
                                 evidence=module_stats.get(m, {}), run_id=run_id))
     order = {m: i for i, m in enumerate(CHECKED_MODULES)}
     events.sort(key=lambda e: (order.get(e.module, 99), -C.STATUS_RANK[e.status]))
-    return Report(target=name, events=events, summary=summary)
+    report = Report(target=name, events=events, summary=summary)
+    report.not_assessable = list(summary.get("not_run") or [])
+    if summary.get("interrupted") and not summary.get("steps") and report.status != C.FAIL:
+        report.not_judged = "interrupted before the first step"
+    return report
+
+
+def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
+              thresholds: Thresholds | dict | None = None, run_id: str | None = None,
+              isolate: bool = False, make_timeout_s: float | None = None, reset_timeout_s: float | None = None,
+              step_timeout_s: float | None = None, start_method: str | None = None) -> Report:
+    """Check an env's contracts on every step of ``steps`` random-action steps.
+
+    ``env`` is a ``gymnasium.Env``, a registered id, a ``"module:attr"`` path (a class, a
+    factory or an instance) or a zero-argument callable. Returns a :class:`Report`;
+    raises :class:`Flow1InputError` only for input the user got wrong, and
+    :class:`CheckInterrupted` (a KeyboardInterrupt, with the partial report) on Ctrl-C.
+
+    ``isolate=True`` runs the env in a child process (``flow1 check`` does): the import,
+    the constructor and every call are watched there, so an env that hangs past a timeout
+    (``make_timeout_s`` covers import and construction, ``reset_timeout_s``,
+    ``step_timeout_s``; None: the defaults of :data:`flow1_ray.isolate.DEFAULT_TIMEOUTS`;
+    0: no limit) is ENV_HUNG with its stack, and one that dies (a signal, an exit) is
+    ENV_CRASHED, with every finding made before. The results are those of the in-process
+    check: one implementation (:func:`drive`) runs in both. ``start_method``: "fork"
+    (the default on POSIX when this process runs one thread) or "spawn" (else; the env
+    must then be picklable: an id, "module:attr", a class or a top-level function).
+    """
+    if steps < 1:
+        raise Flow1InputError(f"steps must be >= 1, got {steps}")
+    th = thresholds if isinstance(thresholds, Thresholds) else DEFAULT.with_overrides(thresholds)
+    run_id = run_id or f"check-{uuid.uuid4().hex[:8]}"
+    timeouts = {"make": make_timeout_s, "reset": reset_timeout_s, "step": step_timeout_s}
+    if isolate:
+        from .isolate import run_isolated
+
+        name, findings, summary = run_isolated(env, steps, seed, th, timeouts, start_method)
+    else:
+        given = [f"{k}_timeout_s" for k, v in timeouts.items() if v is not None] + (
+            ["start_method"] if start_method else [])
+        if given:
+            raise Flow1InputError(f"{', '.join(given)} need isolate=True: an env call cannot be timed out "
+                                  f"in this process")
+        name, findings, summary = drive(env, steps, seed, th)
+    report = build_report(name, findings, summary, run_id)
+    if summary.get("interrupted"):
+        raise CheckInterrupted(report)
+    return report

@@ -268,6 +268,24 @@ class OverflowObservation(Base):
         return o
 
 
+class BigObservation(gym.Env):
+    """Clean 4 MiB observations (a (1024, 1024) float32 frame) in 500-step episodes."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1024, 1024), np.float32)
+    action_space = spaces.Discrete(2)
+    horizon = 500
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.full(self.observation_space.shape, (self.t % 100) / 100.0, np.float32)
+        return obs, 1.0, False, self.t >= self.horizon, {}
+
+
 # --- REWARD_STATS -----------------------------------------------------------------------
 
 
@@ -513,3 +531,148 @@ class AtariLikeReward(Base):
     def _reward(self):
         u = self.np_random.random()
         return -1.0 if u < 0.025 else (1.0 if u < 0.028 else 0.0)
+
+
+# --- processes that hang or die (flow1 check runs the env in a child process) -------------
+
+
+def _marker(name: str) -> None:
+    """Tell a test the env got this far: a file in $FLOW1_TEST_MARKERS, if set."""
+    import os
+
+    folder = os.environ.get("FLOW1_TEST_MARKERS")
+    if folder:
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(str(os.getpid()))
+
+
+def _sleep_forever():
+    while True:
+        time.sleep(3600)
+
+
+def _spin_forever():
+    """A busy Python loop: the interpreter holds the GIL but still runs signal handlers."""
+    n = 0
+    while True:
+        n += 1
+
+
+def _hold_gil_in_c():
+    """A C call that never returns and holds the GIL: it locks a mutex it already holds,
+    through ctypes.PyDLL (which keeps the GIL). Signals do not end the wait; only a C-level
+    handler (faulthandler's) runs, and SIGKILL ends it."""
+    import ctypes
+
+    libc = ctypes.PyDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zeros: PTHREAD_MUTEX_INITIALIZER (glibc, musl)
+    libc.pthread_mutex_lock(mutex)
+    libc.pthread_mutex_lock(mutex)
+
+
+def _read_null():
+    import ctypes
+
+    return ctypes.string_at(0)  # SIGSEGV
+
+
+class ResetHangs(Base):
+    """The 4th reset (after step 40) never returns: a simulator waiting for a server."""
+
+    def reset(self, *, seed=None, options=None):
+        if self.ep == 2:
+            _sleep_forever()
+        return super().reset(seed=seed, options=options)
+
+
+class StepSleepsForever(Base):
+    """Step 30 blocks in time.sleep (a socket read that never answers)."""
+
+    def step(self, action):
+        if self.total == 29:
+            _marker("hanging")
+            _sleep_forever()
+        return super().step(action)
+
+
+class StepSpinsForever(Base):
+    """Step 30 spins in a busy Python loop, holding the GIL."""
+
+    def step(self, action):
+        if self.total == 29:
+            _spin_forever()
+        return super().step(action)
+
+
+class StepHoldsGilInC(Base):
+    """Step 30 sits in a C call that holds the GIL and ignores signals."""
+
+    def step(self, action):
+        if self.total == 29:
+            _marker("hanging")
+            _hold_gil_in_c()
+        return super().step(action)
+
+
+class DtypeFaultThenSegfault(DtypeTurnsFloat64):
+    """float64 observations from step 6 of each episode, and a segfault at step 50."""
+
+    def step(self, action):
+        if self.total == 49:
+            _read_null()
+        return super().step(action)
+
+
+class AbortsInStep(Base):
+    """os.abort() at step 10 (a failed C assertion in a physics engine)."""
+
+    def step(self, action):
+        if self.total == 9:
+            import os
+
+            os.abort()
+        return super().step(action)
+
+
+class SysExitInStep(Base):
+    """sys.exit(3) at step 10 (a library that exits on an error)."""
+
+    def step(self, action):
+        if self.total == 9:
+            import sys
+
+            sys.exit(3)
+        return super().step(action)
+
+
+class OsExitInStep(Base):
+    """os._exit(3) at step 10: no exception, no traceback, no atexit."""
+
+    def step(self, action):
+        if self.total == 9:
+            import os
+
+            os._exit(3)
+        return super().step(action)
+
+
+class PrintsEveryStep(Base):
+    """Prints to stdout on every reset and step (a chatty simulator)."""
+
+    def reset(self, *, seed=None, options=None):
+        print("resetting the simulator")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        print(f"step {self.total + 1}: action {action}")
+        return super().step(action)
+
+
+class RunsSlowly(Base):
+    """1 ms steps, episodes that end, no fault: a run to interrupt with Ctrl-C."""
+
+    def step(self, action):
+        if self.total == 100:
+            _marker("running")
+        time.sleep(0.001)
+        return super().step(action)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import codes as C
+from .env_spec import values_equal
 from .findings import Finding
 from .spaces import Leaf, bounds_violation
 from .thresholds import Thresholds
@@ -59,8 +60,11 @@ def action_cast_error(sent: Any, received: Any, path: str = "action") -> tuple[s
         if received.shape != sent.shape:
             return (f"{path}: shape changed on the way to env.step: expected {sent.shape}, actual {received.shape}",
                     {"path": path, "expected": str(sent.shape), "actual": str(received.shape)})
-        if not np.array_equal(sent, received):
-            diff = float(np.max(np.abs(sent.astype(np.float64) - received.astype(np.float64))))
+        if not values_equal(sent, received):
+            try:
+                diff = float(np.nanmax(np.abs(sent.astype(np.float64) - received.astype(np.float64))))
+            except (TypeError, ValueError):  # object or string actions: no numeric difference
+                diff = float("nan")
             return (f"{path}: values changed on the way to env.step (a wrapper rescales or clips): "
                     f"expected unchanged, actual max |diff| {diff:.4g}",
                     {"path": path, "expected": "unchanged", "max_abs_diff": diff})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -197,13 +198,18 @@ def is_bool(x: Any) -> bool:
 
 
 def freeze(x: Any) -> Any:
-    """A comparable, immutable snapshot of an info value (NaN-safe; arrays by bytes)."""
-    if isinstance(x, dict):
+    """A comparable, immutable snapshot of an info value (NaN-safe; arrays by bytes, object
+    arrays by what they hold)."""
+    if isinstance(x, Mapping):
         return ("d", tuple((repr(k), freeze(v)) for k, v in x.items()))
     if isinstance(x, (list, tuple)):
         return ("l", tuple(freeze(v) for v in x))
     if isinstance(x, np.ndarray):
+        if x.dtype == object:  # its bytes are pointers: snapshot what they point to
+            return ("o", x.shape, tuple(freeze(v) for v in x.ravel()))
         return ("a", x.dtype.str, x.shape, x.tobytes())
+    if isinstance(x, (set, frozenset)):
+        return ("s", frozenset(x))
     if isinstance(x, float) and math.isnan(x):
         return ("nan",)
     if isinstance(x, np.generic):
@@ -264,8 +270,7 @@ class AliasWatch:
         """(leaf, step returned, max abs change) for each remembered array that changed."""
         bad = []
         for leaf, ref, copy, at in self._refs:
-            # bytes, not values: NaN-safe and ~20x cheaper than np.array_equal on small arrays
-            if ref.shape != copy.shape or ref.tobytes() != copy.tobytes():
+            if ref.shape != copy.shape or not _same_bytes(ref, copy):
                 try:
                     diff = float(np.max(np.abs(ref.astype(np.float64) - copy.astype(np.float64))))
                 except ValueError:
@@ -275,11 +280,23 @@ class AliasWatch:
         return bad
 
 
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality of two arrays of one dtype and shape (NaN-safe). Bytes are ~20x
+    cheaper than ``np.array_equal`` on small arrays; a large one is compared as unsigned
+    integers of its item size, so no bytes copy of it is made (100 MB each, per step)."""
+    if a.nbytes <= 1 << 16 or a.dtype != b.dtype or a.dtype.itemsize not in (1, 2, 4, 8) or a.dtype == object:
+        return a.tobytes() == b.tobytes()
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(u), b.view(u)))
+
+
 # --- whole-run statistics ---------------------------------------------------------------
 
 
-def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int = 1) -> list[Finding]:
-    """STEP_DURATION_OUTLIER from all step durations (seconds).
+def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int = 1,
+                       steps: np.ndarray | None = None) -> list[Finding]:
+    """STEP_DURATION_OUTLIER from all step durations (seconds); ``steps``, when given, are
+    their env steps (else a duration's index stands for its step).
 
     The p95 rule catches periodic slowness (every tenth step slow), the max rule a long
     stall; each needs the ratio to the median *and* an absolute excess, so that the
@@ -301,13 +318,14 @@ def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int 
                         f"{int(np.sum(d * 1e3 > th.step_time_ratio * med))} of {d.size} steps slow",
                         {**ev, "rule": "p95", "floor_ms": th.step_time_p95_floor_ms})]
     line = max(th.step_time_ratio * med, med + th.step_time_max_floor_ms)
+    at = int(steps[int(np.argmax(d))]) if steps is not None and len(steps) == d.size else int(np.argmax(d))
     stalls = int(np.sum(d * 1e3 > line))
     if mx > th.step_time_ratio * med and mx - med > th.step_time_max_floor_ms and stalls >= min_stalls:
         return [Finding(C.STEP_DURATION_OUTLIER,
                         f"step time max {mx:.1f} ms vs median {med:.3f} ms: expected <= {th.step_time_ratio:g}x "
                         f"median (and excess <= {th.step_time_max_floor_ms:g} ms), actual {mx / med:.0f}x "
-                        f"at step {int(np.argmax(d))}",
-                        {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": int(np.argmax(d)),
+                        f"at step {at}",
+                        {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": at,
                          "stalls": stalls, "min_stalls": min_stalls})]
     return []
 
@@ -345,29 +363,80 @@ def never_ends_finding(steps: int, budget: int, stopped_by: str, time_limit: int
                     "max_episode_steps": time_limit})
 
 
-def obs_equal(a: Any, b: Any) -> bool:
-    """Deep equality of two observations (NaN-safe), for the reset-determinism check."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(obs_equal(a[k], b[k]) for k in a)
-    if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(obs_equal(x, y) for x, y in zip(a, b))
+def values_equal(a: Any, b: Any) -> bool:
+    """Deep equality of two values of any gymnasium space, NaN equal to itself.
+
+    Observations, actions and infos are trees of dicts, tuples (a GraphInstance is one),
+    lists (a Sequence without stacking, RLlib's Repeated), arrays of numbers or of objects,
+    scalars and strings. ``==`` on such a tree raises ("the truth value of an array ... is
+    ambiguous") as soon as an array sits inside a list or a dict, and says NaN != NaN, so a
+    deterministic reset that returns a NaN would read as nondeterministic. This walks the
+    tree instead, and compares the leaves by value (1 == 1.0; NaN == NaN; same shape).
+    """
+    if a is b:
+        return True
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        return (isinstance(a, Mapping) and isinstance(b, Mapping) and a.keys() == b.keys()
+                and all(values_equal(a[k], b[k]) for k in a))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return _arrays_equal(a, b)
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+                and all(values_equal(x, y) for x, y in zip(a, b)))
+    if isinstance(a, (str, bytes)) or isinstance(b, (str, bytes)):
+        return type(a) is type(b) and a == b
+    if _is_nan(a) and _is_nan(b):
+        return True
     try:
-        a_, b_ = np.asarray(a), np.asarray(b)
-        if a_.shape != b_.shape:
-            return False
-        return bool(np.array_equal(a_, b_, equal_nan=np.issubdtype(a_.dtype, np.floating)))
+        same = a == b
+        return bool(same) if isinstance(same, (bool, np.bool_)) else bool(np.all(same))
+    except Exception:  # an object whose == raises or answers with something that has no truth value
+        return False
+
+
+def _is_nan(x: Any) -> bool:
+    try:
+        return isinstance(x, (float, complex, np.inexact)) and bool(np.isnan(x))
     except (TypeError, ValueError):
-        return a == b
+        return False
+
+
+def _arrays_equal(a: Any, b: Any) -> bool:
+    """Two values of which at least one is an ndarray: same shape, equal elements (NaN
+    equal to NaN); object arrays (and a list against an array) element by element."""
+    try:
+        x = a if isinstance(a, np.ndarray) else np.asarray(a)
+        y = b if isinstance(b, np.ndarray) else np.asarray(b)
+    except (TypeError, ValueError):  # a ragged list against an array: not equal
+        return False
+    if x.shape != y.shape:
+        return False
+    if x.dtype == object or y.dtype == object:
+        return all(values_equal(p, q) for p, q in zip(x.ravel().tolist() if x.dtype != object else x.ravel(),
+                                                       y.ravel().tolist() if y.dtype != object else y.ravel()))
+    nan_ok = x.dtype.kind in "fc" and y.dtype.kind in "fc"
+    try:
+        return bool(np.array_equal(x, y, equal_nan=nan_ok))
+    except TypeError:  # e.g. strings against numbers
+        return False
+
+
+#: The reset-determinism check's name for it.
+obs_equal = values_equal
 
 
 def crash_finding(call: str, exc: BaseException, step: int, episode: int | None, tail_chars: int = 1500,
                   who: str = "") -> Finding:
-    """ENV_CRASHED for an exception raised by the env's reset/step (or constructor)."""
+    """ENV_CRASHED for an exception raised by the env's reset/step (or constructor), or a
+    ``sys.exit(n)`` called inside it (SystemExit, with its code)."""
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-tail_chars:]
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{frames[-1].name} ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else "?"
+    exited = isinstance(exc, SystemExit)
+    what = f"called sys.exit({exc.code!r})" if exited else f"raised {type(exc).__name__}: {exc}"
     return Finding(C.ENV_CRASHED,
-                   f"{who}{call}() raised {type(exc).__name__}: {exc} in {where} at step {step}"
+                   f"{who}{call}() {what} in {where} at step {step}"
                    + (f", episode {episode}" if episode is not None else ""),
                    {"call": call, "exception": type(exc).__name__, "error": str(exc)[:500], "frame": where,
-                    "first_step": step, "episode": episode, "traceback_tail": tail}, env_step=step)
+                    "first_step": step, "episode": episode, "traceback_tail": tail,
+                    **({"exit_code": exc.code} if exited else {})}, env_step=step)

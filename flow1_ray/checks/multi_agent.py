@@ -38,7 +38,6 @@ driven env.
 from __future__ import annotations
 
 import copy
-from collections import deque
 from typing import Any, Callable, Collection, Iterable, Mapping
 
 import numpy as np
@@ -48,6 +47,7 @@ from .. import codes as C
 from . import env_spec as es
 from .findings import Finding, FindingLog
 from .rollout import RolloutChecker
+from .series import Series
 from .thresholds import DEFAULT, Thresholds
 
 AgentID = Any
@@ -215,10 +215,10 @@ class MultiAgentRolloutChecker:
         self._allowed = {"obs": known, "rewards": known, "terminateds": known | {ALL},
                          "truncateds": known | {ALL}, "infos": known | {COMMON}}
         self.agents: dict[AgentID, _Agent] = {}     # every agent seen: its checker and its waiting action
-        self.durations: deque[float] = deque(maxlen=window)
+        self.durations = Series(thresholds.series_max_bytes, window, seed=2)
         self.steps = 0
         self.episodes = 0
-        self.episode_lengths: list[int] = []
+        self._ep_len_total = 0
         self._ep_len = 0
         self._joined: set = set()                   # agents with an observation in this episode
         self._done: dict[AgentID, tuple[int, str]] = {}  # agent -> (step, "terminated"|"truncated")
@@ -399,7 +399,7 @@ class MultiAgentRolloutChecker:
         step = self.steps = self.steps + 1
         self._ep_len += 1
         if duration_s is not None:
-            self.durations.append(duration_s)
+            self.durations.append(duration_s, self.steps)
         obs, rewards, terminateds, truncateds, infos = self._check_step(
             action_dict, obs, rewards, terminateds, truncateds, infos, step)
         joined_before = set(self._joined)
@@ -484,7 +484,7 @@ class MultiAgentRolloutChecker:
         for aid in self._joined - self._done.keys():
             self.agents[aid].rc.end_episode()  # an agent that never acted again: close its episode too
         self.episodes += 1
-        self.episode_lengths.append(self._ep_len)
+        self._ep_len_total += self._ep_len
         self._ep_len = 0
         self._joined.clear()
         self._done.clear()
@@ -496,7 +496,8 @@ class MultiAgentRolloutChecker:
 
     def judge(self) -> None:
         """Run every agent's whole-stream rules, and the step-time rule once for the env."""
-        self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th, min_stalls=3 if self.live else 1))
+        d, d_steps = self.durations.rows()
+        self.log.extend(es.step_time_findings(d, self.th, min_stalls=3 if self.live else 1, steps=d_steps))
         for ag in self.agents.values():
             ag.rc.judge()
 
@@ -513,11 +514,10 @@ class MultiAgentRolloutChecker:
     def summary(self) -> dict[str, dict]:
         """Per-module statistics for the PASS rows: the env's numbers, then each agent's."""
         per_agent = {str(aid): ag.rc.summary() for aid, ag in self.agents.items()}
-        d = np.asarray(self.durations) * 1e3
-        lengths = np.asarray(self.episode_lengths)
+        d = self.durations.values() * 1e3
         env_spec = {
             "steps": self.steps, "episodes": self.episodes, "agents": [_json_id(a) for a in self.agents],
-            "episode_len_mean": float(lengths.mean()) if lengths.size else None,
+            "episode_len_mean": self._ep_len_total / self.episodes if self.episodes else None,
             "step_ms_median": float(np.median(d)) if d.size else None,
             "step_ms_p95": float(np.percentile(d, 95)) if d.size else None,
             "agent_steps": {a: s[C.ENV_SPEC]["steps"] for a, s in per_agent.items()},

@@ -14,6 +14,7 @@ from scipy.stats import mannwhitneyu
 
 from .. import codes as C
 from .findings import Finding, advisory
+from .series import Series
 from .thresholds import Thresholds
 
 def usual_magnitude(rewards: np.ndarray) -> float:
@@ -48,9 +49,15 @@ def reward_stats(rewards: np.ndarray, spike_ratio: float = 10.0) -> dict:
     return stats
 
 
-def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | None = None) -> list[Finding]:
+def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | None = None, *,
+                    seen: int | None = None, non_finite: int | None = None) -> list[Finding]:
     """REWARD_NAN, REWARD_SPARSE (an advisory), REWARD_SPIKES and REWARD_SCALE over per-step
     rewards.
+
+    ``rewards`` may be a uniform sample of a longer run (a :class:`~flow1_ray.checks.series.Series`
+    past its byte cap, holding the first non-finite reward): ``seen`` is then the number of
+    rewards of the run and ``non_finite`` their exact count of NaN/inf, which REWARD_NAN
+    reports; the distribution rules read the sample.
 
     REWARD_SPARSE is an advisory, not a WARN: these are random actions, which cannot reach
     most goal rewards, and many good envs are sparse by design (MiniGrid, Atari, any
@@ -85,11 +92,11 @@ def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | Non
     if bad.any():
         i = int(np.argmax(bad))
         first = int(steps[i]) if steps is not None else i
+        k = int(bad.sum()) if non_finite is None else int(non_finite)
+        n = int(r.size) if seen is None else int(seen)
         out.append(Finding(C.REWARD_NAN,
-                           f"reward {r[i]} at step {first}: expected finite rewards, actual {int(bad.sum())} "
-                           f"non-finite of {r.size}",
-                           {"first_step": first, "non_finite": int(bad.sum()), "steps_checked": int(r.size)},
-                           env_step=first, count=int(bad.sum())))
+                           f"reward {r[i]} at step {first}: expected finite rewards, actual {k} non-finite of {n}",
+                           {"first_step": first, "non_finite": k, "steps_checked": n}, env_step=first, count=k))
     if r.size < th.reward_min_steps:
         return out
     s = reward_stats(r, th.reward_spike_ratio)
@@ -145,20 +152,36 @@ class ReturnTracker:
 
     MAX_BLOCKS = 100
 
-    def __init__(self, th: Thresholds) -> None:
+    def __init__(self, th: Thresholds, max_bytes: int | None = None) -> None:
+        """``max_bytes`` bounds the returns kept for :attr:`returns` (a uniform sample past
+        it); the rule itself keeps only its blocks and the recent window."""
         self.th = th
         self.span = th.reward_drop_span
-        self.returns: list[float] = []
+        self.series = Series(max_bytes, seed=4)
+        self.count = 0
+        self._total = 0.0
         self._blocks: deque[np.ndarray] = deque(maxlen=self.MAX_BLOCKS)
         self._recent: deque[float] = deque(maxlen=self.span)
+
+    @property
+    def returns(self) -> list[float]:
+        """The finite episode returns (all of them, or a uniform sample past the byte cap)."""
+        return self.series.values().tolist()
+
+    @property
+    def mean(self) -> float | None:
+        """The mean finite episode return, exact (None before the first one)."""
+        return self._total / self.count if self.count else None
 
     def add(self, episode_return: float) -> None:
         if not math.isfinite(episode_return):
             return
-        self.returns.append(float(episode_return))
+        self.count += 1
+        self._total += float(episode_return)
+        self.series.append(float(episode_return), self.count)
         self._recent.append(float(episode_return))
-        if len(self.returns) % self.span == 0:
-            self._blocks.append(np.asarray(self.returns[-self.span:]))
+        if self.count % self.span == 0:
+            self._blocks.append(np.asarray(self._recent))
 
     def check(self) -> Finding | None:
         if len(self._blocks) < 2 or len(self._recent) < self.span:
@@ -173,7 +196,7 @@ class ReturnTracker:
         p = float(mannwhitneyu(recent, self._blocks[i], alternative="less").pvalue) * len(self._blocks)
         if p > self.th.reward_drop_p_value:
             return None
-        best_episode = (len(self.returns) // self.span - len(self._blocks) + i + 1) * self.span
+        best_episode = (self.count // self.span - len(self._blocks) + i + 1) * self.span
         return Finding(C.REWARD_DROP,
                        f"episode return mean of the last {self.span} episodes {current:.4g}, expected >= "
                        f"{self.th.reward_drop_ratio:g} x best {best:.4g} (episodes {best_episode - self.span + 1}-"
@@ -181,4 +204,4 @@ class ReturnTracker:
                        {"current": current, "best": best, "best_episodes_end": best_episode,
                         "ratio": current / best if best else None, "ratio_threshold": self.th.reward_drop_ratio,
                         "p_value": min(p, 1.0), "p_threshold": self.th.reward_drop_p_value,
-                        "episodes": len(self.returns)})
+                        "episodes": self.count})

@@ -5,11 +5,16 @@ feed the sampled steps of live episodes to the same object. Per step it does onl
 must be done per step (type/shape/dtype, reward and done types, info and aliasing
 watches, timing); value checks (bounds, NaN, precision) run vectorised on buffered
 batches, and distribution rules (reward, step time, reset drift, return drop) at the end.
+
+What it keeps is bounded by bytes, whatever the observation size or the step count: a
+batch buffer is judged when it reaches ``batch_max_bytes`` (a 4 MB observation is judged
+16 steps at a time, still every step), and each series (rewards, step times, reset
+features, returns) is a :class:`~flow1_ray.checks.series.Series` of at most
+``series_max_bytes``, a uniform sample beyond that.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +27,7 @@ from .action_pipe import action_cast_error, check_action_batch
 from .findings import Finding, FindingLog
 from .obs_flow import check_obs_batch, drift_features, reset_drift
 from .reward import ReturnTracker, reward_findings, reward_stats
+from .series import Series
 from .spaces import Leaf, UnsupportedSpace, get, leaves, structure_error
 from .thresholds import DEFAULT, Thresholds
 
@@ -74,16 +80,24 @@ class RolloutChecker:
                              if lf.opaque and not es.has_contains(lf.space)}
         self._obuf = [_Buffer() for _ in self.obs_leaves]
         self._abuf = [_Buffer() for _ in self.act_leaves]
+        # rows a batch buffer holds before it is judged, whatever the episode: the rows of
+        # every array leaf together stay within batch_max_bytes (flush_every rows of an
+        # episode, or its end, flush it earlier as before)
+        row_bytes = sum(_leaf_bytes(lf) for lf in self.obs_leaves + self.act_leaves)
+        self.batch_rows = max(1, thresholds.batch_max_bytes // max(row_bytes, 1))
+        self._buffered = 0               # rows in the buffers since the last flush
+        self.batch_judged = 0            # observations judged by the batch checks so far, in this leaf:
+        self._counted_leaf = next((i for i, lf in enumerate(self.obs_leaves) if not lf.opaque), None)
         self._info = es.InfoWatch()
         self._alias = es.AliasWatch()
-        self.returns = ReturnTracker(thresholds)
-        self.rewards: deque[float] = deque(maxlen=window)
-        self.reward_steps: deque[int] = deque(maxlen=window)
-        self.durations: deque[float] = deque(maxlen=window)
-        self.reset_features: deque[np.ndarray] = deque(maxlen=window)
+        cap = thresholds.series_max_bytes
+        self.returns = ReturnTracker(thresholds, max_bytes=cap)
+        self.rewards = Series(cap, window, seed=1)
+        self.durations = Series(cap, window, seed=2)
+        self.reset_features = Series(cap, window, seed=3)
         self.steps = 0
         self.episodes = 0
-        self.episode_lengths: list[int] = []
+        self._ep_len_total = 0
         self._ep_return = 0.0
         self._ep_len = 0
         self.cast_checked = 0
@@ -132,11 +146,12 @@ class RolloutChecker:
             buf.values.append(v)
             buf.steps.append(step)
             ok_values.append(v)
+        self._buffered += 1
         if reset and all(v is not None for v in ok_values):
             arrays = [(v, lf) for v, lf in zip(ok_values, self.obs_leaves) if not lf.opaque]
             f = drift_features([v for v, _ in arrays], [lf for _, lf in arrays])
             if f is not None:
-                self.reset_features.append(f)
+                self.reset_features.append(f, step)
 
     def _check_member(self, leaf: Leaf, value: Any, step: int, code: str) -> None:
         """A value of an opaque leaf (Text, Sequence, Graph, a custom space): the space's
@@ -152,15 +167,18 @@ class RolloutChecker:
         self.log.hit(code, leaf.path + ":contains", build, env_step=step)
 
     def _flush(self, contiguous: bool = True) -> None:
-        for leaf, buf in zip(self.obs_leaves, self._obuf):
+        self._buffered = 0
+        for i, (leaf, buf) in enumerate(zip(self.obs_leaves, self._obuf)):
             if buf.values:
-                batch = np.asarray(buf.values) if leaf.shape == () else np.stack(buf.values)
+                batch = np.asarray(buf.values) if leaf.shape == () else _stack(buf.values)
+                if i == self._counted_leaf:
+                    self.batch_judged += batch.shape[0]
                 self.log.extend(check_obs_batch(leaf, batch, np.asarray(buf.steps), self.th, contiguous))
                 buf.values, buf.steps = [], []
         for leaf, buf in zip(self.act_leaves, self._abuf):
             if buf.values:
                 try:
-                    batch = np.asarray(buf.values) if leaf.shape == () else np.stack(buf.values)
+                    batch = np.asarray(buf.values) if leaf.shape == () else _stack(buf.values)
                 except ValueError:  # ragged actions: the cast check reports them
                     batch = None
                 if batch is not None:
@@ -175,6 +193,8 @@ class RolloutChecker:
         self._check_alias(self.steps)
         self._observe(obs, self.steps, reset=True)
         self._check_info(info, self.steps)
+        if self._buffered >= self.batch_rows:
+            self._flush()
 
     def on_step(self, action: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any,
                 duration_s: float | None = None, received_action: Any = None) -> bool:
@@ -194,13 +214,13 @@ class RolloutChecker:
                 {"field": which, "actual": type(bad).__name__, "first_step": step}), env_step=step)
         self._check_info(info, step)
         if duration_s is not None:
-            self.durations.append(duration_s)
+            self.durations.append(duration_s, step)
         self._ep_len += 1
         if terminated is True or truncated is True or not (terminated is False and truncated is False) and (
                 bool(np.any(terminated)) or bool(np.any(truncated))):
             self.end_episode()
             return True
-        if self._ep_len % self.flush_every == 0:
+        if self._ep_len % self.flush_every == 0 or self._buffered >= self.batch_rows:
             self._flush()
         return False
 
@@ -242,8 +262,7 @@ class RolloutChecker:
                 reward = float(np.asarray(reward, dtype=np.float64).reshape(-1)[0])
             except (TypeError, ValueError, IndexError):
                 return
-        self.rewards.append(reward)
-        self.reward_steps.append(step)
+        self.rewards.append(reward, step)
         self._ep_return += reward
 
     def _check_info(self, info: Any, step: int) -> None:
@@ -260,7 +279,7 @@ class RolloutChecker:
     def end_episode(self) -> None:
         """An episode ended (terminated or truncated)."""
         self.episodes += 1
-        self.episode_lengths.append(self._ep_len)
+        self._ep_len_total += self._ep_len
         self.returns.add(self._ep_return)
         self._ep_return, self._ep_len = 0.0, 0
         self._flush()
@@ -272,29 +291,33 @@ class RolloutChecker:
     def judge(self) -> None:
         """Run the rules over the whole stream (or the live window) so far."""
         self._flush(contiguous=True)
-        self.log.extend(reward_findings(np.asarray(self.rewards), self.th, np.asarray(self.reward_steps)))
-        self.log.extend(es.step_time_findings(np.asarray(self.durations), self.th, min_stalls=3 if self.live else 1))
+        r, r_steps = self.rewards.rows()
+        sampled = self.rewards.sampled
+        self.log.extend(reward_findings(r, self.th, r_steps, seen=self.rewards.seen if sampled else None,
+                                        non_finite=self.rewards.non_finite if sampled else None))
+        d, d_steps = self.durations.rows()
+        self.log.extend(es.step_time_findings(d, self.th, min_stalls=3 if self.live else 1, steps=d_steps))
         feats = self.reset_features
-        if feats and all(f.shape == feats[0].shape for f in feats):
-            f = self._drift(feats)
+        if len(feats) and not feats.ragged:
+            f = self._drift(feats.values().reshape(len(feats.values()), -1))
             if f is not None:
                 self.log.add(f)
         drop = None if self.live else self.returns.check()
         if drop is not None:
             self.log.add(drop)
 
-    def _drift(self, feats: deque) -> Finding | None:
+    def _drift(self, feats: np.ndarray) -> Finding | None:
         """OBS_DISTRIBUTION_DRIFT: once over the whole stream (``flow1 check``), or, live, at
         each doubling of the reset episodes with the p-value threshold halved each time
         (alpha spending: the looks of a whole run together keep ``drift_p_value``)."""
         if not self.live:
-            return reset_drift(np.stack(feats), self.th)
+            return reset_drift(feats, self.th)
         if len(feats) < self._next_drift_at:
             return None
         self._drift_looks += 1
         self._next_drift_at = 2 * len(feats)
         th = replace(self.th, drift_p_value=self.th.drift_p_value / 2 ** self._drift_looks)
-        return reset_drift(np.stack(feats), th)
+        return reset_drift(feats, th)
 
     def finish(self, expect_episode_end: bool = True) -> list[Finding]:
         """Run the whole-stream rules and return every finding. ``expect_episode_end``:
@@ -315,20 +338,60 @@ class RolloutChecker:
 
     # -- summaries for PASS rows ---------------------------------------------------------
     def summary(self) -> dict[str, dict]:
-        d = np.asarray(self.durations) * 1e3
-        lengths = np.asarray(self.episode_lengths)
+        d = self.durations.values() * 1e3
+        r = self.rewards.values()
+        env_notes = self.notes() + _sample_note("step times", self.durations)
+        obs_notes = ([f"observations of {_mib(self._row_bytes())} judged in batches of {self.batch_rows} "
+                      f"(batch_max_bytes {_mib(self.th.batch_max_bytes)})"]
+                     if self.batch_rows < self.flush_every else []) + _sample_note("reset observations",
+                                                                                    self.reset_features)
+        reward_notes = _sample_note("rewards", self.rewards) + _sample_note("episode returns", self.returns.series)
+        stats = reward_stats(r, self.th.reward_spike_ratio)
+        if self.rewards.sampled:
+            stats.update({"steps": self.rewards.seen, "non_finite": self.rewards.non_finite,
+                          "steps_judged": int(r.size)})
         return {
             C.ENV_SPEC: {
                 "steps": self.steps, "episodes": self.episodes,
-                "episode_len_mean": float(lengths.mean()) if lengths.size else None,
+                "episode_len_mean": self._ep_len_total / self.episodes if self.episodes else None,
                 "step_ms_median": float(np.median(d)) if d.size else None,
                 "step_ms_p95": float(np.percentile(d, 95)) if d.size else None,
                 "obs_leaves": [lf.describe() for lf in self.obs_leaves],
-                **({"notes": self.notes()} if self.notes() else {}),
+                **({"notes": env_notes} if env_notes else {}),
             },
-            C.OBS_FLOW: {"leaves": [lf.path for lf in self.obs_leaves], "observations": self.steps + self.episodes},
+            C.OBS_FLOW: {"leaves": [lf.path for lf in self.obs_leaves], "observations": self.steps + self.episodes,
+                         "judged_in_batches": self.batch_judged,
+                         "batch_rows_max": min(self.batch_rows, self.flush_every),
+                         **({"notes": obs_notes} if obs_notes else {})},
             C.ACTION_PIPE: {"actions": self.steps, "cast_checked": self.cast_checked,
                             "leaves": [lf.describe() for lf in self.act_leaves]},
-            C.REWARD_STATS: {**reward_stats(np.asarray(self.rewards), self.th.reward_spike_ratio),
-                             "episode_return_mean": float(np.mean(self.returns.returns)) if self.returns.returns else None},
+            C.REWARD_STATS: {**stats, "episode_return_mean": self.returns.mean,
+                             **({"notes": reward_notes} if reward_notes else {})},
         }
+
+    def _row_bytes(self) -> int:
+        return sum(_leaf_bytes(lf) for lf in self.obs_leaves + self.act_leaves)
+
+
+def _leaf_bytes(leaf: Leaf) -> int:
+    """Bytes one value of an array leaf takes in a batch (opaque leaves are not buffered)."""
+    if leaf.opaque:
+        return 0
+    return int(np.prod(leaf.shape, dtype=np.int64)) * leaf.dtype.itemsize if leaf.shape else leaf.dtype.itemsize
+
+
+def _stack(values: list[np.ndarray]) -> np.ndarray:
+    """Values stacked on axis 0; one value as a view (a 100 MB observation is not copied again)."""
+    return values[0][np.newaxis] if len(values) == 1 else np.stack(values)
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+def _sample_note(what: str, series: Series) -> list[str]:
+    """A PASS row's note when a series passed its byte cap: how many rows the rules judged."""
+    if not series.sampled:
+        return []
+    return [f"{what}: the distribution rules judged a uniform sample of {len(series):,} of {series.seen:,} "
+            f"(series_max_bytes {_mib(series.max_bytes or 0)}); counts, extremes and the first non-finite are exact"]

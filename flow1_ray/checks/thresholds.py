@@ -32,6 +32,15 @@ class Thresholds:
     episode_extension_factor: int = 20
     episode_extension_max_steps: int = 100_000
     episode_extension_max_s: float = 30.0
+    # Memory: what the checker keeps is bounded by bytes, not by a count of steps.
+    # Observation and action values wait in a buffer for the vectorised OBS_FLOW and
+    # ACTION_PIPE checks; a buffer that reaches this many bytes is judged at once (so every
+    # step is still judged, in smaller batches: a 4 MB observation every 16 steps).
+    batch_max_bytes: int = 64 * 2**20
+    # Each per-step or per-episode series (rewards, step times, reset features, episode
+    # returns) keeps every row (16 bytes a value) up to this many bytes, then a uniform
+    # sample of that size plus the exact count, extremes and first non-finite value.
+    series_max_bytes: int = 16 * 2**20
     # ENV_SPEC: step timing. Both a ratio to the median and an absolute excess are needed,
     # or a busy machine's scheduler hiccups read as a slow env.
     step_time_ratio: float = 3.0

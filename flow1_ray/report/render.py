@@ -101,7 +101,10 @@ def print_report(con: Console, report: Report) -> None:
     print_events(con, report.events)
     con.print(summary_table(report))
     con.print(verdict_line(report))
-    print_gaps(con, report)
+    print_gaps(con, report)   # the rules a stopped check could not run are its "not assessable" gaps
+    as_of = report.summary.get("findings_as_of_step")
+    if report.summary.get("not_run") and as_of is not None:
+        con.print(plain(f"findings and their counts as last reported by the env's process, at step {as_of}"))
 
 
 def print_run_report(con: Console, report: Report) -> None:
