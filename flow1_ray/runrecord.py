@@ -9,11 +9,13 @@ every writer leaves three small JSON files beside its tables:
   the options, the versions of flow1 and of what it runs with, the process and the host;
 - ``heartbeat.json``, rewritten at each flush of the Recorder: the time and the last
   iteration written, so "last data at" needs no listing of the tables;
-- ``stop.json``, once at a clean end (``algo.stop()``, the end of ``flow1 check``): when,
-  after which iteration, and how it stopped.
+- ``stop.json``, once at the end: when, after which iteration, how it stopped, and whether
+  cleanly -- ``algo.stop()`` or the end of ``flow1 check`` (``clean: true``), or the
+  Algorithm's process dying under the hub that watches it (``clean: false``: a SIGKILLed
+  driver, an OOM kill; the hub outlives it by a second or so, measured).
 
-A run with ``run.json`` and no ``stop.json`` is still running or ended without a clean
-stop; readers tell which by the heartbeat's age (:func:`completeness`). Tracebacks of
+A run with ``run.json`` and no ``stop.json`` is still running or ended without a word
+(the hub died with its driver); readers tell which by the heartbeat's age (:func:`completeness`). Tracebacks of
 flow1's own failures go to ``internal/`` (one file each), so that an event's message stays
 one line.
 """
@@ -86,9 +88,9 @@ def write_heartbeat(run_dir: Any, iteration: int | None, **extra: Any) -> None:
         {"ts": _iso(), "iteration": iteration, "pid": os.getpid(), **extra})))
 
 
-def write_stop(run_dir: Any, iteration: int | None, how: str, **extra: Any) -> None:
+def write_stop(run_dir: Any, iteration: int | None, how: str, clean: bool = True, **extra: Any) -> None:
     (_loc(run_dir) / STOP_JSON).write_text(json.dumps(jsonable(
-        {"stopped_at": _iso(), "iteration": iteration, "how": how, "clean": True, **extra}), indent=1))
+        {"stopped_at": _iso(), "iteration": iteration, "how": how, "clean": clean, **extra}), indent=1))
 
 
 def write_internal(run_dir: Any, where: str, exc: BaseException) -> str | None:
@@ -163,8 +165,9 @@ def completeness(run_dir: Any, now: float | None = None, flush_interval_s: float
     out["last_iteration"] = last_it if isinstance(last_it, int) and not isinstance(last_it, bool) else None
     if start is None:
         out["state"] = "unknown"
-    elif stop is not None:
-        out["state"] = "stopped"
+    elif stop is not None:   # a stop record of a death is an end, not a clean stop
+        out["state"] = "stopped" if stop.get("clean") is not False else "ended"
+        out["stopped"] = out["state"] == "stopped"
     else:
         options = start.get("options") if isinstance(start.get("options"), dict) else {}
         flush = flush_interval_s or _number(options.get("flush_interval_s")) or 2.0

@@ -95,6 +95,7 @@ def trial(seed: int, kill_after: int = 3) -> dict:
     return {"iterations_seen": seen[-1][0], "fail_seen": seen[-1][1], "killed_into_s": round(delay, 2),
             "rows_on_disk": max(rows) if rows else 0, "fail_on_disk": sum(e["status"] == "FAIL" for e in events),
             "last_heartbeat_after_kill_s": round(beat_after, 2), "life": report.completeness.get("state"),
+            "unclean_stop_record": (report.completeness.get("stop") or {}).get("clean") is False,
             "verdict": report.verdict}
 
 
@@ -117,7 +118,9 @@ def main() -> None:
     print(f"{len(results)} trials: metric rows lost (iterations the driver saw end, not on disk): "
           f"max {max(lost_rows)}, {sum(x > 0 for x in lost_rows)} trial(s) lost any; FAIL events lost: max "
           f"{max(lost_fail)}; the last heartbeat (the hub's last flush) came {min(ages):+.2f} .. {max(ages):+.2f} s "
-          f"after the kill (median {sorted(ages)[len(ages) // 2]:+.2f} s); life read back: {sorted({r['life'] for r in results})}")
+          f"after the kill (median {sorted(ages)[len(ages) // 2]:+.2f} s); an unclean stop.json written by the hub in "
+          f"{sum(r['unclean_stop_record'] for r in results)}/{len(results)}; life read back: "
+          f"{sorted({r['life'] for r in results})}")
 
 
 if __name__ == "__main__":

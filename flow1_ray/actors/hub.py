@@ -15,6 +15,7 @@ actor (it may have to live on another node than the hub).
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from typing import Any
@@ -31,16 +32,45 @@ from .recorder import MIN_FLUSH_GAP_S, RecorderService
 CONCURRENCY = {"recorder": 1, "monitor": 4, "states": 1}
 
 
+def wait_for_exit(pid: int) -> bool:
+    """Block until process ``pid`` has exited (a pidfd: no polling; polled every 0.2 s where
+    pidfds are missing); False when it cannot be watched at all."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            select.select([fd], [], [])
+            return True
+        finally:
+            os.close(fd)
+    try:
+        while True:
+            os.kill(pid, 0)
+            time.sleep(0.2)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+
+
 def make_hub_actor():
     """The Flow1Hub Ray actor class (built lazily so this module imports without Ray)."""
     import ray
 
     @ray.remote(num_cpus=0, max_restarts=-1, concurrency_groups=CONCURRENCY)
     class Flow1Hub:
-        def __init__(self, run_dir: str, run_id: str, job_id: str, opts: dict, states: bool) -> None:
+        def __init__(self, run_dir: str, run_id: str, job_id: str, opts: dict, states: bool,
+                     owner_pid: int | None = None) -> None:
             """``opts``: the Flow1Options as a dict; ``states``: whether the state clusterer
-            lives here (False: none, or its own GPU actor)."""
+            lives here (False: none, or its own GPU actor); ``owner_pid``: the Algorithm's
+            process (on this node: the hub's node affinity), watched so that its death is
+            written down before Ray ends the hub with it."""
             self.started_at = time.time()  # a restart (Ray's) is a new incarnation
+            self.closed = False
             self.recorder = RecorderService(run_dir, run_id, opts["flush_interval_s"], opts, job_id=job_id)
             self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
                                           opts["probe_interval_s"], opts["heartbeat_interval_s"],
@@ -55,6 +85,9 @@ def make_hub_actor():
                 limit_threads(backend)
                 self.states = StatesService(self.recorder.add_snapshot, opts["n_clusters"], backend,
                                             opts["thresholds"], 0, report=self.recorder.add_events)
+            if owner_pid:
+                threading.Thread(target=self._watch_owner, args=(int(owner_pid),), name="flow1-owner",
+                                 daemon=True).start()
             # the run's live numbers as Ray metrics (Prometheus), refreshed on a thread
             self.metrics = make_run_metrics(run_id)
             if self.metrics is not None:
@@ -95,6 +128,19 @@ def make_hub_actor():
                 {"previous_pid": (beat or {}).get("pid"), "pid": os.getpid(), "down_s": down,
                  "workers_rebuilt": len(table), "open_incidents": open_, "keys": len(keys),
                  "findings_rebuilt": sum(self.recorder.counts.values())}, run_id=run_id)])
+
+        def _watch_owner(self, pid: int) -> None:
+            """The Algorithm's process died without ``algo.stop()`` (SIGKILL, the OOM killer, a
+            crash): Ray ends this hub a moment later (measured: its heartbeat went on ~1.4 s),
+            time enough to flush and write an unclean stop record, so that the run directory
+            says at once how the run ended instead of a silence a reader must interpret."""
+            if not wait_for_exit(pid) or self.closed:
+                return
+            try:
+                self.recorder.close(f"the Algorithm's process (pid {pid}) died without stopping the run (a SIGKILL, "
+                                    f"the OOM killer, a crash); flow1's hub wrote this as it went down", clean=False)
+            except Exception:
+                pass
 
         def _metrics_loop(self) -> None:
             while self.metrics is not None and self.metrics.enabled:
@@ -156,6 +202,7 @@ def make_hub_actor():
 
         @ray.method(concurrency_group="recorder")
         def close(self) -> dict:
+            self.closed = True
             return self.recorder.close()
 
         @ray.method(concurrency_group="recorder")

@@ -268,11 +268,11 @@ class RecorderCore:
             self.last_iteration = beat["iteration"]
         return events
 
-    def close(self, how: str = "algo.stop()") -> dict:
-        """The clean end: the last rows, then the stop record (a run without one ended
-        without a clean stop)."""
+    def close(self, how: str = "algo.stop()", clean: bool = True) -> dict:
+        """The end: the last rows, then the stop record (a run without one ended without a
+        word); ``clean=False`` when the Algorithm's process died under the hub."""
         self.flush()
-        write_stop(self.run_dir, self.last_iteration, how, events_written=self.events_written)
+        write_stop(self.run_dir, self.last_iteration, how, clean, events_written=self.events_written)
         return self.status()
 
     def crash_recorded(self, pid: int) -> bool:
@@ -336,9 +336,9 @@ class RecorderService(RecorderCore):
         if "dropped" in batch:
             self.note_dropped(str(batch.get("source")), int(batch["dropped"]), batch.get("worker_index"))
 
-    def close(self, how: str = "algo.stop()") -> dict:
+    def close(self, how: str = "algo.stop()", clean: bool = True) -> dict:
         self._stop.set()
         self._soon.set()
         self.flush()
-        self.heatmaps.drain(HEATMAP_DRAIN_S)
-        return super().close(how)
+        self.heatmaps.drain(HEATMAP_DRAIN_S if clean else 0.0)
+        return super().close(how, clean)

@@ -86,7 +86,8 @@ class Flow1Run:
             name=hub_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
             max_pending_calls=3 * opts.max_pending_calls,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-        ).remote(str(self.run_dir), self.run_id, self.job_id, opts.as_dict(), opts.state_actions and not own_states)
+        ).remote(str(self.run_dir), self.run_id, self.job_id, opts.as_dict(), opts.state_actions and not own_states,
+                  os.getpid())
         #: where the clusterer's calls go: its own actor with a GPU share, else the hub
         self.states = self.hub if opts.state_actions else None
         self.states_actor = None

@@ -40,7 +40,9 @@ def life_gaps(completeness: dict[str, Any] | None) -> list[str]:
     c = completeness or {}
     at = c.get("last_data_at") or "unknown"
     if c.get("state") == "ended":
-        return [f"ended without a clean stop{_after(c.get('last_iteration'))}, last data at {at}"]
+        how = (c.get("stop") or {}).get("how")
+        return [f"ended without a clean stop{_after(c.get('last_iteration'))}, last data at {at}"
+                + (f" ({one_line(how)})" if how else "")]
     if c.get("state") == "running":
         it = c.get("last_iteration")
         return [f"still running ({'iteration ' + str(it) + ', ' if it is not None else ''}last data at {at}): "
