@@ -150,7 +150,10 @@ def _interrupt(cli_env, tmp_path, target, marker, *extra):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "flow1_ray", "check", "--env", target, "--json",
                              str(tmp_path / "report.json"), "--output-dir", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            # a terminal's CLI: a shell that runs the tests in the background starts
+                            # them with SIGINT ignored, and Python then keeps it ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (markers / marker).exists():
         assert proc.poll() is None, proc.communicate()

@@ -126,18 +126,19 @@ class MonitorCore:
         follows_crash = bool(exc) and crash_recorded
         if follows_crash:
             cause += "; RLlib ends a runner whose env raised: the end of the ENV_CRASHED incident, not a second one"
+        if ch.get("confirms_node_lost"):
+            cause += "; confirmed: Ray declared the node dead, the NODE_LOST incident reported above"
         ray_part = f"; Ray: {detail['ray_exit_type']}" if "ray_exit_type" in detail else ""
         age = ch.get("last_heartbeat_age_s")
         msg = (f"{_who(ch)} died: {how}{cause}{ray_part}; last heartbeat {age:.2f} s before"
                if age is not None else f"{_who(ch)} died: {how}{cause}{ray_part}")
         ev = {k: ch.get(k) for k in ("key", "worker_index", "pid", "node_id", "actor_id", "exit_signal",
                                      "signal_inferred", "exit", "last_heartbeat_age_s", "last_step_age_s",
-                                     "state_at_death", "killed_by_flow1", "traceback_tail", "node_lost", "role")}
+                                     "state_at_death", "killed_by_flow1", "traceback_tail", "node_lost", "confirms_node_lost",
+                                     "role")}
         ev.update(detail)
         if exc:
             ev["exception"] = exc
-        if ch.get("confirms_node_lost"):
-            cause += "; confirmed: Ray declared the node dead, the NODE_LOST incident reported above"
         # one incident, one finding: the death flow1 caused belongs to the stall finding, the
         # death of a node's runner to that node's NODE_LOST
         known = ch.get("killed_by_flow1") or follows_crash or ch.get("confirms_node_lost")
