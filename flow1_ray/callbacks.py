@@ -233,7 +233,9 @@ class Flow1Callbacks(RLlibCallback):
             out["driver_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
             row["flow1/driver_ms"] = out["driver_ms"]
         try:
-            run.hub.add_metrics.remote(row)
+            # waited for (at most get_timeout_s; ~1 ms): once train() returns, the iteration's
+            # row is in the hub, which flushes it even if this process is SIGKILLed next
+            ray.wait([run.hub.add_metrics.remote(row)], timeout=t)
         except ray.exceptions.PendingCallsLimitExceeded:  # the hub is behind: this row is lost, counted
             self.metrics_dropped += 1
 
