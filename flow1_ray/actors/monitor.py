@@ -216,7 +216,16 @@ class MonitorService(MonitorCore):
         """NODE_LOST for each remote node whose probe is silent and whose raylet cannot be
         reached; its runners are marked dead (Ray confirms later)."""
         lost = []
-        for nid, silent_s in self.nodes.silent([n for n in self.probes if n != self.node_id], now):
+        candidates = self.nodes.silent([n for n in self.probes if n != self.node_id], now)
+        if candidates:   # a node Ray already knows to be gone (a graceful removal) is its verdict's
+            import ray
+
+            gone = {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+            known = {nid for nid, _ in candidates if nid in gone}
+            if known:
+                self.lost_nodes(known, time.time())
+            candidates = [(nid, s) for nid, s in candidates if nid not in known]
+        for nid, silent_s in candidates:
             why = self.nodes.raylet_unreachable(nid)
             if why is None:
                 continue
