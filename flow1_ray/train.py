@@ -67,7 +67,7 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
     if not ray.is_initialized() and os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False, configure_logging=False, logging_level=logging.ERROR)
     elif not ray.is_initialized():
-        ray.init(num_cpus=max(2, env_runners), include_dashboard=False, object_store_memory=150 * 1024**2,
+        ray.init(address="local", num_cpus=max(2, env_runners), include_dashboard=False, object_store_memory=150 * 1024**2,
                  log_to_driver=False, configure_logging=False, logging_level=logging.ERROR)
     cb = Flow1Callbacks.with_options(
         output_dir=output_dir or "", stall_timeout_s=stall_timeout_s,

@@ -39,7 +39,7 @@ def job(out_dir: str, iterations: int) -> None:
     from flow1_ray import Flow1Callbacks
     from flow1_ray.demo import FaultyCartPole
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              configure_logging=False)
     cb = Flow1Callbacks.with_options(output_dir=out_dir, print_events=False, state_actions=False)
     algo = (PPOConfig().environment(FaultyCartPole, env_config={"crash_worker": 1, "crash_at_step": 400})

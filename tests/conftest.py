@@ -44,7 +44,9 @@ def ray_session():
     import ray
 
     # workers import test-only classes (hooks, zoo envs) from tests/ too
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
+    # address="local": a new Ray of our own, even when another cluster on this machine left its
+    # address behind (a killed driver, a multi-node test in another process)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
              log_to_driver=False, configure_logging=False, _metrics_export_port=METRICS_PORT,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
                                        # the loopback S3 of test_object_store.py (moto) takes any key
