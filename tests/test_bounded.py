@@ -25,7 +25,7 @@ def _checkers(er) -> list[int]:
 
 
 def test_a_crashing_env_recreated_by_rllib_is_one_incident_and_no_leak(ray_session, tmp_path):
-    """RLlib's CartPoleCrashing raising on 2 % of its steps, ``restart_failed_sub_environments``:
+    """RLlib's CartPoleCrashing raising on 5 % of its steps, ``restart_failed_sub_environments``:
     RLlib rebuilds the vector env after each crash (and samples that fragment again). flow1
     keeps one checker per live sub-env (not one per env ever made), one ENV_CRASHED FAIL for
     the repeated crash and a number of PASS count rows logarithmic in the crashes."""
@@ -34,7 +34,7 @@ def test_a_crashing_env_recreated_by_rllib_is_one_incident_and_no_leak(ray_sessi
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False,
                                      sample_rate=1.0)
-    config = (PPOConfig().environment(CartPoleCrashing, env_config={"p_crash": 0.02}).callbacks(cb)
+    config = (PPOConfig().environment(CartPoleCrashing, env_config={"p_crash": 0.05}).callbacks(cb)
               .env_runners(num_env_runners=1, num_envs_per_env_runner=2, rollout_fragment_length=25,
                            sample_timeout_s=30)
               .fault_tolerance(restart_failed_sub_environments=True)
@@ -52,7 +52,7 @@ def test_a_crashing_env_recreated_by_rllib_is_one_incident_and_no_leak(ray_sessi
     fails = [e for e in crashed if e["status"] == C.FAIL]
     counts = [json.loads(e["evidence"])["count"] for e in crashed if e["status"] == C.PASS]
     assert len(fails) == 1 and "EnvError" in fails[0]["message"], [e["message"][:120] for e in fails]
-    assert counts and counts == sorted(counts) and counts[-1] >= 8, counts   # dozens of crashes
+    assert counts and counts == sorted(counts) and counts[-1] >= 8, counts   # ~30 crashes expected in >= 600 steps; fewer than 8: p < 1e-5
     assert len(crashed) <= 2 + counts[-1].bit_length(), len(crashed)   # log2 of the crashes, not one per crash
     assert not [e for e in events if e["code"] in (C.MEMORY_LEAK_SUSPECTED, C.FLOW1_INTERNAL)]
 
