@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .checks.advice import Knobs
-from .checks.curves import RunReturnDrop, result_number
+from .checks.curves import result_number
+from .checks.reward_drop import RunReturnDrop
 from .checks.findings import Finding
 from .checks.gradients import LayerRules
 from .checks.learner_curves import ModuleCurves, Reading, RunContext
@@ -103,7 +104,7 @@ class CurveDiagnosis:
             if f is not None:
                 findings.append(f)
             self.dropped = self.drop.began is not None and self.drop.reported
-        run = RunContext(stalled=self.trend.stalled(), dropped=self.dropped, return_ema=self.trend.ema)
+        run = RunContext(stalled=self.trend.stalled(), dropped=self.dropped)
         steps = result_number(result, "num_env_steps_sampled_lifetime")
         learners = _section(result, "learners")
         extras = _section(_section(result, FLOW1_KEY), "learner")

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from . import codes as C
 
-#: Arrow schema of the events table (DESIGN.md, "Events").
+#: Arrow schema of the events table (README, "Run directory and events").
 EVENT_SCHEMA = pa.schema(
     [
         pa.field("ts", pa.timestamp("ms", tz="UTC"), nullable=False),
@@ -101,9 +101,11 @@ class Event:
     env_step: int | None = None
 
     def __post_init__(self) -> None:
-        spec = C.CATALOGUE.get(self.code)
+        from .checks.catalogue import rule
+
+        spec = rule(self.code)
         if spec is None:
-            raise ValueError(f"unknown event code {self.code!r}: add it to flow1_ray.codes")
+            raise ValueError(f"unknown event code {self.code!r}: declare it in a rule file's RULES")
         if not self.module:
             if not spec.module:
                 raise ValueError(f"code {self.code} needs an explicit module")
@@ -184,8 +186,10 @@ class BadRow(ValueError):
 def event_from_row(row: Mapping[str, Any]) -> Event:
     """An :class:`Event` from one row of a run directory's events table, read as untrusted:
     raises :class:`BadRow` (never anything else) naming what is wrong -- a missing or null
-    required column, a wrong type, a code that is not in :mod:`flow1_ray.codes`, a status
+    required column, a wrong type, a code no rule declares, a status
     that is not PASS/WARN/FAIL, evidence that is not a JSON object."""
+    from .checks.catalogue import rule
+
     for name in REQUIRED_COLUMNS:
         if row.get(name) is None:
             raise BadRow(f"{name} is missing or null")
@@ -197,7 +201,7 @@ def event_from_row(row: Mapping[str, Any]) -> Event:
     for name in ("module", "status", "code", "message", "evidence"):
         if not isinstance(row[name], str):
             raise BadRow(f"{name} is not a string ({type(row[name]).__name__})")
-    if row["code"] not in C.CATALOGUE:
+    if rule(row["code"]) is None:
         raise BadRow(f"unknown code {one_line(row['code'])[:80]!r}")
     if row["status"] not in C.STATUS_RANK:
         raise BadRow(f"status {one_line(row['status'])[:40]!r} is not one of {', '.join(C.STATUSES)}")

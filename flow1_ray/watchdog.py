@@ -31,7 +31,17 @@ from collections import Counter, deque
 from typing import Any, Callable
 
 from . import codes as C
+from .checks.rule import Rule
 from .events import Event
+
+RULES = (
+    Rule("STOP_STALLED", C.WORKER, C.WARN, "algo.stop() has not returned for stop_timeout_s, with the driver's stack"),
+    Rule("DRIVER_STALLED", C.WORKER, C.WARN,
+         "train() has not returned for max(120 s, 5x the median iteration), with the driver's stack"),
+    Rule("ACTOR_UNPLACEABLE", C.RESOURCE, C.FAIL,
+         "the Algorithm's build waited > 15 s for actors the cluster cannot place now (who waits for what, who "
+         "holds it), or its config asks for more than the cluster has"),
+)
 
 logger = logging.getLogger("flow1_ray")
 

@@ -17,7 +17,20 @@ from typing import Any
 
 from . import codes as C
 from .checks.findings import Finding
+from .checks.rule import Rule
 from .events import Event
+
+RULES = (
+    Rule("FLOW1_INTERNAL", C.FLOW1, C.WARN, "flow1's own error, caught so that training goes on"),
+    Rule("SAMPLES_DROPPED", C.FLOW1, C.WARN, "diagnostic batches dropped under back-pressure"),
+    Rule("WATCHER_OFF", C.FLOW1, C.WARN,
+         "a part of flow1 stopped watching (liveness, a probe, contention, the clusterer, the Recorder, learner "
+         "tracing, the driver watchdog): what is no longer seen is named; a run with a watcher off is never a "
+         "plain PASS"),
+    Rule("HUB_RESTARTED", C.FLOW1, C.PASS,
+         "Ray restarted flow1's hub; it rebuilt its workers and open incidents from the run directory (how long "
+         "it was down, what it may have lost)"),
+)
 
 LIVENESS = "liveness"
 PROBE = "probe"

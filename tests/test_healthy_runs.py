@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from flow1_ray import codes as C
-from flow1_ray.checks.curves import RunReturnDrop, result_number
+from flow1_ray.checks.curves import result_number
+from flow1_ray.checks.reward_drop import RunReturnDrop
 from flow1_ray.checks.state_action import (Snapshot, StateActionThresholds, decided_share, trend_findings,
                                           verdicts, warn_codes)
 

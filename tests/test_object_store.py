@@ -12,6 +12,7 @@ import pytest
 
 from conftest import S3_ENV
 from flow1_ray import codes as C
+from flow1_ray.checks.catalogue import rule
 from flow1_ray.events import Event
 from flow1_ray.store import Location, load_events, write_events
 
@@ -97,8 +98,8 @@ def test_a_live_run_writes_its_directory_to_s3_and_flow1_report_reads_it(ray_ses
     run = results[-1]["flow1"]["run_dir"]
     assert run.startswith("s3://flow1-runs/team/") and "endpoint_override=" in run
     codes = set(load_events(run).column("code").to_pylist())
-    assert C.STATE_SNAPSHOT in codes and not [c for c in codes if C.CATALOGUE[c].status != C.PASS
-                                               and C.CATALOGUE[c].module not in ("", C.STATE_ACTION)]
+    assert C.STATE_SNAPSHOT in codes and not [c for c in codes if rule(c).status != C.PASS
+                                               and rule(c).module not in ("", C.STATE_ACTION)]
     assert max(load_metrics(run).column("iteration").to_pylist()) == 2
     pngs = [n for n in (Location(run) / "heatmaps").listdir() if n.endswith(".png")]
     assert pngs, "the heatmap PNGs were uploaded"

@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..checks.state_action import (Snapshot, cluster_means, decided_share, trend_findings, verdicts,
-                                   warn_codes)
+from ..checks.state_action import (Snapshot, StateActionThresholds, cluster_means, decided_share, trend_findings,
+                                   verdicts, warn_codes)
 from ..checks.thresholds import DEFAULT
 from ..clustering.backends import TorchKMeans, resolve_backend
 from ..clustering.reservoir import Reservoir
@@ -77,7 +77,7 @@ class ClustererCore:
         self.n_clusters = n_clusters
         self.backend = resolve_backend(backend)
         self.device = device
-        self.th = DEFAULT.with_overrides(thresholds).state_action()
+        self.th = DEFAULT.with_overrides(thresholds).family(StateActionThresholds)
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.window = Reservoir(window_rows, self.rng)

@@ -12,14 +12,27 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict, deque
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
 from .. import codes as C
+from ..checks.rule import Rule
 from ..checks.thresholds import DEFAULT, Thresholds
 from ..events import Event
+
+
+@dataclass(frozen=True)
+class ContentionThresholds:
+    """RESOURCE_CONTENTION across a node's workers."""
+
+    contention_ratio: float = 3.0            # a worker's step time > this x its own baseline is slow ...
+    contention_min_workers: int = 3          # ... on at least this many workers (fewer is never contention)
+    contention_floor_ms: float = 1.0         # ... each costing at least this much more per step ...
+    contention_sustain_s: float = 10.0       # ... for at least this long
+
 
 BASELINE_POINTS = 5        # first observations of a worker that make its baseline
 LEAK_MB_PER_1000_STEPS = 1.0
@@ -27,6 +40,16 @@ LEAK_MIN_R2 = 0.8
 LEAK_MIN_POINTS = 10
 LEAK_MIN_STEPS = 5000
 RSS_POINTS = 120
+
+RULES = (
+    Rule("RESOURCE_CONTENTION", C.RESOURCE, C.WARN,
+         ">= {contention_min_workers} workers (or all) with step time > {contention_ratio:g}x their own baseline, "
+         "each at least {contention_floor_ms:g} ms a step slower, for {contention_sustain_s:g} s",
+         ContentionThresholds),
+    Rule("MEMORY_LEAK_SUSPECTED", C.MEMORY, C.WARN,
+         f"RSS slope > {LEAK_MB_PER_1000_STEPS:g} MB per 1000 env steps (a linear fit with R^2 >= {LEAK_MIN_R2:g} "
+         f"over >= {LEAK_MIN_POINTS} points and {LEAK_MIN_STEPS:,} steps)"),
+)
 
 
 def node_load() -> dict[str, Any]:

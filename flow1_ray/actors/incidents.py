@@ -13,7 +13,19 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import codes as C
+from ..checks.rule import Rule
 from ..events import Event
+
+RULES = (
+    Rule("WORKER_DIED", C.WORKER, C.FAIL, "an EnvRunner's lock was released: its process is gone"),
+    Rule("WORKER_STALLED", C.WORKER, C.FAIL, "lock held but no heartbeat for stall_timeout_s"),
+    Rule("LEARNER_DIED", C.WORKER, C.FAIL, "a Learner actor's lock was released: its process is gone"),
+    Rule("LEARNER_STALLED", C.WORKER, C.FAIL, "a Learner actor inside update() made no gradient step for stall_timeout_s"),
+    Rule("WORKER_RESTARTED", C.WORKER, C.WARN, "a new process took over a worker index"),
+    Rule("NODE_LOST", C.WORKER, C.FAIL,
+         "a node's probe stopped answering and its raylet does not accept connections: its runners are gone "
+         "(named before Ray's health check declares the node dead)"),
+)
 
 
 def _who(ch: dict) -> str:

@@ -1,4 +1,4 @@
-"""Knob advice computed from the run's own config (seed 004, section 3: symptom -> cause -> knob).
+"""Knob advice computed from the run's own config (symptom -> cause -> knob).
 
 A finding that has a knob names the real RLlib setting, its current value in *this* run, a
 value to try derived from it, and the line that applies it
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-#: the seed's KL sweet spot (0.01-0.03): advice aims a step size at its middle
+#: PPO's usual KL sweet spot (0.01-0.03): advice aims a step size at its middle
 KL_AIM = 0.015
 
 
@@ -80,9 +80,7 @@ class Knobs:
 
     algo: str | None = None
     lr: float | None = None
-    lr_is_schedule: bool = False
     entropy_coeff: float | None = None
-    kl_coeff: float | None = None
     kl_target: float | None = None
     use_kl_loss: bool | None = None
     vf_loss_coeff: float | None = None
@@ -115,8 +113,8 @@ class Knobs:
         hidden = model.get("fcnet_hiddens")
         return cls(
             algo=str(algo_name) if algo_name else None,
-            lr=_schedule_start(lr_raw), lr_is_schedule=isinstance(lr_raw, (list, tuple)),
-            entropy_coeff=num("entropy_coeff"), kl_coeff=num("kl_coeff"), kl_target=num("kl_target"),
+            lr=_schedule_start(lr_raw),
+            entropy_coeff=num("entropy_coeff"), kl_target=num("kl_target"),
             use_kl_loss=_get(config, "use_kl_loss"), vf_loss_coeff=num("vf_loss_coeff"),
             clip_param=num("clip_param"), grad_clip=num("grad_clip"),
             num_epochs=int(epochs) if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) else None,
@@ -146,7 +144,7 @@ def raise_lr(k: Knobs, lr_now: float | None, kl: float, why: str) -> Knob | None
 
 
 def entropy_knobs(k: Knobs, coeff_now: float | None, lr_now: float | None) -> list[Knob]:
-    """Entropy collapsed: a stronger entropy bonus (0.01 when there is none: the seed's and
+    """Entropy collapsed: a stronger entropy bonus (0.01 when there is none: the usual and
     the PPO papers' usual value), and a smaller step when the lr is high for Adam."""
     coeff = coeff_now if coeff_now is not None else k.entropy_coeff
     out = []
@@ -195,13 +193,13 @@ def lr_floor_knobs(k: Knobs, lr_first: float, t_now: int | None) -> list[Knob]:
     end = _round(lr_first * 0.1)
     t = int(t_now or 1_000_000)
     return [Knob("lr", [[0, lr_first], [t, end]], [[0, _round(lr_first)], [t, end]],
-                 "seed: keep 10-20% of the first lr at the end (cosine-like); a schedule to ~0 freezes the critic")]
+                 "keep 10-20% of the first lr at the end (cosine-like); a schedule to ~0 freezes the critic")]
 
 
 def stuck_knobs(k: Knobs, lr_now: float | None) -> list[Knob]:
     out = []
     if k.lambda_ is not None and k.lambda_ > 0.97:
-        out.append(Knob("lambda_", k.lambda_, 0.95, "seed: GAE lambda > 0.97 makes advantages too noisy to use"))
+        out.append(Knob("lambda_", k.lambda_, 0.95, "GAE lambda > 0.97 makes advantages too noisy to use"))
     if k.clip_param is not None and k.clip_param < 0.3:
         out.append(Knob("clip_param", k.clip_param, _round(min(0.3, k.clip_param * 1.5)),
                         "a wider trust region lets the ratio move before it is clipped"))

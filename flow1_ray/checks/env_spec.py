@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,50 @@ from gymnasium import spaces
 
 from .. import codes as C
 from .findings import Finding, advisory
+from .rule import Rule
 from .spaces import Leaf, UnsupportedSpace, leaves
 from .thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class EpisodeBudget:
+    """EPISODE_NEVER_ENDS: when no episode ended within the budget, step on (same checks)
+    until one does, up to ``episode_extension_factor`` x budget steps, at most
+    ``episode_extension_max_steps``, at most ``episode_extension_max_s`` seconds."""
+
+    episode_extension_factor: int = 20
+    episode_extension_max_steps: int = 100_000
+    episode_extension_max_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """STEP_DURATION_OUTLIER: both a ratio to the median and an absolute excess are needed,
+    or a busy machine's scheduler hiccups read as a slow env."""
+
+    step_time_ratio: float = 3.0
+    step_time_p95_floor_ms: float = 5.0      # p95 - median must exceed this
+    step_time_max_floor_ms: float = 100.0    # max - median must exceed this
+    step_time_min_steps: int = 20
+
+
+RULES = (
+    Rule("SPACE_INVALID", C.ENV_SPEC, C.FAIL,
+         "Discrete n<=0, Box low>high, NaN/infinite bounds where not allowed, not a gymnasium space"),
+    Rule("NONDETERMINISTIC_RESET", C.ENV_SPEC, C.WARN, "reset(seed=s) twice gives different observations"),
+    Rule("EPISODE_NEVER_ENDS", C.ENV_SPEC, C.WARN,
+         "no terminated/truncated within the budget extended {episode_extension_factor}x (at most "
+         "{episode_extension_max_steps:,} steps, {episode_extension_max_s:g} s); an advisory when one ended after "
+         "the budget", EpisodeBudget),
+    Rule("STEP_DURATION_OUTLIER", C.ENV_SPEC, C.WARN,
+         "p95 or max step time > {step_time_ratio:g}x the median and more than {step_time_p95_floor_ms:g} ms "
+         "(p95) / {step_time_max_floor_ms:g} ms (max) above it, over at least {step_time_min_steps} steps",
+         StepTiming),
+    Rule("ENV_CRASHED", C.ENV_SPEC, C.FAIL,
+         "reset/step raised an exception, or the env's process died (signal, exit) inside it"),
+    Rule("ENV_HUNG", C.ENV_SPEC, C.FAIL,
+         "make/reset/step did not return within its timeout (flow1 check), with the env's stack"),
+)
 
 # --- spaces -----------------------------------------------------------------------------
 

@@ -19,7 +19,38 @@ from typing import Any, Mapping
 from .. import codes as C
 from . import advice as A
 from .findings import Finding
+from .rule import Rule
 from .thresholds import DEFAULT, Thresholds
+
+
+@dataclass(frozen=True)
+class GradientThresholds:
+    """GRADIENT_FLOW: per-layer norms traced on the Learner (dormant units: Sokar et al. 2023,
+    "The Dormant Neuron Phenomenon in Deep Reinforcement Learning")."""
+
+    grad_vanishing_ratio: float = 1e-3       # a layer's gradient RMS < this x the median layer RMS of its stack
+    grad_exploding_factor: float = 100.0     # a module's gradient norm > this x its own running median
+    grad_persist_traces: int = 3             # vanishing / dormant findings need this many traces in a row
+    grad_zero_traces: int = 2                # GRADIENT_ZERO needs this many traces in a row
+    dormant_tau: float = 0.025               # a unit is dormant when its normalised mean |activation| <= tau
+    dormant_share: float = 0.5               # DORMANT_UNITS: more than this share of a layer's units
+
+
+RULES = (
+    Rule("GRADIENT_VANISHING", C.GRADIENT_FLOW, C.WARN,
+         "a layer's gradient RMS < {grad_vanishing_ratio:g} x the median layer's of its own stack, on "
+         "{grad_persist_traces} traces", GradientThresholds),
+    Rule("GRADIENT_EXPLODING", C.GRADIENT_FLOW, C.WARN,
+         "a module's gradient norm > {grad_exploding_factor:g}x its own running median (FAIL: NaN/inf gradients)",
+         GradientThresholds, knobs=("grad_clip", "grad_clip_by")),
+    Rule("GRADIENT_ZERO", C.GRADIENT_FLOW, C.FAIL,
+         "a trained layer's gradient exactly 0 on {grad_zero_traces} traces in a row (a broken graph), naming "
+         "the layer", GradientThresholds),
+    Rule("DORMANT_UNITS", C.GRADIENT_FLOW, C.WARN,
+         "loss of plasticity: > {dormant_share:.0%} of a hidden layer's units dormant (normalised mean "
+         "|activation| <= {dormant_tau:g}, Sokar et al. 2023) on {grad_persist_traces} traces", GradientThresholds,
+         knobs=("model_config", "lr")),
+)
 
 #: the key under ``result["learners"][module]`` where the tracing's numbers land
 TRACE_KEY = "flow1"

@@ -17,6 +17,11 @@ import gymnasium
 
 from .. import codes as C
 from .findings import Finding
+from .rule import Rule
+
+RULES = (
+    Rule("GYM_ALIASED", C.IMPORT_RESOLVE, C.FAIL, "`import gym` resolves to gymnasium, or two gym APIs are mixed"),
+)
 
 
 def _resolve_gym() -> Any:

@@ -1,7 +1,7 @@
-"""The learner's curves, one RLModule at a time (seed 004: entropy, KL, the loss parts, the
+"""The learner's curves, one RLModule at a time (entropy, KL, the loss parts, the
 learning rate; the return comes from :mod:`.curves`).
 
-Every rule needs two independent signals before it speaks -- the seed's cross-check, and
+Every rule needs two independent signals before it speaks -- a cross-check, and
 what keeps a healthy run silent: a low entropy ratio *and* a steep fall (or a return that
 stopped rising); a KL out of its band *and* a return or entropy that shows it matters. A
 rule reports once per incident and re-arms when its curve is back in range. Each finding
@@ -28,7 +28,72 @@ from .. import codes as C
 from . import advice as A
 from .curves import finite
 from .findings import Finding
+from .rule import Rule
 from .thresholds import DEFAULT, Thresholds
+
+
+@dataclass(frozen=True)
+class CurveThresholds:
+    """TRAIN_CURVES: the learner's five curves; every finding needs a second, independent signal."""
+
+    return_ema_alpha: float = 0.99           # per-episode EMA of the return
+    return_stall_window: int = 5             # the return "stalled": its EMA rose less than ...
+    return_stall_gain: float = 0.02          # ... this share over this many iterations
+    entropy_collapse_ratio: float = 0.2      # entropy / max entropy below (2 iterations) ...
+    entropy_collapse_fail_ratio: float = 0.05  # ... (FAIL below this) ...
+    entropy_slope_window: int = 5            # ... and a least-squares slope over this many iterations ...
+    entropy_collapse_slope: float = 0.02     # ... of at most -this (share of the maximum per iteration)
+    entropy_high_ratio: float = 0.9          # KL_TOO_LOW: the policy still near its maximum entropy
+    kl_low: float = 0.005                    # PPO's usual KL band 0.005-0.05 (0.01-0.03 ideal)
+    kl_high: float = 0.05
+    kl_window: int = 5                       # KL_TOO_LOW/HIGH judge the median of this many iterations
+    kl_spike_factor: float = 10.0            # KL_SPIKE: one iteration > this x the running median
+    policy_loss_zero: float = 1e-3           # POLICY_LOSS_STUCK: |policy loss| below ...
+    policy_loss_stuck_iters: int = 5         # ... (and KL < kl_low / 10) for this many iterations
+    value_loss_ratio: float = 3.0            # VALUE_DOMINATES: vf_loss_coeff x vf_loss > this x |policy loss| ...
+    value_grad_ratio: float = 100.0          # ... and the value head's gradient into the shared trunk > this x the policy head's
+    lr_floor_ratio: float = 0.1              # LR_DECAYED: lr below this share of its first value
+
+    @property
+    def kl_stuck(self) -> float:
+        """The KL below which POLICY_LOSS_STUCK counts the policy as not moving."""
+        return self.kl_low / 10
+
+
+RULES = (
+    Rule("ENTROPY_COLLAPSE", C.TRAIN_CURVES, C.WARN,
+         "entropy / max entropy < {entropy_collapse_ratio:.0%} on 2 iterations (FAIL < "
+         "{entropy_collapse_fail_ratio:.0%}) and falling (least-squares slope over {entropy_slope_window} "
+         "iterations <= -{entropy_collapse_slope:g} of the maximum per iteration) or with the return stalled or "
+         "dropped", CurveThresholds,
+         evidence=("module_id", "entropy", "entropy_ratio", "entropy_max", "slope_per_iteration", "knobs"),
+         knobs=("entropy_coeff", "lr")),
+    Rule("KL_TOO_LOW", C.TRAIN_CURVES, C.WARN,
+         "median KL < {kl_low:g} over {kl_window} iterations while the entropy stays >= {entropy_high_ratio:.0%} of "
+         "its maximum and the return does not rise: updates do not move the policy", CurveThresholds,
+         evidence=("module_id", "kl_median", "entropy_ratio", "knobs"), knobs=("lr",)),
+    Rule("KL_TOO_HIGH", C.TRAIN_CURVES, C.WARN,
+         "median KL > {kl_high:g} over {kl_window} iterations, with the return stalled or the entropy falling "
+         "steeply", CurveThresholds, evidence=("module_id", "kl_median", "knobs"),
+         knobs=("lr", "clip_param", "num_epochs")),
+    Rule("KL_SPIKE", C.TRAIN_CURVES, C.FAIL,
+         "one iteration's KL > {kl_spike_factor:g}x the running median ({kl_spike_factor:g}x kl_target before 3 "
+         "readings) and > {kl_high:g}", CurveThresholds, evidence=("module_id", "kl", "reference", "factor", "knobs"),
+         knobs=("lr", "clip_param", "num_epochs", "grad_clip")),
+    Rule("POLICY_LOSS_STUCK", C.TRAIN_CURVES, C.WARN,
+         "|policy loss| < {policy_loss_zero:g} and KL < {kl_stuck:g} for {policy_loss_stuck_iters} iterations: no "
+         "effective policy gradient", CurveThresholds, evidence=("module_id", "policy_loss", "kl", "knobs"),
+         knobs=("lambda_", "clip_param", "lr")),
+    Rule("VALUE_DOMINATES", C.TRAIN_CURVES, C.WARN,
+         "shared trunk (vf_share_layers): the value head's gradient into the shared layers >= "
+         "{value_grad_ratio:g}x the policy head's, and vf_loss_coeff x vf_loss > {value_loss_ratio:g}x "
+         "|policy_loss|", CurveThresholds, evidence=("module_id", "trunk_grad_ratio", "loss_ratio", "knobs"),
+         knobs=("vf_loss_coeff", "model_config")),
+    Rule("LR_DECAYED", C.TRAIN_CURVES, C.WARN,
+         "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving "
+         "(KL < {kl_low:g}) or the return stalled", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
+         knobs=("lr",)),
+)
 
 
 @dataclass
@@ -112,7 +177,6 @@ class RunContext:
 
     stalled: bool | None = None
     dropped: bool = False
-    return_ema: float | None = None
 
 
 @dataclass
@@ -212,7 +276,7 @@ class ModuleCurves:
         return Finding(C.ENTROPY_COLLAPSE, (
             f"{self._where()}: policy entropy {r.entropy:.4g} is {ratio:.1%} of its maximum "
             f"({self.entropy_max:.4g}, {self.entropy_kind}) on {self.below} iterations, {why}; expected >= "
-            f"{th.entropy_collapse_ratio:.0%} (seed: 30-60% healthy): the policy is collapsing onto few actions "
+            f"{th.entropy_collapse_ratio:.0%} (30-60% is usual for a healthy run): the policy is collapsing onto few actions "
             f"and stops exploring" + A.advice_text(knobs)),
             {"module_id": self.module_id, "entropy": r.entropy, "entropy_ratio": ratio, "entropy_max": self.entropy_max,
              "normalised_by": self.entropy_kind, "slope_per_iteration": slope, "return_stalled": run.stalled,
@@ -254,7 +318,7 @@ class ModuleCurves:
             knobs = A.kl_high_knobs(self.knobs, r.lr, med)
             return Finding(C.KL_TOO_HIGH, (
                 f"{self._where()}: median KL {med:.4g} over the last {len(window)} iterations; expected "
-                f"{th.kl_low:g}-{th.kl_high:g} (seed: 0.01-0.03 ideal), with the return "
+                f"{th.kl_low:g}-{th.kl_high:g} (0.01-0.03 ideal), with the return "
                 f"{'dropped' if run.dropped else 'stalled' if run.stalled else 'rising'}"
                 f"{' and the entropy falling fast' if steep else ''}: each update moves the policy too far"
                 + A.advice_text(knobs)),
@@ -332,7 +396,7 @@ class ModuleCurves:
         return Finding(C.LR_DECAYED, (
             f"{self._where()}: the learning rate decayed to {r.lr:.3g}, {r.lr / self.lr_first:.1%} of its first value "
             f"{self.lr_first:.3g}, while {'the policy stopped moving (KL < ' + format(th.kl_low, 'g') + ')' if self.kl_measured else 'the return stalled'}; "
-            f"expected >= {th.lr_floor_ratio:.0%} until the return plateaus (seed: a schedule to ~0 freezes the "
+            f"expected >= {th.lr_floor_ratio:.0%} until the return plateaus (a schedule to ~0 freezes the "
             f"critic)" + A.advice_text(knobs)),
             {"module_id": self.module_id, "lr": r.lr, "lr_first": self.lr_first, "floor_ratio": th.lr_floor_ratio,
              "knobs": [k.as_dict() for k in knobs]})

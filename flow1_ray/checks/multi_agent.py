@@ -47,8 +47,26 @@ from .. import codes as C
 from . import env_spec as es
 from .findings import Finding, FindingLog
 from .rollout import RolloutChecker
+from .rule import Rule
 from .series import Series
 from .thresholds import DEFAULT, Thresholds
+
+# The multi-agent contract of RLlib's MultiAgentEnv (new API stack: MultiAgentEpisode.add_env_step).
+RULES = (
+    Rule("MA_DICT_INVALID", C.ENV_SPEC, C.FAIL,
+         "a multi-agent reset/step value is not a dict, or is keyed by an id that is not one of the env's "
+         "possible_agents (besides '__all__' in terminateds/truncateds, '__common__' in infos)"),
+    Rule("MA_ALL_DONE_MISSING", C.ENV_SPEC, C.FAIL,
+         "terminateds has no '__all__' key, or every agent of the episode is done while '__all__' stays False"),
+    Rule("MA_AGENT_AFTER_DONE", C.ENV_SPEC, C.FAIL,
+         "an observation, reward or info for an agent after its own terminated/truncated in the same episode"),
+    Rule("MA_REWARD_MISSING", C.ENV_SPEC, C.FAIL, "an agent acted and got its next observation but no reward entry"),
+    Rule("MA_TRUNCATED_WITHOUT_OBS", C.ENV_SPEC, C.FAIL,
+         "an agent acted, then was truncated (its own flag or '__all__') without a last observation"),
+    Rule("MA_REWARD_LOST", C.ENV_SPEC, C.WARN,
+         "a non-zero reward for an agent before its first action of the episode, or under '__all__': RLlib "
+         "credits it to no action"),
+)
 
 AgentID = Any
 ALL = "__all__"

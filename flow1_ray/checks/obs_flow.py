@@ -7,14 +7,47 @@ batch rather than Python work per step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import codes as C
 from .findings import Finding, advisory
+from .rule import Rule
 from .spaces import Leaf, bounds_violation
 from .thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class ObsFlowThresholds:
+    """OBS_FLOW: float32 precision, reset-observation drift, what counts as an image."""
+
+    precision_rel_error: float = 1e-5        # per value, float64 -> float32 -> float64
+    precision_delta_rel_error: float = 0.1   # share of the step-to-step change lost in float32
+    drift_kl: float = 0.5                    # KL(recent || early) of reset-observation histograms
+    drift_p_value: float = 0.01              # permutation test, Bonferroni over dimensions
+    drift_min_episodes: int = 16             # per half
+    drift_bins: int = 5
+    drift_permutations: int = 2000
+    image_min_side: int = 8
+
+
+RULES = (
+    Rule("OBS_OUT_OF_BOUNDS", C.OBS_FLOW, C.WARN,
+         "observation outside its space's bounds, or rejected by its space's contains()"),
+    Rule("OBS_NAN_INF", C.OBS_FLOW, C.FAIL, "NaN or inf in an observation"),
+    Rule("OBS_UNNORMALIZED_IMAGE", C.OBS_FLOW, C.PASS,
+         "advisory: uint8 image observations (sides >= {image_min_side}) in [0, 255] reach the model unscaled",
+         ObsFlowThresholds),
+    Rule("PRECISION_LOSS", C.OBS_FLOW, C.WARN,
+         "float64 -> float32 round trip loses more than {precision_rel_error:g} relative error per value, or "
+         "more than {precision_delta_rel_error:.0%} of the step-to-step change", ObsFlowThresholds),
+    Rule("OBS_DISTRIBUTION_DRIFT", C.OBS_FLOW, C.WARN,
+         "KL between early and recent reset-observation histograms ({drift_bins} bins) > {drift_kl:g} and a "
+         "permutation test p <= {drift_p_value:g} (Bonferroni over dimensions; >= {drift_min_episodes} episodes "
+         "per half)", ObsFlowThresholds),
+)
 
 #: Leaves larger than this enter the reset-drift test as (mean, std), not value by value.
 DRIFT_MAX_DIMS_PER_LEAF = 64

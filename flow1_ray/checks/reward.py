@@ -1,21 +1,45 @@
 """REWARD_STATS checks: is the reward a learnable signal?
 
 ``reward_findings`` judges an array of per-step rewards (a whole ``flow1 check`` run, or a
-window of live samples); :class:`ReturnTracker` follows episode returns for REWARD_DROP.
+window of live samples); REWARD_DROP is :mod:`.reward_drop`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from .. import codes as C
 from .findings import Finding, advisory
-from .series import Series
+from .rule import Rule
 from .thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class RewardThresholds:
+    """REWARD_STATS over per-step rewards; below ``reward_min_steps`` the distribution
+    rules stay silent."""
+
+    reward_min_steps: int = 100
+    reward_sparse_ratio: float = 0.01
+    reward_spike_cv: float = 0.5             # spikes need CV > 0.5 ...
+    reward_spike_ratio: float = 10.0         # ... rewards beyond 10x the median |non-zero reward| ...
+    reward_spike_mass: float = 0.5           # ... carrying more than this share of the total |reward|
+    reward_scale_min: float = 1e-3
+
+
+RULES = (
+    Rule("REWARD_NAN", C.REWARD_STATS, C.FAIL, "NaN/inf reward"),
+    Rule("REWARD_SPARSE", C.REWARD_STATS, C.PASS,
+         "advisory: non-zero reward ratio < {reward_sparse_ratio:g} under random actions (at least "
+         "{reward_min_steps} steps)", RewardThresholds),
+    Rule("REWARD_SPIKES", C.REWARD_STATS, C.WARN,
+         "CV > {reward_spike_cv:g} and rewards beyond {reward_spike_ratio:g}x the median |non-zero reward| carry "
+         "> {reward_spike_mass:.0%} of the total |reward|", RewardThresholds),
+    Rule("REWARD_SCALE", C.REWARD_STATS, C.WARN, "max |reward| < {reward_scale_min:g}", RewardThresholds),
+)
 
 def usual_magnitude(rewards: np.ndarray) -> float:
     """The median |r| of the non-zero rewards: the scale of what the env usually pays.
@@ -63,7 +87,7 @@ def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | Non
     most goal rewards, and many good envs are sparse by design (MiniGrid, Atari, any
     reach-the-goal task). It says what the numbers are and what to plan for.
 
-    REWARD_SPIKES follows the seed's intent: "a rare outsized penalty or bonus relative to
+    REWARD_SPIKES is meant to catch "a rare outsized penalty or bonus relative to
     the usual reward scale" (its example: a collision penalty typed -1000 instead of -100,
     which leaves the agent too afraid to move). Two measures make that precise:
 
@@ -78,7 +102,7 @@ def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | Non
       value targets) are made of. One heavy-tailed step in a dense locomotion reward
       carries almost nothing and stays quiet.
 
-    The seed's CV > 0.5 gate is kept. What this replaced: robust z-scores (median/MAD) with
+    The CV > 0.5 gate is kept. What this replaced: robust z-scores (median/MAD) with
     a skewness term fired on Pong (median 0, MAD 0: every point was an "outlier", skewness
     -6) and, at 15.1 % beyond 3 robust deviations, on Hopper's ordinary heavy tail. By
     design CliffWalking's -100 cliff among -1 steps fires: it is the very penalty that
@@ -135,73 +159,3 @@ def _spikes(s: dict, th: Thresholds) -> Finding:
                     "ratio_threshold": th.reward_spike_ratio, "outsized_share": s["outsized_share"],
                     "outsized_mass": s["outsized_mass"], "mass_threshold": th.reward_spike_mass,
                     "cv": s["cv"], "cv_threshold": th.reward_spike_cv})
-
-
-class ReturnTracker:
-    """REWARD_DROP over episode returns: the recent mean below ``reward_drop_ratio`` x the
-    best baseline.
-
-    Returns are grouped in blocks of ``reward_drop_span`` episodes; the baseline is the best
-    block mean, the current level the mean of the last span episodes. Picking the best of
-    many noisy blocks is an extreme-value game (a stationary policy's best block sits
-    ~3 sigma above its mean), so the ratio alone fires on luck. The drop must also pass a
-    one-sided Mann-Whitney test between the best block and the recent window, Bonferroni-
-    corrected for the number of blocks it was picked from: distribution-free, so heavy-
-    tailed returns (CartPole's are geometric-like) do not fool it.
-    """
-
-    MAX_BLOCKS = 100
-
-    def __init__(self, th: Thresholds, max_bytes: int | None = None) -> None:
-        """``max_bytes`` bounds the returns kept for :attr:`returns` (a uniform sample past
-        it); the rule itself keeps only its blocks and the recent window."""
-        self.th = th
-        self.span = th.reward_drop_span
-        self.series = Series(max_bytes, seed=4)
-        self.count = 0
-        self._total = 0.0
-        self._blocks: deque[np.ndarray] = deque(maxlen=self.MAX_BLOCKS)
-        self._recent: deque[float] = deque(maxlen=self.span)
-
-    @property
-    def returns(self) -> list[float]:
-        """The finite episode returns (all of them, or a uniform sample past the byte cap)."""
-        return self.series.values().tolist()
-
-    @property
-    def mean(self) -> float | None:
-        """The mean finite episode return, exact (None before the first one)."""
-        return self._total / self.count if self.count else None
-
-    def add(self, episode_return: float) -> None:
-        if not math.isfinite(episode_return):
-            return
-        self.count += 1
-        self._total += float(episode_return)
-        self.series.append(float(episode_return), self.count)
-        self._recent.append(float(episode_return))
-        if self.count % self.span == 0:
-            self._blocks.append(np.asarray(self._recent))
-
-    def check(self) -> Finding | None:
-        if len(self._blocks) < 2 or len(self._recent) < self.span:
-            return None
-        recent = np.asarray(self._recent)
-        means = [float(b.mean()) for b in self._blocks]
-        i = int(np.argmax(means))
-        best, current = means[i], float(recent.mean())
-        drop = best - current
-        if drop <= (1.0 - self.th.reward_drop_ratio) * abs(best):
-            return None
-        p = float(mannwhitneyu(recent, self._blocks[i], alternative="less").pvalue) * len(self._blocks)
-        if p > self.th.reward_drop_p_value:
-            return None
-        best_episode = (self.count // self.span - len(self._blocks) + i + 1) * self.span
-        return Finding(C.REWARD_DROP,
-                       f"episode return mean of the last {self.span} episodes {current:.4g}, expected >= "
-                       f"{self.th.reward_drop_ratio:g} x best {best:.4g} (episodes {best_episode - self.span + 1}-"
-                       f"{best_episode}); Mann-Whitney p {min(p, 1.0):.2g} <= {self.th.reward_drop_p_value:g}",
-                       {"current": current, "best": best, "best_episodes_end": best_episode,
-                        "ratio": current / best if best else None, "ratio_threshold": self.th.reward_drop_ratio,
-                        "p_value": min(p, 1.0), "p_threshold": self.th.reward_drop_p_value,
-                        "episodes": self.count})

@@ -15,7 +15,7 @@ features, returns) is a :class:`~flow1_ray.checks.series.Series` of at most
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,10 +26,43 @@ from . import env_spec as es
 from .action_pipe import action_cast_error, check_action_batch
 from .findings import Finding, FindingLog
 from .obs_flow import check_obs_batch, drift_features, reset_drift
-from .reward import ReturnTracker, reward_findings, reward_stats
+from .reward import reward_findings, reward_stats
+from .reward_drop import ReturnTracker
+from .rule import Rule
 from .series import Series
 from .spaces import Leaf, UnsupportedSpace, get, leaves, structure_error
 from .thresholds import DEFAULT, Thresholds
+
+
+@dataclass(frozen=True)
+class CheckerMemory:
+    """What a contract checker keeps is bounded by bytes, not by a count of steps.
+    Observation and action values wait in a buffer for the vectorised OBS_FLOW and
+    ACTION_PIPE checks; a buffer that reaches ``batch_max_bytes`` is judged at once (every
+    step is still judged, in smaller batches: a 4 MB observation every 16 steps). Each
+    per-step or per-episode series (rewards, step times, reset features, returns) keeps every
+    row (16 bytes a value) up to ``series_max_bytes``, then a uniform sample of that size plus
+    the exact count, extremes and first non-finite value."""
+
+    batch_max_bytes: int = 64 * 2**20
+    series_max_bytes: int = 16 * 2**20
+
+
+THRESHOLDS = (CheckerMemory,)
+
+RULES = (
+    Rule("OBS_SHAPE_MISMATCH", C.ENV_SPEC, C.FAIL, "a reset/step observation's shape differs from observation_space"),
+    Rule("OBS_DTYPE_MISMATCH", C.ENV_SPEC, C.FAIL,
+         "a reset/step observation's type or dtype differs from observation_space"),
+    Rule("REWARD_NOT_SCALAR", C.ENV_SPEC, C.FAIL, "reward is not a Python/NumPy real scalar"),
+    Rule("DONE_NOT_BOOL", C.ENV_SPEC, C.FAIL, "terminated/truncated is not bool or np.bool_"),
+    Rule("INFO_NOT_DICT", C.ENV_SPEC, C.FAIL, "reset/step info is not a dict"),
+    Rule("INFO_MUTATION_DETECTED", C.ENV_SPEC, C.WARN,
+         "the same info dict is returned twice, or a returned info changes later"),
+    Rule("OBS_ALIASED", C.ENV_SPEC, C.WARN, "a returned observation array is later modified in place by the env"),
+    Rule("ACTION_CAST_WARNING", C.ACTION_PIPE, C.WARN,
+         "action dtype, shape or value changed between the sender and env.step"),
+)
 
 
 class _Buffer:

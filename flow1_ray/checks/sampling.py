@@ -13,6 +13,12 @@ from typing import Any
 
 from .. import codes as C
 from ..events import Event
+from .rule import Rule
+
+RULES = (
+    Rule("NO_SAMPLES", C.WORKER, C.WARN,
+         "training iterations sampled 0 env steps several times in a row (runners dropped or late)"),
+)
 
 #: iterations in a row with no new env step before NO_SAMPLES
 NO_SAMPLES_ITERS = 3

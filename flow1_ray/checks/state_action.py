@@ -35,6 +35,7 @@ from scipy.stats import binomtest
 
 from .. import codes as C
 from .findings import Finding
+from .rule import Rule
 
 OK, FIXATED = "OK", "FIXATED"
 VERDICTS = (OK, FIXATED, C.BLIND_SPOT, C.CHAOS, C.ERROR_FIXATION, C.RARE_STATE)
@@ -42,6 +43,8 @@ VERDICTS = (OK, FIXATED, C.BLIND_SPOT, C.CHAOS, C.ERROR_FIXATION, C.RARE_STATE)
 
 @dataclass(frozen=True)
 class StateActionThresholds:
+    """STATE_ACTION: verdicts per state cluster, then trends between snapshots."""
+
     chaos_entropy: float = 0.95       # normalised entropy of P(a|c) at or above = CHAOS
     blind_spot_max: float = 0.3       # every action below = BLIND_SPOT
     fixation_min: float = 0.95        # one action above = FIXATED (or ERROR_FIXATION)
@@ -58,6 +61,30 @@ class StateActionThresholds:
     state_warn_snapshots: int = 2     # ... at each of this many consecutive snapshots to be a WARN
     decided_top_p: float = 0.8        # a cluster where the policy's top probability is at least this is decided
     decided_min_share: float = 0.2    # CHAOS/BLIND_SPOT WARN only while decided clusters hold this share
+
+
+RULES = (
+    Rule("CHAOS", C.STATE_ACTION, C.WARN,
+         "near-uniform P(action | cluster): normalised entropy >= {chaos_entropy:g}", StateActionThresholds),
+    Rule("BLIND_SPOT", C.STATE_ACTION, C.WARN, "every action probability < {blind_spot_max:g} in a cluster",
+         StateActionThresholds),
+    Rule("ERROR_FIXATION", C.STATE_ACTION, C.WARN,
+         "one action > {fixation_min:g} in a cluster whose states lead to failure >= {failure_ratio:g}x as often as "
+         "the run's (one-sided binomial p <= {failure_p_value:g})", StateActionThresholds),
+    Rule("RARE_STATE", C.STATE_ACTION, C.WARN, "cluster holds < {rare_share:.2%} of visited states",
+         StateActionThresholds),
+    Rule("STATE_SNAPSHOT", C.STATE_ACTION, C.PASS,
+         "a state-cluster x action snapshot was taken (verdict counts, heatmap path)"),
+    Rule("STATE_MAPS_OFF", C.STATE_ACTION, C.PASS,
+         "state-action maps are off for an RLModule whose spaces they cannot take (said once)"),
+    Rule("LOST_STATES_GROWING", C.STATE_ACTION, C.WARN,
+         "share of visited states in CHAOS/BLIND_SPOT clusters rose at each of the last {lost_rise_snapshots} "
+         "snapshots, by >= {lost_rise:g} in all", StateActionThresholds),
+    Rule("NEW_FIXATION", C.STATE_ACTION, C.WARN,
+         "clusters holding >= {new_fixation_share:.0%} of states became fixated (one action > {fixation_min:g}) "
+         "since the last snapshot while the episode return rose < {new_fixation_return_gain:.0%}",
+         StateActionThresholds),
+)
 
 
 def normalized_entropy(p: np.ndarray) -> np.ndarray:

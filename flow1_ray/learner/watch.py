@@ -15,12 +15,20 @@ from typing import Any
 
 from .. import codes as C
 from ..checks.curves import finite as _f
+from ..checks.rule import Rule
 from ..checks.thresholds import DEFAULT
 from ..diagnose import CurveDiagnosis, _section
 from ..events import Event
 from ..options import Flow1Options
 from ..store import Location
 from . import tracer as T
+
+RULES = (
+    Rule("LEARNER_SNAPSHOT", C.TRAIN_CURVES, C.PASS,
+         "the latest train batch and per-layer gradient norms were saved under snapshots/ (after a return drop "
+         "or a loss plateau)"),
+    Rule("GUARD_ACTION", C.FLOW1, C.PASS, "on_fail: flow1 saved a checkpoint and/or stopped the run because of a FAIL"),
+)
 
 logger = logging.getLogger("flow1_ray")
 
@@ -230,9 +238,8 @@ class LearnerWatch:
 def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, heartbeat_s: float = 1.0,
                         stall_s: float = 30.0) -> dict:
     """On one Learner: the tracing, and (in a Learner actor) its lock-file liveness."""
-    from . import liveness
-
     from ..watchers import error_line, traceback_text
+    from . import liveness
 
     status = {**T.install(learner, grad_every, tau), "rank": _rank()}
     try:
