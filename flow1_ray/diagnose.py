@@ -27,7 +27,8 @@ from .checks.curves import result_number
 from .checks.reward_drop import RunReturnDrop
 from .checks.findings import Finding
 from .checks.gradients import LayerRules
-from .checks.learner_curves import ModuleCurves, Reading, RunContext
+from .checks.learner_curves import ModuleCurves
+from .checks.learner_reading import Reading, RunContext
 from .checks.thresholds import DEFAULT, Thresholds
 from .errors import Flow1InputError
 from .events import Event

@@ -15,7 +15,7 @@ from flow1_ray import codes as C
 from flow1_ray import diagnose_curves
 from flow1_ray.checks.advice import Knobs
 from flow1_ray.checks.gradients import LayerRules
-from flow1_ray.checks.learner_curves import max_entropy
+from flow1_ray.checks.learner_reading import max_entropy
 
 CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
 LOG2 = math.log(2)

@@ -10,7 +10,7 @@ takes a live ``AlgorithmConfig`` and the plain dict of a finished run's ``params
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 #: PPO's usual KL sweet spot (0.01-0.03): advice aims a step size at its middle
@@ -91,6 +91,12 @@ class Knobs:
     vf_share_layers: bool | None = None
     fcnet_hiddens: tuple | None = None
     known: bool = False
+    numbers: Mapping[str, float] = field(default_factory=dict)   # every numeric setting, by name
+
+    def number(self, name: str) -> float | None:
+        """Any numeric setting of the config by its RLlib name (a schedule's first value),
+        so that a rule can advise on a knob this class does not name (``vf_clip_param``)."""
+        return self.numbers.get(name)
 
     @classmethod
     def from_config(cls, config: Any) -> "Knobs":
@@ -121,8 +127,20 @@ class Knobs:
             lambda_=num("lambda_") if _get(config, "lambda_") is not None else num("lambda"),
             vf_share_layers=model.get("vf_share_layers"),
             fcnet_hiddens=tuple(hidden) if isinstance(hidden, (list, tuple)) else None,
-            known=True,
+            known=True, numbers=_numbers(config),
         )
+
+
+def _numbers(config: Any) -> dict[str, float]:
+    """The config's numeric settings (and schedules' first values), by name."""
+    items = config.items() if isinstance(config, Mapping) else vars(config).items() if hasattr(config, "__dict__") \
+        else ()
+    out = {}
+    for name, v in items:
+        x = _schedule_start(v)
+        if isinstance(name, str) and not name.startswith("_") and x is not None and math.isfinite(x):
+            out[name] = x
+    return out
 
 
 def lower_lr(k: Knobs, lr_now: float | None, kl: float, why: str) -> Knob | None:

@@ -22,13 +22,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from .. import codes as C
 from . import advice as A
-from .curves import finite
 from .findings import Finding
-from .rule import Rule
+from .learner_reading import Reading, RunContext, least_squares_slope, max_entropy
+from .rule import Rule, View
 from .thresholds import DEFAULT, Thresholds
 
 
@@ -60,6 +58,8 @@ class CurveThresholds:
         return self.kl_low / 10
 
 
+_KL = View("learner", ("mean_kl_loss",), "KL between the old and the new policy")
+
 RULES = (
     Rule("ENTROPY_COLLAPSE", C.TRAIN_CURVES, C.WARN,
          "entropy / max entropy < {entropy_collapse_ratio:.0%} on 2 iterations (FAIL < "
@@ -67,116 +67,34 @@ RULES = (
          "iterations <= -{entropy_collapse_slope:g} of the maximum per iteration) or with the return stalled or "
          "dropped", CurveThresholds,
          evidence=("module_id", "entropy", "entropy_ratio", "entropy_max", "slope_per_iteration", "knobs"),
-         knobs=("entropy_coeff", "lr")),
+         knobs=("entropy_coeff", "lr"), view=View("learner", ("entropy_ratio",), "entropy / its maximum")),
     Rule("KL_TOO_LOW", C.TRAIN_CURVES, C.WARN,
          "median KL < {kl_low:g} over {kl_window} iterations while the entropy stays >= {entropy_high_ratio:.0%} of "
          "its maximum and the return does not rise: updates do not move the policy", CurveThresholds,
-         evidence=("module_id", "kl_median", "entropy_ratio", "knobs"), knobs=("lr",)),
+         evidence=("module_id", "kl_median", "entropy_ratio", "knobs"), knobs=("lr",), view=_KL),
     Rule("KL_TOO_HIGH", C.TRAIN_CURVES, C.WARN,
          "median KL > {kl_high:g} over {kl_window} iterations, with the return stalled or the entropy falling "
          "steeply", CurveThresholds, evidence=("module_id", "kl_median", "knobs"),
-         knobs=("lr", "clip_param", "num_epochs")),
+         knobs=("lr", "clip_param", "num_epochs"), view=_KL),
     Rule("KL_SPIKE", C.TRAIN_CURVES, C.FAIL,
          "one iteration's KL > {kl_spike_factor:g}x the running median ({kl_spike_factor:g}x kl_target before 3 "
          "readings) and > {kl_high:g}", CurveThresholds, evidence=("module_id", "kl", "reference", "factor", "knobs"),
-         knobs=("lr", "clip_param", "num_epochs", "grad_clip")),
+         knobs=("lr", "clip_param", "num_epochs", "grad_clip"), view=_KL),
     Rule("POLICY_LOSS_STUCK", C.TRAIN_CURVES, C.WARN,
          "|policy loss| < {policy_loss_zero:g} and KL < {kl_stuck:g} for {policy_loss_stuck_iters} iterations: no "
          "effective policy gradient", CurveThresholds, evidence=("module_id", "policy_loss", "kl", "knobs"),
-         knobs=("lambda_", "clip_param", "lr")),
+         knobs=("lambda_", "clip_param", "lr"), view=View("learner", ("policy_loss",), "policy loss")),
     Rule("VALUE_DOMINATES", C.TRAIN_CURVES, C.WARN,
          "shared trunk (vf_share_layers): the value head's gradient into the shared layers >= "
          "{value_grad_ratio:g}x the policy head's, and vf_loss_coeff x vf_loss > {value_loss_ratio:g}x "
          "|policy_loss|", CurveThresholds, evidence=("module_id", "trunk_grad_ratio", "loss_ratio", "knobs"),
-         knobs=("vf_loss_coeff", "model_config")),
+         knobs=("vf_loss_coeff", "model_config"),
+         view=View("learner", ("vf_pi_trunk_ratio",), "value / policy gradient into the shared trunk")),
     Rule("LR_DECAYED", C.TRAIN_CURVES, C.WARN,
          "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving "
          "(KL < {kl_low:g}) or the return stalled", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
-         knobs=("lr",)),
+         knobs=("lr",), view=View("learner", ("default_optimizer_learning_rate",), "learning rate")),
 )
-
-
-@dataclass
-class Reading:
-    """One iteration's learner numbers for one module (None where RLlib did not report it)."""
-
-    iteration: int
-    env_steps: float | None = None
-    entropy: float | None = None
-    kl: float | None = None
-    policy_loss: float | None = None
-    vf_loss: float | None = None
-    total_loss: float | None = None
-    lr: float | None = None
-    entropy_coeff: float | None = None
-    grad_norm: float | None = None
-    vf_pi_trunk_ratio: float | None = None   # from flow1's learner tracing (shared trunk only)
-
-    @classmethod
-    def from_learner_stats(cls, iteration: int, stats: dict, env_steps: float | None = None,
-                           extras: dict | None = None) -> "Reading":
-        """``stats``: ``result["learners"][module_id]`` (RLlib 2.60 names)."""
-        def f(*names: str) -> float | None:
-            for n in names:
-                v = finite(stats.get(n))
-                if v is not None:
-                    return v
-            return None
-
-        lr = f("default_optimizer_learning_rate", "curr_lr")
-        traced = stats.get("flow1")
-        extras = {**(traced if isinstance(traced, dict) else {}), **(extras or {})}
-        return cls(iteration=iteration, env_steps=env_steps, entropy=f("entropy"), kl=f("mean_kl_loss"),
-                   policy_loss=f("policy_loss"), vf_loss=f("vf_loss"), total_loss=f("total_loss"),
-                   lr=lr, entropy_coeff=f("curr_entropy_coeff"),
-                   grad_norm=f("gradients_default_optimizer_global_norm") or finite(extras.get("grad_norm")),
-                   vf_pi_trunk_ratio=finite(extras.get("vf_pi_trunk_ratio")))
-
-
-def max_entropy(action_space: Any) -> tuple[float | None, int, str]:
-    """The entropy a policy over ``action_space`` has at most, with the number of action
-    dimensions and how it is normalised: ``"discrete"`` (ratio = H / log n) or ``"box"``
-    (ratio = exp((H - H_max) / d): the action distribution's width per dimension as a share
-    of the box's -- a Gaussian has no maximum entropy, the box it is clipped to has).
-    (None, 0, "") when the space has no finite maximum."""
-    if action_space is None:
-        return None, 0, ""
-    try:
-        import gymnasium.spaces as S
-
-        if isinstance(action_space, S.Discrete):
-            return (math.log(action_space.n) if action_space.n > 1 else None), 1, "discrete"
-        if isinstance(action_space, S.MultiDiscrete):
-            h = float(np.sum(np.log(np.asarray(action_space.nvec, dtype=float))))
-            return (h if h > 0 else None), int(np.size(action_space.nvec)), "discrete"
-        if isinstance(action_space, S.MultiBinary):
-            d = int(np.prod(action_space.shape))
-            return d * math.log(2), d, "discrete"
-        if isinstance(action_space, S.Box):
-            width = np.asarray(action_space.high, dtype=float) - np.asarray(action_space.low, dtype=float)
-            if not np.all(np.isfinite(width)) or np.any(width <= 0):
-                return None, 0, ""
-            return float(np.sum(np.log(width))), int(width.size), "box"
-    except Exception:
-        return None, 0, ""
-    return None, 0, ""
-
-
-def _slope(values: list[float]) -> float:
-    """Least-squares slope per step of ``values`` (0 for fewer than 2)."""
-    if len(values) < 2:
-        return 0.0
-    x = np.arange(len(values), dtype=float)
-    return float(np.polyfit(x, np.asarray(values, dtype=float), 1)[0])
-
-
-@dataclass
-class RunContext:
-    """What the return says, for the cross-checks: stalled (its EMA rose < 2 % over the
-    window) and dropped (REWARD_DROP holds)."""
-
-    stalled: bool | None = None
-    dropped: bool = False
 
 
 @dataclass
@@ -239,10 +157,10 @@ class ModuleCurves:
             ratio = self.entropy_ratio(r.entropy)
             if ratio is not None:
                 self.ratios.append(ratio)
-        slope = _slope(list(self.ratios)[-th.entropy_slope_window:]) if ratio is not None else None
-        steep = slope is not None and len(self.ratios) >= 2 and slope <= -th.entropy_collapse_slope
+        fall = least_squares_slope(list(self.ratios)[-th.entropy_slope_window:]) if ratio is not None else None
+        steep = fall is not None and len(self.ratios) >= 2 and fall <= -th.entropy_collapse_slope
         for rule in (self._entropy, self._kl, self._policy_loss, self._value, self._lr):
-            f = rule(r, run, ratio, slope, steep)
+            f = rule(r, run, ratio, fall, steep)
             if f is not None:
                 out.append(f)
         return out

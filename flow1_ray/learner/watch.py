@@ -39,6 +39,23 @@ REINSTALL_EVERY = 10
 LEARNER_COLUMNS = ("iteration", "module_id", "kind", "layer", "entropy", "entropy_ratio", "mean_kl_loss",
                    "policy_loss", "vf_loss", "total_loss", "default_optimizer_learning_rate", "grad_norm",
                    "vf_pi_trunk_ratio", "vf_pi_head_ratio", "grad_rms", "dormant_share")
+LEARNER_TABLE = "learner"
+
+
+@functools.lru_cache(maxsize=1)
+def rule_columns() -> tuple[str, ...]:
+    """Columns a rule's :class:`~flow1_ray.checks.rule.View` charts from the learner table
+    beyond the base ones: RLlib's per-module learner stats by name (``vf_explained_var``), so a
+    new rule's signal is recorded, and drawn, without touching this file."""
+    from ..checks.catalogue import rules
+
+    cols = [c for r in rules().values() if r.view is not None and r.view.table == LEARNER_TABLE
+            for c in r.view.columns if c not in LEARNER_COLUMNS]
+    return tuple(dict.fromkeys(cols))
+
+
+def learner_columns() -> tuple[str, ...]:
+    return LEARNER_COLUMNS + rule_columns()
 _FAIL_LINE = re.compile(r"\|\s*FAIL\s*\|\s*(\S+)")
 
 
@@ -159,7 +176,8 @@ class LearnerWatch:
             curves = self.diagnosis.last.get(mid, {})
             rows.append({**base, "layer": None, "kind": "module",
                          **{k: _f(stats.get(k)) for k in ("entropy", "mean_kl_loss", "policy_loss", "vf_loss",
-                                                          "total_loss", "default_optimizer_learning_rate")},
+                                                          "total_loss", "default_optimizer_learning_rate")
+                            + rule_columns()},
                          "entropy_ratio": _f(curves.get("entropy_ratio")),
                          "grad_norm": _f((stats.get("flow1") or {}).get("grad_norm")),
                          "vf_pi_trunk_ratio": _f((stats.get("flow1") or {}).get("vf_pi_trunk_ratio")),
@@ -170,7 +188,8 @@ class LearnerWatch:
                 rows.append({**base, "layer": layer, "kind": "grad", "grad_rms": _f(v)})
             for layer, v in dormant.items():
                 rows.append({**base, "layer": layer, "kind": "activation", "dormant_share": _f(v)})
-        return [{c: r.get(c) for c in LEARNER_COLUMNS} for r in rows]
+        columns = learner_columns()
+        return [{c: r.get(c) for c in columns} for r in rows]
 
     def _plateaus(self, result: dict, iteration: int) -> list[str]:
         """seed 002: snapshot when a module's total loss stops falling (no new low for

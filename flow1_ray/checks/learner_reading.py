@@ -1,0 +1,107 @@
+"""One iteration of one RLModule's learner numbers, as the curve rules read them. No Ray.
+
+RLlib 2.60 reports them in ``result["learners"][module_id]`` (``entropy``, ``mean_kl_loss``,
+``policy_loss``, ``vf_loss``, ``default_optimizer_learning_rate``...); flow1's learner tracing
+adds its own under ``"flow1"``. A :class:`Reading` keeps the named ones as fields and every
+other number by its RLlib name (:meth:`Reading.stat`), so a rule can read a stat nobody
+named here (``vf_explained_var``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .curves import finite
+
+
+@dataclass
+class Reading:
+    """One iteration's learner numbers for one module (None where RLlib did not report it)."""
+
+    iteration: int
+    env_steps: float | None = None
+    entropy: float | None = None
+    kl: float | None = None
+    policy_loss: float | None = None
+    vf_loss: float | None = None
+    total_loss: float | None = None
+    lr: float | None = None
+    entropy_coeff: float | None = None
+    grad_norm: float | None = None
+    vf_pi_trunk_ratio: float | None = None   # from flow1's learner tracing (shared trunk only)
+    stats: Mapping[str, float] = field(default_factory=dict)   # every finite number, by RLlib's name
+
+    def stat(self, name: str) -> float | None:
+        """Any finite number RLlib reported for this module, by its name (None if absent)."""
+        return self.stats.get(name)
+
+    @classmethod
+    def from_learner_stats(cls, iteration: int, stats: dict, env_steps: float | None = None,
+                           extras: dict | None = None) -> "Reading":
+        """``stats``: ``result["learners"][module_id]`` (RLlib 2.60 names)."""
+        def f(*names: str) -> float | None:
+            for n in names:
+                v = finite(stats.get(n))
+                if v is not None:
+                    return v
+            return None
+
+        lr = f("default_optimizer_learning_rate", "curr_lr")
+        traced = stats.get("flow1")
+        extras = {**(traced if isinstance(traced, dict) else {}), **(extras or {})}
+        return cls(iteration=iteration, env_steps=env_steps, entropy=f("entropy"), kl=f("mean_kl_loss"),
+                   policy_loss=f("policy_loss"), vf_loss=f("vf_loss"), total_loss=f("total_loss"),
+                   lr=lr, entropy_coeff=f("curr_entropy_coeff"),
+                   grad_norm=f("gradients_default_optimizer_global_norm") or finite(extras.get("grad_norm")),
+                   vf_pi_trunk_ratio=finite(extras.get("vf_pi_trunk_ratio")),
+                   stats={k: v for k, v in ((k, finite(x)) for k, x in stats.items()) if v is not None})
+
+
+def max_entropy(action_space: Any) -> tuple[float | None, int, str]:
+    """The entropy a policy over ``action_space`` has at most, with the number of action
+    dimensions and how it is normalised: ``"discrete"`` (ratio = H / log n) or ``"box"``
+    (ratio = exp((H - H_max) / d): the action distribution's width per dimension as a share
+    of the box's -- a Gaussian has no maximum entropy, the box it is clipped to has).
+    (None, 0, "") when the space has no finite maximum."""
+    if action_space is None:
+        return None, 0, ""
+    try:
+        import gymnasium.spaces as S
+
+        if isinstance(action_space, S.Discrete):
+            return (math.log(action_space.n) if action_space.n > 1 else None), 1, "discrete"
+        if isinstance(action_space, S.MultiDiscrete):
+            h = float(np.sum(np.log(np.asarray(action_space.nvec, dtype=float))))
+            return (h if h > 0 else None), int(np.size(action_space.nvec)), "discrete"
+        if isinstance(action_space, S.MultiBinary):
+            d = int(np.prod(action_space.shape))
+            return d * math.log(2), d, "discrete"
+        if isinstance(action_space, S.Box):
+            width = np.asarray(action_space.high, dtype=float) - np.asarray(action_space.low, dtype=float)
+            if not np.all(np.isfinite(width)) or np.any(width <= 0):
+                return None, 0, ""
+            return float(np.sum(np.log(width))), int(width.size), "box"
+    except Exception:
+        return None, 0, ""
+    return None, 0, ""
+
+
+def least_squares_slope(values: list[float]) -> float:
+    """Least-squares slope per step of ``values`` (0 for fewer than 2)."""
+    if len(values) < 2:
+        return 0.0
+    x = np.arange(len(values), dtype=float)
+    return float(np.polyfit(x, np.asarray(values, dtype=float), 1)[0])
+
+
+@dataclass
+class RunContext:
+    """What the return says, for the cross-checks: stalled (its EMA rose < 2 % over the
+    window) and dropped (REWARD_DROP holds)."""
+
+    stalled: bool | None = None
+    dropped: bool = False
