@@ -51,6 +51,8 @@ class CurveThresholds:
     value_loss_ratio: float = 3.0            # VALUE_DOMINATES: vf_loss_coeff x vf_loss > this x |policy loss| ...
     value_grad_ratio: float = 100.0          # ... and the value head's gradient into the shared trunk > this x the policy head's
     lr_floor_ratio: float = 0.1              # LR_DECAYED: lr below this share of its first value
+    value_ev_max: float = 0.0                # VALUE_NOT_LEARNING: vf_explained_var at or below this ...
+    value_ev_window: int = 5                 # ... on each of this many iterations, the return not rising
 
     @property
     def kl_stuck(self) -> float:
@@ -94,6 +96,14 @@ RULES = (
          "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving "
          "(KL < {kl_low:g}) or the return stalled", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
          knobs=("lr",), view=View("learner", ("default_optimizer_learning_rate",), "learning rate")),
+    Rule("VALUE_NOT_LEARNING", C.TRAIN_CURVES, C.WARN,
+         "RLlib's vf_explained_var <= {value_ev_max:g} on each of the last {value_ev_window} iterations while the "
+         "return is not rising (stalled below its best, or dropped): the critic explains none of the returns, so "
+         "the advantages are noise", CurveThresholds,
+         evidence=("module_id", "vf_explained_var", "window", "vf_loss", "vf_loss_unclipped", "vf_clip_param",
+                   "knobs"),
+         knobs=("vf_clip_param", "vf_loss_coeff", "lr"),
+         view=View("learner", ("vf_explained_var",), "value function explained variance")),
 )
 
 
@@ -119,6 +129,7 @@ class ModuleCurves:
     value_ratios: deque = field(default_factory=lambda: deque(maxlen=8))
     grad_norms: deque = field(default_factory=lambda: deque(maxlen=64))
     kl_measured: bool = False
+    explained: deque = field(default_factory=lambda: deque(maxlen=64))
 
     def __post_init__(self) -> None:
         if self.entropy_max is None:
@@ -159,7 +170,7 @@ class ModuleCurves:
                 self.ratios.append(ratio)
         fall = least_squares_slope(list(self.ratios)[-th.entropy_slope_window:]) if ratio is not None else None
         steep = fall is not None and len(self.ratios) >= 2 and fall <= -th.entropy_collapse_slope
-        for rule in (self._entropy, self._kl, self._policy_loss, self._value, self._lr):
+        for rule in (self._entropy, self._kl, self._policy_loss, self._value, self._lr, self._value_learning):
             f = rule(r, run, ratio, fall, steep)
             if f is not None:
                 out.append(f)
@@ -319,6 +330,49 @@ class ModuleCurves:
             {"module_id": self.module_id, "lr": r.lr, "lr_first": self.lr_first, "floor_ratio": th.lr_floor_ratio,
              "knobs": [k.as_dict() for k in knobs]})
 
+    def _value_learning(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
+        """A critic whose predictions explain none of the returns' variance (SB3 issue 25:
+        a PPO that "does not learn" at explained variance -1.57). Healthy RLlib PPO runs hover
+        at 0-0.25 while the return climbs, which is why the return must also have stopped rising."""
+        th, ev = self.thresholds, r.stat("vf_explained_var")
+        if ev is None:
+            return None
+        self.explained.append(ev)
+        window = list(self.explained)[-th.value_ev_window:]
+        flat = len(window) >= th.value_ev_window and max(window) <= th.value_ev_max
+        if not self._once("value_learning", flat and (run.stalled is True or run.dropped)):
+            return None
+        clip, unclipped = self.knobs.number("vf_clip_param"), r.stat("vf_loss_unclipped")
+        knobs = _value_learning_knobs(self.knobs, r, clip, unclipped)
+        clipped = (f"; vf_loss {r.vf_loss:.3g} sits at vf_clip_param {clip:g} while the unclipped squared error is "
+                   f"{unclipped:.3g}: RLlib clips each sample's value loss at vf_clip_param, so most samples give "
+                   f"the critic no gradient" if clip and unclipped and unclipped > clip and r.vf_loss is not None
+                   else "")
+        return Finding(C.VALUE_NOT_LEARNING, (
+            f"{self._where()}: the value function's explained variance was <= {th.value_ev_max:g} on each of the "
+            f"last {len(window)} iterations (now {ev:.3g}, lowest {min(window):.3g}) while the return "
+            f"{'dropped' if run.dropped else 'stalled below its best'}; expected > {th.value_ev_max:g}: the critic "
+            f"predicts the returns no better than their mean, so the advantages are mostly noise{clipped}"
+            + A.advice_text(knobs)),
+            {"module_id": self.module_id, "vf_explained_var": ev, "window": window, "threshold": th.value_ev_max,
+             "vf_loss": r.vf_loss, "vf_loss_unclipped": unclipped, "vf_clip_param": clip,
+             "return_stalled": run.stalled, "return_dropped": run.dropped, "knobs": [k.as_dict() for k in knobs]})
+
+
+def _value_learning_knobs(k: A.Knobs, r: Reading, clip: float | None, unclipped: float | None) -> list[A.Knob]:
+    """The clip first (RLlib's vf_clip_param is in squared-return units: 10 clips almost every
+    sample of a task whose returns are in the hundreds); else the value loss's weight where a
+    shared trunk splits the gradient; else a larger step for the critic."""
+    if clip and unclipped and unclipped > clip:
+        return [A.Knob("vf_clip_param", clip, float(f"{2 * unclipped:.2g}"),
+                       "twice the unclipped squared value error, so the value loss is not clipped away")]
+    if k.vf_share_layers is True:
+        coeff = k.vf_loss_coeff if k.vf_loss_coeff is not None else 1.0
+        return [A.Knob("vf_loss_coeff", coeff, float(f"{coeff * 3:.2g}"),
+                       "the value loss's weight in the shared trunk's gradient")]
+    lr = r.lr if r.lr is not None else k.lr
+    return [A.Knob("lr", lr, float(f"{lr * 3:.2g}"), "the critic's steps are too small to fit the returns")] \
+        if lr else []
 
 def _median(values) -> float | None:
     vals = [v for v in values if v is not None]

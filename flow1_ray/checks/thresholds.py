@@ -87,6 +87,8 @@ class Thresholds:
     value_loss_ratio: float = 3.0
     value_grad_ratio: float = 100.0
     lr_floor_ratio: float = 0.1
+    value_ev_max: float = 0.0
+    value_ev_window: int = 5
     # flow1_ray.checks.gradients.GradientThresholds
     grad_vanishing_ratio: float = 0.001
     grad_exploding_factor: float = 100.0
