@@ -20,11 +20,10 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 from . import codes as C
 from .events import Event
 from .options import Flow1Options
+from .schema import DRIVER_MS, RESULT_KEY, SAMPLES_DROPPED, WATCHERS_OFF, metric
 
 logger = logging.getLogger("flow1_ray")
 
-#: Keys flow1 adds to each training result (Tune flattens them to flow1/worker/alive, ...).
-RESULT_KEY = "flow1"
 
 
 def _guarded(hook: Callable) -> Callable:
@@ -113,9 +112,8 @@ class Flow1Callbacks(RLlibCallback):
     @_guarded
     def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
         from .actors.run import Flow1Run, runner_keys
-        from .worker.agent import LOCAL_RUN
-
         from .learner.liveness import learner_keys
+        from .worker.agent import LOCAL_RUN
 
         opts = self.OPTIONS.with_overrides(run_id=self._run_id) if self._run_id else self.OPTIONS
         run = self._run = Flow1Run(opts)
@@ -211,13 +209,11 @@ class Flow1Callbacks(RLlibCallback):
         row = {"iteration": iteration,
                "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
                "episode_return_mean": return_mean,
-               **{f"flow1/worker/{k}": v for k, v in out["worker"].items()},
-               **{f"flow1/learners/{k}": v for k, v in out["learners"].items()},
-               **{f"flow1/events/{k}": v for k, v in out["events"].items()},
-               **{f"flow1/states/{k}": v for k, v in out["states"].items()},
-               **{f"flow1/memory/{k}": v for k, v in (status.get("memory") or {}).items()},
-               "flow1/samples_dropped": out["samples_dropped"], "flow1/watchers_off": len(out["watchers_off"]),
-               "flow1/driver_ms": out["driver_ms"]}
+               **{metric(section, k): v for section in ("worker", "learners", "events", "states")
+                  for k, v in out[section].items()},
+               **{metric("memory", k): v for k, v in (status.get("memory") or {}).items()},
+               SAMPLES_DROPPED: out["samples_dropped"], WATCHERS_OFF: len(out["watchers_off"]),
+               DRIVER_MS: out["driver_ms"]}
         run.after_iteration(iteration, return_mean)
         if self._no_samples is not None:
             found = self._no_samples.add(result, iteration)
@@ -231,7 +227,7 @@ class Flow1Callbacks(RLlibCallback):
             except Exception as e:
                 self._internal_error("on_train_result(learner)", e)
             out["driver_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
-            row["flow1/driver_ms"] = out["driver_ms"]
+            row[DRIVER_MS] = out["driver_ms"]
         try:
             # waited for (at most get_timeout_s; ~1 ms): once train() returns, the iteration's
             # row is in the hub, which flushes it even if this process is SIGKILLed next
@@ -308,9 +304,9 @@ def _learner_metrics(values: dict) -> dict:
         if isinstance(v, dict) and mid not in ("tracing",):
             for k, x in v.items():
                 if isinstance(x, (int, float)) and not isinstance(x, bool):
-                    out[f"flow1/learner/{mid}/{k}"] = float(x)
+                    out[metric("learner", mid, k)] = float(x)
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[f"flow1/learner/{mid}"] = float(v)
+            out[metric("learner", mid)] = float(v)
     return out
 
 

@@ -24,18 +24,18 @@ from typing import Any, Iterable, Mapping
 
 from .checks.advice import Knobs
 from .checks.curves import result_number
-from .checks.reward_drop import RunReturnDrop
 from .checks.findings import Finding
 from .checks.gradients import LayerRules
 from .checks.learner_curves import ModuleCurves
 from .checks.learner_reading import Reading, RunContext
+from .checks.reward_drop import RunReturnDrop
 from .checks.thresholds import DEFAULT, Thresholds
 from .errors import Flow1InputError
 from .events import Event
+from .schema import ALL_MODULES
 
 #: Where flow1 puts its own numbers in a result (``result["flow1"]["learner"][module]``).
 FLOW1_KEY = "flow1"
-ALL_MODULES = "__all_modules__"
 
 
 class ReturnTrend:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .schema import WORKER_STATES
+
 logger = logging.getLogger("flow1_ray")
 
 METRICS_INTERVAL_S = 5.0
@@ -34,7 +36,6 @@ DEFINITIONS = {
 }
 #: the series as Prometheus sees them
 SERIES = {name: "ray_" + name + ("_total" if kind == "counter" else "") for name, (kind, _, _) in DEFINITIONS.items()}
-WORKER_STATES = ("alive", "dead", "stalled")
 
 
 class RunMetrics:

@@ -28,16 +28,9 @@ import pyarrow.parquet as pq
 
 from .errors import Flow1InputError
 from .events import Event, events_to_table, one_line
-
-EVENTS_DIR = "events"
-METRICS_DIR = "metrics"
-CLUSTERS_DIR = "clusters"
-HEATMAPS_DIR = "heatmaps"
-LEARNER_DIR = "learner"
-SNAPSHOTS_DIR = "snapshots"
-LOG_FILE = "flow1.log"
-REPORT_JSON = "report.json"
-REPORT_MD = "report.md"
+# the run directory's names live in flow1_ray.schema; imported here for the store's callers
+from .schema import (CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR,  # noqa: F401
+                     REPORT_JSON, REPORT_MD, SNAPSHOTS_DIR)
 
 _seq = itertools.count()
 _fs_cache: dict[str, Any] = {}

@@ -28,6 +28,7 @@ from ..clustering.backends import TorchKMeans, resolve_backend
 from ..clustering.reservoir import Reservoir
 from ..clustering.state_action_map import StateActionMap
 from ..clustering.streaming import StreamingKMeans
+from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .priority import lower_this_thread
 
 WINDOW_ROWS = 20_000       # states judged per snapshot: a uniform sample of those that arrived
@@ -36,7 +37,6 @@ HISTORY = 8                # snapshots kept for the trend rules
 PENDING_SNAPSHOTS = 4      # snapshot requests queued while one is computed; more are skipped
 
 
-DEFAULT_MODULE = "default_policy"   # RLlib's DEFAULT_MODULE_ID
 
 
 def heatmap_name(iteration: int, module: str = DEFAULT_MODULE) -> str:

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from .. import codes as C
+from .. import schema as S
 from ..events import Event
 from ..metrics import METRICS_INTERVAL_S, make_run_metrics
 from .clusterer import StatesService, limit_threads
@@ -118,7 +119,7 @@ def make_hub_actor():
             except (TypeError, ValueError):
                 pass
             down = round(self.started_at - last, 2) if last else None
-            open_ = [k for k, w in table.items() if w.get("status") in ("dead", "stalled")]
+            open_ = [k for k, w in table.items() if w.get("status") in S.UNHEALTHY]
             self._record([Event(C.HUB_RESTARTED, (
                 f"flow1's hub restarted (pid {(beat or {}).get('pid', '?')} -> {os.getpid()})"
                 + (f", down about {down:.1f} s" if down is not None else "")

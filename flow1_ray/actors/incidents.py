@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import codes as C
+from .. import schema as S
 from ..checks.rule import Rule
 from ..events import Event
 
@@ -57,8 +58,8 @@ def _last_line(stack: str) -> str:
 
 
 #: a worker's state after each of its events (a restarted hub rebuilds its table from them)
-_STATE_OF = {C.WORKER_DIED: "dead", C.LEARNER_DIED: "dead", C.WORKER_STALLED: "stalled", C.LEARNER_STALLED: "stalled",
-             C.WORKER_RESTARTED: "alive"}
+_STATE_OF = {C.WORKER_DIED: S.DEAD, C.LEARNER_DIED: S.DEAD, C.WORKER_STALLED: S.STALLED,
+             C.LEARNER_STALLED: S.STALLED, C.WORKER_RESTARTED: S.ALIVE}
 
 
 class MonitorCore:
@@ -81,11 +82,11 @@ class MonitorCore:
         key, kind = ch["key"], ch["kind"]
         w = self.workers.setdefault(key, {"key": key})
         if kind == "restarted":
-            ch.setdefault("previous_reported", w.get("status") in ("dead", "stalled"))
+            ch.setdefault("previous_reported", w.get("status") in S.UNHEALTHY)
         w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
                   "role": ch.get("role", "env_runner"), "node_id": ch.get("node_id") or node_id})
-        status = {"new": "alive", "restarted": "alive", "recovered": "alive", "stopped": "stopped",
-                  "died": "dead", "stalled": "stalled"}.get(kind)
+        status = {"new": S.ALIVE, "restarted": S.ALIVE, "recovered": S.ALIVE, "stopped": S.STOPPED,
+                  "died": S.DEAD, "stalled": S.STALLED}.get(kind)
         if status:
             w["status"] = status
         if kind == "died":
@@ -200,10 +201,11 @@ class MonitorCore:
 
     def status(self) -> dict[str, Any]:
         """Counts by state of the EnvRunners (top level) and of the Learner actors (``learners``)."""
-        by = {"alive": 0, "dead": 0, "stalled": 0, "stopped": 0}
-        learners = {"alive": 0, "dead": 0, "stalled": 0, "stopped": 0}
+        by = dict.fromkeys(S.WORKER_STATES_ALL, 0)
+        learners = dict.fromkeys(S.WORKER_STATES_ALL, 0)
         for w in list(self.workers.values()):
             into = learners if w.get("role") == "learner" else by
-            into[w.get("status", "alive")] = into.get(w.get("status", "alive"), 0) + 1
+            state = w.get("status", S.ALIVE)
+            into[state] = into.get(state, 0) + 1
         return {**by, "learners": learners, "restarts": self.restarts, "deaths": self.deaths, "stalls": self.stalls,
                 "workers": list(self.workers.values()), "probe_errors": self.probe_errors[-5:]}

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from .. import codes as C
+from .. import schema as S
 from ..events import Event
 from ..watchers import CONTENTION, PROBE, error_line, watcher_off
 from .incidents import MonitorCore, _who
@@ -229,13 +230,13 @@ class MonitorService(MonitorCore):
             why = self.nodes.raylet_unreachable(nid)
             if why is None:
                 continue
-            mine = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") in ("alive", "stalled")]
+            mine = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") in (S.ALIVE, S.STALLED)]
             # a runner whose death its own probe saw in the node's last moments (the node's
             # processes are killed one by one) is part of this loss too, already reported
-            before = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") == "dead"
+            before = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") == S.DEAD
                       and time.time() - float(w.get("died_at") or 0) < silent_s + 2 * self.heartbeat_interval]
             for w in mine:
-                w["status"], w["node_lost_reported"] = "dead", True
+                w["status"], w["node_lost_reported"] = S.DEAD, True
                 self.deaths += 1
             who = ", ".join(_who(w) for w in mine) + (" gone with it" if mine else "")
             if before:
@@ -263,7 +264,7 @@ class MonitorService(MonitorCore):
             self.nodes.forget(nid)
             for w in list(self.workers.values()):
                 named = w.get("node_lost_reported") and not w.get("node_lost_confirmed")
-                if w.get("node_id") != nid or not (w.get("status") in ("alive", "stalled") or named):
+                if w.get("node_id") != nid or not (w.get("status") in (S.ALIVE, S.STALLED) or named):
                     continue
                 ch = {"kind": "died", "key": w["key"], "pid": w.get("pid"), "worker_index": w.get("worker_index"),
                       "eval": w.get("eval"), "role": w.get("role", "env_runner"), "node_id": nid, "ts": now,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import schema as S
 from ..worker.liveness import BUSY, EXITING, STOPPED, Header, probe_fd, probe_lock, read_head, read_lock, read_tail
 from ..worker.lockdir import SUFFIXES, job_lock_dir, sweep_stale
 
@@ -90,7 +91,7 @@ class LockScanner:
             if pid is None:
                 continue
             self.pids_by_key.setdefault(key, int(pid))
-            if w.get("status") == "stalled":
+            if w.get("status") == S.STALLED:
                 self._known_stalled.add(f"{key}.{pid}")
 
     def _dir_fd(self) -> int | None:

@@ -20,9 +20,9 @@ import pyarrow as pa
 from .. import codes as C
 from ..events import Event, events_to_table
 from ..runrecord import INTERNAL_DIR, write_heartbeat, write_start, write_stop
-from ..watchers import RECORDER, TRACEBACK, TRACEBACK_FILE, error_line, watcher_off
 from ..store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location, warm_up,
                      write_learner_snapshot, write_part)
+from ..watchers import RECORDER, TRACEBACK, TRACEBACK_FILE, error_line, watcher_off
 from .heatmaps import HeatmapWriter
 
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted

@@ -19,8 +19,8 @@ import uuid
 from typing import Any
 
 from ..names import KV_PREFIX, hub_name, kv, local_prefixes_key, states_name
-from ..store import Location
 from ..options import NAMESPACE, Flow1Options
+from ..store import Location
 from .recorder import HEATMAP_DRAIN_S
 
 PROBE_START_TIMEOUT_S = 60.0

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import codes as C
+from .. import schema as S
 from . import advice as A
 from .findings import Finding
 from .learner_reading import Reading, RunContext, least_squares_slope, max_entropy
@@ -60,7 +61,7 @@ class CurveThresholds:
         return self.kl_low / 10
 
 
-_KL = View("learner", ("mean_kl_loss",), "KL between the old and the new policy")
+_KL = View(S.LEARNER_DIR, ("mean_kl_loss",), "KL between the old and the new policy")
 
 RULES = (
     Rule("ENTROPY_COLLAPSE", C.TRAIN_CURVES, C.WARN,
@@ -69,7 +70,7 @@ RULES = (
          "iterations <= -{entropy_collapse_slope:g} of the maximum per iteration) or with the return stalled or "
          "dropped", CurveThresholds,
          evidence=("module_id", "entropy", "entropy_ratio", "entropy_max", "slope_per_iteration", "knobs"),
-         knobs=("entropy_coeff", "lr"), view=View("learner", ("entropy_ratio",), "entropy / its maximum")),
+         knobs=("entropy_coeff", "lr"), view=View(S.LEARNER_DIR, ("entropy_ratio",), "entropy / its maximum")),
     Rule("KL_TOO_LOW", C.TRAIN_CURVES, C.WARN,
          "median KL < {kl_low:g} over {kl_window} iterations while the entropy stays >= {entropy_high_ratio:.0%} of "
          "its maximum and the return does not rise: updates do not move the policy", CurveThresholds,
@@ -85,17 +86,17 @@ RULES = (
     Rule("POLICY_LOSS_STUCK", C.TRAIN_CURVES, C.WARN,
          "|policy loss| < {policy_loss_zero:g} and KL < {kl_stuck:g} for {policy_loss_stuck_iters} iterations: no "
          "effective policy gradient", CurveThresholds, evidence=("module_id", "policy_loss", "kl", "knobs"),
-         knobs=("lambda_", "clip_param", "lr"), view=View("learner", ("policy_loss",), "policy loss")),
+         knobs=("lambda_", "clip_param", "lr"), view=View(S.LEARNER_DIR, ("policy_loss",), "policy loss")),
     Rule("VALUE_DOMINATES", C.TRAIN_CURVES, C.WARN,
          "shared trunk (vf_share_layers): the value head's gradient into the shared layers >= "
          "{value_grad_ratio:g}x the policy head's, and vf_loss_coeff x vf_loss > {value_loss_ratio:g}x "
          "|policy_loss|", CurveThresholds, evidence=("module_id", "trunk_grad_ratio", "loss_ratio", "knobs"),
          knobs=("vf_loss_coeff", "model_config"),
-         view=View("learner", ("vf_pi_trunk_ratio",), "value / policy gradient into the shared trunk")),
+         view=View(S.LEARNER_DIR, ("vf_pi_trunk_ratio",), "value / policy gradient into the shared trunk")),
     Rule("LR_DECAYED", C.TRAIN_CURVES, C.WARN,
          "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving "
          "(KL < {kl_low:g}) or the return stalled", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
-         knobs=("lr",), view=View("learner", ("default_optimizer_learning_rate",), "learning rate")),
+         knobs=("lr",), view=View(S.LEARNER_DIR, ("default_optimizer_learning_rate",), "learning rate")),
     Rule("VALUE_NOT_LEARNING", C.TRAIN_CURVES, C.WARN,
          "RLlib's vf_explained_var <= {value_ev_max:g} on each of the last {value_ev_window} iterations while the "
          "return is not rising (stalled below its best, or dropped): the critic explains none of the returns, so "
@@ -103,7 +104,7 @@ RULES = (
          evidence=("module_id", "vf_explained_var", "window", "vf_loss", "vf_loss_unclipped", "vf_clip_param",
                    "knobs"),
          knobs=("vf_clip_param", "vf_loss_coeff", "lr"),
-         view=View("learner", ("vf_explained_var",), "value function explained variance")),
+         view=View(S.LEARNER_DIR, ("vf_explained_var",), "value function explained variance")),
 )
 
 

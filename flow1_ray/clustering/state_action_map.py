@@ -19,6 +19,7 @@ from .. import codes as C
 from ..checks.spaces import is_image_space
 from ..checks.state_action import OK, StateActionThresholds, cluster_means, verdicts
 from ..events import Event
+from ..schema import DEFAULT_MODULE_ID
 from .backends import make_backend, resolve_backend
 
 IMAGE_POOL = 8          # images are average-pooled to at most 8 x 8 per channel
@@ -231,7 +232,7 @@ class StateActionMap:
         total = float(self.visits.sum()) or 1.0
         tally = {v: self.verdicts.count(v) for v in dict.fromkeys(self.verdicts)}
         at = f"snapshot {snapshot}" + (f" (iteration {iteration})" if iteration is not None else "")
-        if module is not None and module != "default_policy":
+        if module is not None and module != DEFAULT_MODULE_ID:
             at = f"module {module} {at}"
         out = [Event(C.STATE_SNAPSHOT, (
             f"{at}: {k} state clusters over {int(total)} sampled states ({self.backend}): "

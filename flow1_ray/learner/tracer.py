@@ -25,12 +25,12 @@ import time
 from collections import deque
 from typing import Any
 
+from ..schema import ALL_MODULES, DEFAULT_MODULE_ID
 from ..watchers import error_line, traceback_text
 
 logger = logging.getLogger("flow1_ray")
 
 ATTR = "_flow1_tracer"
-ALL_MODULES = "__all_modules__"
 #: activation modules whose outputs are the "units" of the dormant-neuron measure
 _ACTIVATIONS = ("ReLU", "Tanh", "ELU", "LeakyReLU", "SiLU", "GELU", "Sigmoid", "Softplus", "Mish", "SELU",
                 "CELU", "Hardtanh", "ReLU6", "PReLU", "Swish")
@@ -90,7 +90,7 @@ class LearnerTracer:
         try:
             return {mid: module[mid] for mid in module.keys()}
         except Exception:
-            return {"default_policy": module}
+            return {DEFAULT_MODULE_ID: module}
 
     def _map_params(self) -> None:
         self.names = {}

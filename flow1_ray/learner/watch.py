@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from .. import codes as C
+from .. import schema as S
 from ..checks.curves import finite as _f
 from ..checks.rule import Rule
 from ..checks.thresholds import DEFAULT
@@ -34,12 +35,6 @@ logger = logging.getLogger("flow1_ray")
 
 #: reinstall the tracing on remote Learners this often (a restarted actor comes back bare)
 REINSTALL_EVERY = 10
-#: the learner/ table: one row per module ("module": its curves), per layer ("grad") and per
-#: activation layer ("activation") and iteration; columns a row does not have are null
-LEARNER_COLUMNS = ("iteration", "module_id", "kind", "layer", "entropy", "entropy_ratio", "mean_kl_loss",
-                   "policy_loss", "vf_loss", "total_loss", "default_optimizer_learning_rate", "grad_norm",
-                   "vf_pi_trunk_ratio", "vf_pi_head_ratio", "grad_rms", "dormant_share")
-LEARNER_TABLE = "learner"
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,13 +44,13 @@ def rule_columns() -> tuple[str, ...]:
     new rule's signal is recorded, and drawn, without touching this file."""
     from ..checks.catalogue import rules
 
-    cols = [c for r in rules().values() if r.view is not None and r.view.table == LEARNER_TABLE
-            for c in r.view.columns if c not in LEARNER_COLUMNS]
+    cols = [c for r in rules().values() if r.view is not None and r.view.table == S.LEARNER_DIR
+            for c in r.view.columns if c not in S.LEARNER_COLUMNS]
     return tuple(dict.fromkeys(cols))
 
 
 def learner_columns() -> tuple[str, ...]:
-    return LEARNER_COLUMNS + rule_columns()
+    return S.LEARNER_COLUMNS + rule_columns()
 _FAIL_LINE = re.compile(r"\|\s*FAIL\s*\|\s*(\S+)")
 
 
@@ -131,7 +126,7 @@ class LearnerWatch:
         """Judge, record, snapshot and guard; returns ``result["flow1"]["learner"]``.
         ``send(kind, payload)`` delivers to the run's Recorder (fire-and-forget)."""
         group = getattr(self.algorithm, "learner_group", None)
-        tracing_off = (((result.get("learners") or {}).get(T.ALL_MODULES) or {}).get("flow1") or {}).get("tracing_off")
+        tracing_off = (((result.get("learners") or {}).get(S.ALL_MODULES) or {}).get(S.RESULT_KEY) or {}).get("tracing_off")
         if self.opts.learner_tracing and group is not None and (
                 (not group.is_local and iteration % REINSTALL_EVERY == 0)
                 or (tracing_off and not any(k.startswith("tracing:") for k in self.off_said))):
@@ -170,24 +165,21 @@ class LearnerWatch:
         rows = []
         learners = _section(result, "learners")
         for mid, stats in learners.items():
-            if mid == "__all_modules__" or not isinstance(stats, dict):
+            if mid == S.ALL_MODULES or not isinstance(stats, dict):
                 continue
             base = {"iteration": iteration, "module_id": str(mid)}
             curves = self.diagnosis.last.get(mid, {})
-            rows.append({**base, "layer": None, "kind": "module",
-                         **{k: _f(stats.get(k)) for k in ("entropy", "mean_kl_loss", "policy_loss", "vf_loss",
-                                                          "total_loss", "default_optimizer_learning_rate")
-                            + rule_columns()},
-                         "entropy_ratio": _f(curves.get("entropy_ratio")),
-                         "grad_norm": _f((stats.get("flow1") or {}).get("grad_norm")),
-                         "vf_pi_trunk_ratio": _f((stats.get("flow1") or {}).get("vf_pi_trunk_ratio")),
-                         "vf_pi_head_ratio": _f((stats.get("flow1") or {}).get("vf_pi_head_ratio"))})
-            tr = stats.get("flow1") or {}
+            tr = stats.get(S.RESULT_KEY) or {}
+            rows.append({**base, "layer": None, "kind": S.KIND_MODULE,
+                         **{k: _f(stats.get(k)) for k in (S.ENTROPY, S.MEAN_KL, S.POLICY_LOSS, S.VF_LOSS,
+                                                          S.TOTAL_LOSS, S.LEARNING_RATE) + rule_columns()},
+                         S.ENTROPY_RATIO: _f(curves.get(S.ENTROPY_RATIO)),
+                         **{k: _f(tr.get(k)) for k in (S.GRAD_NORM, S.VF_PI_TRUNK_RATIO, S.VF_PI_HEAD_RATIO)}})
             dormant = tr.get("dormant") or {}
-            for layer, v in (tr.get("grad_rms") or {}).items():
-                rows.append({**base, "layer": layer, "kind": "grad", "grad_rms": _f(v)})
+            for layer, v in (tr.get(S.GRAD_RMS) or {}).items():
+                rows.append({**base, "layer": layer, "kind": S.KIND_GRAD, S.GRAD_RMS: _f(v)})
             for layer, v in dormant.items():
-                rows.append({**base, "layer": layer, "kind": "activation", "dormant_share": _f(v)})
+                rows.append({**base, "layer": layer, "kind": S.KIND_ACTIVATION, S.DORMANT_SHARE: _f(v)})
         columns = learner_columns()
         return [{c: r.get(c) for c in columns} for r in rows]
 
@@ -196,7 +188,7 @@ class LearnerWatch:
         ``loss_plateau_iters`` iterations); once per module until it falls again."""
         out = []
         for mid, stats in _section(result, "learners").items():
-            if mid == "__all_modules__" or not isinstance(stats, dict):
+            if mid == S.ALL_MODULES or not isinstance(stats, dict):
                 continue
             loss = _f(stats.get("total_loss"))
             if loss is None:

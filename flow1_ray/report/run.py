@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .. import schema as S
 from ..errors import Flow1InputError
 from ..events import Event, events_from_table, one_line
-from ..runrecord import RUN_JSON, completeness
 from ..reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
+from ..runrecord import RUN_JSON, completeness
 from ..store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
 from .follow import is_run_dir
 from .model import Report, events_problem, missing_events, no_verdict
+
 
 def open_run_dir(run_dir: "str | os.PathLike | Location") -> Location:
     """The run directory, or one Flow1InputError: not there, not readable at all (no
@@ -56,8 +58,8 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
         summary.update({"iterations": _int(last.get("iteration")), "env_steps": _number(last.get("env_steps")),
                         "episode_return_mean": _number(last.get("episode_return_mean")),
                         "workers": {k.split("/")[-1]: _number(v) for k, v in last.items()
-                                    if isinstance(k, str) and k.startswith("flow1/worker/")},
-                        "samples_dropped": _number(last.get("flow1/samples_dropped"))})
+                                    if isinstance(k, str) and k.startswith(S.WORKER_METRIC_PREFIX)},
+                        "samples_dropped": _number(last.get(S.SAMPLES_DROPPED))})
     states, more = _state_actions(d)
     skipped += more
     if states:
@@ -134,7 +136,7 @@ def _state_actions(d: Location) -> tuple[dict, list[str]]:
     skipped = list(loaded.skipped)
     by_module: dict[str, list[dict]] = {}
     for r in loaded.table.to_pylist() if loaded.table.num_rows else []:
-        by_module.setdefault(str(r.get("module") or "default_policy"), []).append(r)
+        by_module.setdefault(str(r.get("module") or S.DEFAULT_MODULE_ID), []).append(r)
     per = {m: _last_snapshot(rs) for m, rs in sorted(by_module.items())}
     if per:
         out.update(next(iter(per.values())))

@@ -12,6 +12,7 @@ import json
 from typing import Any, Iterable
 
 from .. import codes as C
+from .. import schema as S
 from ..events import Event
 
 #: event codes that change a worker's state, for the worker timeline
@@ -131,14 +132,14 @@ def risk(last: dict, code_counts: dict[str, int], findings: list[Event]) -> list
                   "level": level(bool(contention), any(e.status == C.FAIL for e in contention))})
     memory = [e for e in findings if e.code in MEMORY_CODES]
     mem = []
-    if _is_number(last.get("flow1/memory/node_percent")):
-        mem.append(f"node {last['flow1/memory/node_percent']:.0f} % used")
-    if _is_number(last.get("flow1/memory/runners_rss_mb")):
-        mem.append(f"EnvRunners {last['flow1/memory/runners_rss_mb']:.0f} MB RSS")
+    if _is_number(last.get(S.MEMORY_NODE_PERCENT)):
+        mem.append(f"node {last[S.MEMORY_NODE_PERCENT]:.0f} % used")
+    if _is_number(last.get(S.MEMORY_RUNNERS_RSS_MB)):
+        mem.append(f"EnvRunners {last[S.MEMORY_RUNNERS_RSS_MB]:.0f} MB RSS")
     if memory:
         mem.append(memory[-1].message)
     lines.append({"label": "memory", "value": "; ".join(mem) or "no reading yet", "level": level(bool(memory))})
-    dropped = last.get("flow1/samples_dropped")
+    dropped = last.get(S.SAMPLES_DROPPED)
     # flow1's own loss (diagnostic batches under back-pressure), not the run's: warn only
     # where the Recorder raised SAMPLES_DROPPED
     lines.append({"label": "samples dropped", "value": _n(dropped),

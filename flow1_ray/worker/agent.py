@@ -29,9 +29,10 @@ from ..checks.findings import Finding, FindingLog
 from ..checks.rollout import RolloutChecker
 from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
+from ..schema import DEFAULT_MODULE_ID
+from ..watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
 from .liveness import STEP_EMA, NoLiveness, WorkerLiveness
 from .lockdir import job_lock_dir
-from ..watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
 from .sender import Sender
 from .states import StateSampler
 
@@ -147,7 +148,7 @@ class RunnerAgent:
                                            module_of=lambda: getattr(self.env_runner, "module", None), **common)
         except Exception as e:
             self.opts = replace(self.opts, state_actions=False)  # do not try again
-            self._maps_off("default_policy", f"{type(e).__name__}: {e}")
+            self._maps_off(DEFAULT_MODULE_ID, f"{type(e).__name__}: {e}")
 
     def _module_spaces(self, module_id: str) -> tuple[Any, Any, Any]:
         module = self.env_runner.module[module_id]

@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..clustering.state_action_map import action_index, flatten_observations, policy_stats
+from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .sender import Sender
 
 MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped, counted
@@ -59,7 +60,6 @@ def epsilon_greedy_stats(eps: float, n: int) -> np.ndarray:
     return np.array([h, top], np.float32)
 
 
-DEFAULT_MODULE = "default_policy"   # RLlib's DEFAULT_MODULE_ID: the module of a single-agent run
 
 
 class _Stream:
