@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from . import codes as C
+from . import schema as S
 from .events import Event
 from .options import Flow1Options
 from .schema import DRIVER_MS, RESULT_KEY, SAMPLES_DROPPED, WATCHERS_OFF, metric
@@ -155,15 +156,46 @@ class Flow1Callbacks(RLlibCallback):
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
         import ray
 
-        from .actors.run import runner_keys
-
         run = self._run
         if run is None:
             return
         if self._watch is not None:
             self._watch.on_result()
-        t0 = time.perf_counter()
-        t = self.OPTIONS.get_timeout_s
+        t0, t = time.perf_counter(), self.OPTIONS.get_timeout_s
+        status, rec, states, lines = self._ask_hub(run, algorithm, t)
+        if self.OPTIONS.print_events:
+            for line in lines:
+                print(line, flush=True)
+        iteration = int(result.get("training_iteration", 0))
+        return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
+        out = result[RESULT_KEY] = self._section(run, status, rec, states, t0)
+        row = _metrics_row(result, iteration, return_mean, out, status)
+        run.after_iteration(iteration, return_mean)
+        if self._no_samples is not None:
+            found = self._no_samples.add(result, iteration)
+            if found:
+                run.hub.add_events.remote([e.to_dict() for e in found])
+        if self._learner is not None:
+            try:
+                out["learner"] = self._learner.after_iteration(result, iteration, lines,
+                                                               functools.partial(_send, run))
+                row.update(_learner_metrics(out["learner"]))
+            except Exception as e:
+                self._internal_error("on_train_result(learner)", e)
+            out["driver_ms"] = row[DRIVER_MS] = round((time.perf_counter() - t0) * 1e3, 2)
+        try:
+            # waited for (at most get_timeout_s; ~1 ms): once train() returns, the iteration's
+            # row is in the hub, which flushes it even if this process is SIGKILLed next
+            ray.wait([run.hub.add_metrics.remote(row)], timeout=t)
+        except ray.exceptions.PendingCallsLimitExceeded:  # the hub is behind: this row is lost, counted
+            self.metrics_dropped += 1
+
+    @staticmethod
+    def _ask_hub(run: Any, algorithm: Any, t: float) -> tuple[dict, dict, dict, list[str]]:
+        """Register new runners and learners, then ask the hub (and a GPU clusterer) for the
+        monitor's and the Recorder's status, the new log lines and the clusterer's counts, all
+        at once and each within ``t`` seconds; a part that did not answer is said in a line."""
+        from .actors.run import runner_keys
         from .learner.liveness import learner_keys
 
         keys = runner_keys(algorithm) + learner_keys(algorithm)
@@ -184,16 +216,14 @@ class Flow1Callbacks(RLlibCallback):
             missing.append("clusterer")
         if missing:
             lines.append(f"flow1: {', '.join(missing)} did not answer within {t:g} s")
-        if self.OPTIONS.print_events:
-            for line in lines:
-                print(line, flush=True)
+        return status, rec, states, lines
+
+    def _section(self, run: Any, status: dict, rec: dict, states: dict, t0: float) -> dict:
+        """``result["flow1"]``: the workers, the findings so far, what flow1 lost or does not watch."""
         events = rec.get("events", {})
-        iteration = int(result.get("training_iteration", 0))
-        return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
-        out = {
-            "worker": {"alive": status.get("alive", 0), "dead": status.get("dead", 0),
-                       "stalled": status.get("stalled", 0), "restarts": status.get("restarts", 0)},
-            "learners": {k: int((status.get("learners") or {}).get(k, 0)) for k in ("alive", "dead", "stalled")},
+        return {
+            "worker": {**{k: status.get(k, 0) for k in S.WORKER_STATES}, "restarts": status.get("restarts", 0)},
+            "learners": {k: int((status.get("learners") or {}).get(k, 0)) for k in S.WORKER_STATES},
             "events": {s: int(events.get(s, 0)) for s in (C.FAIL, C.WARN)},
             "samples_dropped": int(rec.get("samples_dropped", 0)) + self.metrics_dropped,
             "internal_errors": self.internal_errors,
@@ -205,35 +235,6 @@ class Flow1Callbacks(RLlibCallback):
             # what this hook cost the iteration (the questions to the hub, the rules), so far
             "driver_ms": round((time.perf_counter() - t0) * 1e3, 2),
         }
-        result[RESULT_KEY] = out
-        row = {"iteration": iteration,
-               "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
-               "episode_return_mean": return_mean,
-               **{metric(section, k): v for section in ("worker", "learners", "events", "states")
-                  for k, v in out[section].items()},
-               **{metric("memory", k): v for k, v in (status.get("memory") or {}).items()},
-               SAMPLES_DROPPED: out["samples_dropped"], WATCHERS_OFF: len(out["watchers_off"]),
-               DRIVER_MS: out["driver_ms"]}
-        run.after_iteration(iteration, return_mean)
-        if self._no_samples is not None:
-            found = self._no_samples.add(result, iteration)
-            if found:
-                run.hub.add_events.remote([e.to_dict() for e in found])
-        if self._learner is not None:
-            try:
-                out["learner"] = self._learner.after_iteration(result, iteration, lines,
-                                                               functools.partial(_send, run))
-                row.update(_learner_metrics(out["learner"]))
-            except Exception as e:
-                self._internal_error("on_train_result(learner)", e)
-            out["driver_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
-            row[DRIVER_MS] = out["driver_ms"]
-        try:
-            # waited for (at most get_timeout_s; ~1 ms): once train() returns, the iteration's
-            # row is in the hub, which flushes it even if this process is SIGKILLed next
-            ray.wait([run.hub.add_metrics.remote(row)], timeout=t)
-        except ray.exceptions.PendingCallsLimitExceeded:  # the hub is behind: this row is lost, counted
-            self.metrics_dropped += 1
 
     # -- internals -----------------------------------------------------------------------
     def _close(self) -> None:
@@ -295,6 +296,18 @@ def _send(run: Any, kind: str, payload: Any) -> Any:
     except ray.exceptions.PendingCallsLimitExceeded:
         return None
     return None
+
+
+def _metrics_row(result: dict, iteration: int, return_mean: float | None, out: dict, status: dict) -> dict:
+    """The iteration's row of the metrics table: ``result["flow1"]`` flattened (``flow1/...``)."""
+    return {"iteration": iteration,
+            "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
+            "episode_return_mean": return_mean,
+            **{metric(section, k): v for section in ("worker", "learners", "events", "states")
+               for k, v in out[section].items()},
+            **{metric("memory", k): v for k, v in (status.get("memory") or {}).items()},
+            SAMPLES_DROPPED: out["samples_dropped"], WATCHERS_OFF: len(out["watchers_off"]),
+            DRIVER_MS: out["driver_ms"]}
 
 
 def _learner_metrics(values: dict) -> dict:

@@ -30,13 +30,14 @@ from typing import Any, Callable
 import gymnasium as gym
 
 from . import codes as C
-from .checks.env_spec import (crash_finding, long_episode_advisory, never_ends_finding, obs_equal,
-                              validate_space)
+from .checks.env_spec import crash_finding, long_episode_advisory, never_ends_finding
 from .checks.findings import Finding
 from .checks.import_resolve import gym_alias_findings, old_api_finding
 from .checks.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
 from .checks.rollout import RolloutChecker
+from .checks.space_contract import validate_space
 from .checks.thresholds import DEFAULT, Thresholds
+from .checks.values import values_equal
 from .errors import Flow1InputError
 from .events import Event
 from .report import Report
@@ -278,7 +279,7 @@ class _DriverBase:
         second = self._reset(self.seed)
         if second is None:
             return not self.stopped_early and self._start_episode()
-        if not obs_equal(first[0], second[0]):
+        if not values_equal(first[0], second[0]):
             self.rc.record(Finding(C.NONDETERMINISTIC_RESET,
                                    f"reset(seed={self.seed}) twice gave different observations: expected equal; "
                                    f"seed the env's RNG from reset's seed (super().reset(seed=seed), self.np_random)",

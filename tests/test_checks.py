@@ -9,10 +9,11 @@ from gymnasium import spaces
 from flow1_ray import Thresholds
 from flow1_ray import codes as C
 from flow1_ray.checks.action_pipe import action_cast_error, check_action_batch
-from flow1_ray.checks.env_spec import membership_error, step_time_findings, validate_space
+from flow1_ray.checks.env_spec import membership_error, step_time_findings
 from flow1_ray.checks.obs_flow import reset_drift
 from flow1_ray.checks.reward import reward_findings, reward_stats
 from flow1_ray.checks.reward_drop import ReturnTracker
+from flow1_ray.checks.space_contract import validate_space
 from flow1_ray.checks.spaces import leaves
 
 TH = Thresholds()

@@ -58,214 +58,173 @@ def wait_for_exit(pid: int) -> bool:
         return False
 
 
+class HubCore:
+    """The hub's parts and its life, without Ray: what :func:`make_hub_actor` wraps."""
+
+    def __init__(self, run_dir: str, run_id: str, job_id: str, opts: dict, states: bool,
+                 owner_pid: int | None = None, restarted: bool = False) -> None:
+        """``opts``: the Flow1Options as a dict; ``states``: whether the state clusterer
+        lives here (False: none, or its own GPU actor); ``owner_pid``: the Algorithm's
+        process (on this node: the hub's node affinity), watched so that its death is
+        written down before Ray ends the hub with it; ``restarted``: Ray rebuilt this actor."""
+        self.started_at = time.time()  # a restart (Ray's) is a new incarnation
+        self.closed = False
+        self.recorder = RecorderService(run_dir, run_id, opts["flush_interval_s"], opts, job_id=job_id)
+        self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
+                                      opts["probe_interval_s"], opts["heartbeat_interval_s"],
+                                      opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded)
+        if restarted:
+            self._rebuild(run_id)
+        if opts["state_actions"]:  # heatmaps will come (from here or a GPU clusterer)
+            self.recorder.heatmaps.warm_up()
+        self.states = None
+        if states:  # on CPU: scikit-learn unless the user chose torch's CPU path
+            backend = "sklearn" if opts["clusterer_backend"] == "auto" else opts["clusterer_backend"]
+            limit_threads(backend)
+            self.states = StatesService(self.recorder.add_snapshot, opts["n_clusters"], backend,
+                                        opts["thresholds"], 0, report=self.recorder.add_events)
+        if owner_pid:
+            threading.Thread(target=self._watch_owner, args=(int(owner_pid),), name="flow1-owner",
+                             daemon=True).start()
+        # the run's live numbers as Ray metrics (Prometheus), refreshed on a thread
+        self.metrics = make_run_metrics(run_id)
+        if self.metrics is not None:
+            threading.Thread(target=self._metrics_loop, name="flow1-metrics", daemon=True).start()
+
+    def _rebuild(self, run_id: str) -> None:
+        """Ray restarted this hub (it died: a SIGKILL, the OOM killer): the Recorder's
+        counts and the monitor's workers and open incidents from the run directory, the
+        run's keys from Ray's KV (watching again without waiting for the driver), and a
+        HUB_RESTARTED event that says how long flow1 was down and what it rebuilt."""
+        from ..names import run_keys
+        from ..runrecord import HEARTBEAT_JSON, read_json
+
+        beat, _ = read_json(self.recorder.run_dir, HEARTBEAT_JSON)
+        events = self.recorder.rebuild()
+        table = self.monitor.rebuild(events)
+        keys, local = [], []
+        try:
+            keys, local = run_keys(run_id)
+            self.monitor.set_keys(keys, local)
+            self.monitor.ensure_probes()
+        except Exception as e:
+            self.monitor.off("probe", "every node (after the hub restarted)", e, "deaths and hangs")
+        down = _down_s(beat, self.started_at)
+        open_ = [k for k, w in table.items() if w.get("status") in S.UNHEALTHY]
+        self._record([Event(C.HUB_RESTARTED, (
+            f"flow1's hub restarted (pid {(beat or {}).get('pid', '?')} -> {os.getpid()})"
+            + (f", down about {down:.1f} s" if down is not None else "")
+            + f": rebuilt {len(table)} worker(s) with incidents ({len(open_)} open), "
+              f"{sum(self.recorder.counts.values())} recorded finding(s) and {len(keys)} key(s) to watch from the "
+              f"run directory; rows that had not reached it (at most {MIN_FLUSH_GAP_S:g} s of them) are lost"),
+            {"previous_pid": (beat or {}).get("pid"), "pid": os.getpid(), "down_s": down,
+             "workers_rebuilt": len(table), "open_incidents": open_, "keys": len(keys),
+             "findings_rebuilt": sum(self.recorder.counts.values())}, run_id=run_id)])
+
+    def _watch_owner(self, pid: int) -> None:
+        """The Algorithm's process died without ``algo.stop()`` (SIGKILL, the OOM killer, a
+        crash): Ray ends this hub a moment later (measured: its heartbeat went on ~1.4 s),
+        time enough to flush and write an unclean stop record, so that the run directory
+        says at once how the run ended instead of a silence a reader must interpret."""
+        if not wait_for_exit(pid) or self.closed:
+            return
+        try:
+            self.recorder.close(f"the Algorithm's process (pid {pid}) died without stopping the run (a SIGKILL, "
+                                f"the OOM killer, a crash); flow1's hub wrote this as it went down", clean=False)
+        except Exception:
+            pass
+
+    def _metrics_loop(self) -> None:
+        while self.metrics is not None and self.metrics.enabled:
+            try:
+                self.metrics.update(self.monitor.status(), self.recorder.status())
+            except Exception:
+                pass
+            time.sleep(METRICS_INTERVAL_S)
+
+    def _record(self, events: list[Event]) -> None:
+        self.recorder.add_events([e.to_dict() for e in events])
+
+    # -- calls that are more than a forward to one part ---------------------------------------
+    def status(self) -> dict[str, Any]:
+        return {**self.recorder.status(), "started_at": self.started_at, "pid": os.getpid(),
+                "node_id": self.monitor.node_id}
+
+    def close(self) -> dict:
+        self.closed = True
+        return self.recorder.close()
+
+    def ping(self) -> bool:
+        return True
+
+    def full_status(self) -> dict:
+        return {**self.monitor.full_status(), "started_at": self.started_at}
+
+    def ingest_states(self, batch: dict) -> None:
+        if self.states is None:
+            return
+        rose = self.states.ingest(batch)
+        if rose is not None:
+            self.recorder.note_dropped(*rose, batch.get("worker_index"))
+
+    def snapshot(self, iteration: int, return_mean: float | None = None) -> bool:
+        return self.states is not None and self.states.snapshot(iteration, return_mean)
+
+    def finish_states(self, iteration: int | None, return_mean: float | None, wait_s: float) -> bool:
+        return self.states is None or self.states.finish(iteration, return_mean, wait_s)
+
+    def states_status(self) -> dict[str, Any]:
+        return self.states.status() if self.states is not None else {}
+
+
+def _down_s(beat: dict | None, now: float) -> float | None:
+    """Seconds between the previous incarnation's last heartbeat and this one's start."""
+    from datetime import datetime
+
+    try:
+        return round(now - datetime.fromisoformat(str((beat or {}).get("ts"))).timestamp(), 2)
+    except (TypeError, ValueError):
+        return None
+
+
+#: The actor's methods, by request queue: ``"part.method"`` forwards to that part of the
+#: core (``recorder``: RecorderService, ``monitor``: MonitorService), a bare name is the
+#: core's own method.
+METHODS = {
+    "recorder": ("recorder.ingest", "recorder.add_events", "recorder.add_metrics", "recorder.add_learner_rows",
+                 "recorder.add_learner_snapshot", "recorder.add_snapshot", "recorder.note_dropped", "recorder.flush",
+                 "recorder.lines_since", "recorder.crash_recorded", "status", "close", "ping"),
+    "monitor": ("monitor.report", "monitor.probe_error", "monitor.probe_off", "monitor.set_keys",
+                "monitor.ensure_probes", "monitor.wait_probes", "monitor.probe_pids", "monitor.stop_probes",
+                "full_status"),
+    "states": ("ingest_states", "snapshot", "finish_states", "states_status"),
+}
+
+
+def _forward(path: str):
+    part, _, name = path.rpartition(".")
+
+    def call(self, *args, **kwargs):
+        target = getattr(self.core, part) if part else self.core
+        return getattr(target, name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 def make_hub_actor():
-    """The Flow1Hub Ray actor class (built lazily so this module imports without Ray)."""
+    """The Flow1Hub Ray actor class (built lazily so this module imports without Ray): a
+    :class:`HubCore` behind the methods of :data:`METHODS`, each on its part's queue."""
     import ray
 
-    @ray.remote(num_cpus=0, max_restarts=-1, concurrency_groups=CONCURRENCY)
     class Flow1Hub:
         def __init__(self, run_dir: str, run_id: str, job_id: str, opts: dict, states: bool,
                      owner_pid: int | None = None) -> None:
-            """``opts``: the Flow1Options as a dict; ``states``: whether the state clusterer
-            lives here (False: none, or its own GPU actor); ``owner_pid``: the Algorithm's
-            process (on this node: the hub's node affinity), watched so that its death is
-            written down before Ray ends the hub with it."""
-            self.started_at = time.time()  # a restart (Ray's) is a new incarnation
-            self.closed = False
-            self.recorder = RecorderService(run_dir, run_id, opts["flush_interval_s"], opts, job_id=job_id)
-            self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
-                                          opts["probe_interval_s"], opts["heartbeat_interval_s"],
-                                          opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded)
-            if ray.get_runtime_context().was_current_actor_reconstructed:
-                self._rebuild(run_id)
-            if opts["state_actions"]:  # heatmaps will come (from here or a GPU clusterer)
-                self.recorder.heatmaps.warm_up()
-            self.states = None
-            if states:  # on CPU: scikit-learn unless the user chose torch's CPU path
-                backend = "sklearn" if opts["clusterer_backend"] == "auto" else opts["clusterer_backend"]
-                limit_threads(backend)
-                self.states = StatesService(self.recorder.add_snapshot, opts["n_clusters"], backend,
-                                            opts["thresholds"], 0, report=self.recorder.add_events)
-            if owner_pid:
-                threading.Thread(target=self._watch_owner, args=(int(owner_pid),), name="flow1-owner",
-                                 daemon=True).start()
-            # the run's live numbers as Ray metrics (Prometheus), refreshed on a thread
-            self.metrics = make_run_metrics(run_id)
-            if self.metrics is not None:
-                threading.Thread(target=self._metrics_loop, name="flow1-metrics", daemon=True).start()
+            self.core = HubCore(run_dir, run_id, job_id, opts, states, owner_pid,
+                                restarted=ray.get_runtime_context().was_current_actor_reconstructed)
 
-        def _rebuild(self, run_id: str) -> None:
-            """Ray restarted this hub (it died: a SIGKILL, the OOM killer): the Recorder's
-            counts and the monitor's workers and open incidents from the run directory, the
-            run's keys from Ray's KV (watching again without waiting for the driver), and a
-            HUB_RESTARTED event that says how long flow1 was down and what it rebuilt."""
-            from ..names import run_keys
-            from ..runrecord import HEARTBEAT_JSON, read_json
-
-            beat, _ = read_json(self.recorder.run_dir, HEARTBEAT_JSON)
-            events = self.recorder.rebuild()
-            table = self.monitor.rebuild(events)
-            keys, local = [], []
-            try:
-                keys, local = run_keys(run_id)
-                self.monitor.set_keys(keys, local)
-                self.monitor.ensure_probes()
-            except Exception as e:
-                self.monitor.off("probe", "every node (after the hub restarted)", e, "deaths and hangs")
-            last = None
-            try:
-                from datetime import datetime
-                last = datetime.fromisoformat(str((beat or {}).get("ts"))).timestamp()
-            except (TypeError, ValueError):
-                pass
-            down = round(self.started_at - last, 2) if last else None
-            open_ = [k for k, w in table.items() if w.get("status") in S.UNHEALTHY]
-            self._record([Event(C.HUB_RESTARTED, (
-                f"flow1's hub restarted (pid {(beat or {}).get('pid', '?')} -> {os.getpid()})"
-                + (f", down about {down:.1f} s" if down is not None else "")
-                + f": rebuilt {len(table)} worker(s) with incidents ({len(open_)} open), "
-                  f"{sum(self.recorder.counts.values())} recorded finding(s) and {len(keys)} key(s) to watch from the "
-                  f"run directory; rows that had not reached it (at most {MIN_FLUSH_GAP_S:g} s of them) are lost"),
-                {"previous_pid": (beat or {}).get("pid"), "pid": os.getpid(), "down_s": down,
-                 "workers_rebuilt": len(table), "open_incidents": open_, "keys": len(keys),
-                 "findings_rebuilt": sum(self.recorder.counts.values())}, run_id=run_id)])
-
-        def _watch_owner(self, pid: int) -> None:
-            """The Algorithm's process died without ``algo.stop()`` (SIGKILL, the OOM killer, a
-            crash): Ray ends this hub a moment later (measured: its heartbeat went on ~1.4 s),
-            time enough to flush and write an unclean stop record, so that the run directory
-            says at once how the run ended instead of a silence a reader must interpret."""
-            if not wait_for_exit(pid) or self.closed:
-                return
-            try:
-                self.recorder.close(f"the Algorithm's process (pid {pid}) died without stopping the run (a SIGKILL, "
-                                    f"the OOM killer, a crash); flow1's hub wrote this as it went down", clean=False)
-            except Exception:
-                pass
-
-        def _metrics_loop(self) -> None:
-            while self.metrics is not None and self.metrics.enabled:
-                try:
-                    self.metrics.update(self.monitor.status(), self.recorder.status())
-                except Exception:
-                    pass
-                time.sleep(METRICS_INTERVAL_S)
-
-        def _record(self, events: list[Event]) -> None:
-            self.recorder.add_events([e.to_dict() for e in events])
-
-        # -- the Recorder --------------------------------------------------------------------
-        @ray.method(concurrency_group="recorder")
-        def ingest(self, batch: dict) -> None:
-            """Events from an EnvRunner, with its drop counter."""
-            self.recorder.ingest(batch)
-
-        @ray.method(concurrency_group="recorder")
-        def add_events(self, events: list[dict]) -> int:
-            return self.recorder.add_events(events)
-
-        @ray.method(concurrency_group="recorder")
-        def add_metrics(self, row: dict) -> None:
-            self.recorder.add_metrics(row)
-
-        @ray.method(concurrency_group="recorder")
-        def add_learner_rows(self, rows: list[dict]) -> None:
-            self.recorder.add_learner_rows(rows)
-
-        @ray.method(concurrency_group="recorder")
-        def add_learner_snapshot(self, name: str, snap: dict, max_count: int, max_bytes: int) -> str | None:
-            return self.recorder.add_learner_snapshot(name, snap, max_count, max_bytes)
-
-        @ray.method(concurrency_group="recorder")
-        def add_snapshot(self, snap: dict) -> None:
-            self.recorder.add_snapshot(snap)
-
-        @ray.method(concurrency_group="recorder")
-        def note_dropped(self, source: str, total: int, worker_index: int | None = None) -> None:
-            self.recorder.note_dropped(source, total, worker_index)
-
-        @ray.method(concurrency_group="recorder")
-        def flush(self) -> int:
-            return self.recorder.flush()
-
-        @ray.method(concurrency_group="recorder")
-        def lines_since(self, cursor: int) -> tuple[list[str], int]:
-            return self.recorder.lines_since(cursor)
-
-        @ray.method(concurrency_group="recorder")
-        def status(self) -> dict[str, Any]:
-            return {**self.recorder.status(), "started_at": self.started_at, "pid": os.getpid(),
-                    "node_id": self.monitor.node_id}
-
-        @ray.method(concurrency_group="recorder")
-        def crash_recorded(self, pid: int) -> bool:
-            return self.recorder.crash_recorded(pid)
-
-        @ray.method(concurrency_group="recorder")
-        def close(self) -> dict:
-            self.closed = True
-            return self.recorder.close()
-
-        @ray.method(concurrency_group="recorder")
-        def ping(self) -> bool:
-            return True
-
-        # -- the monitor and the probes ------------------------------------------------------
-        @ray.method(concurrency_group="monitor")
-        def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
-            self.monitor.report(node_id, changes, summary)
-
-        @ray.method(concurrency_group="monitor")
-        def probe_error(self, node_id: str, error: str) -> None:
-            self.monitor.probe_error(node_id, error)
-
-        @ray.method(concurrency_group="monitor")
-        def probe_off(self, node_id: str, error: str) -> None:
-            self.monitor.probe_off(node_id, error)
-
-        @ray.method(concurrency_group="monitor")
-        def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
-            return self.monitor.set_keys(keys, local_prefixes)
-
-        @ray.method(concurrency_group="monitor")
-        def ensure_probes(self) -> int:
-            return self.monitor.ensure_probes()
-
-        @ray.method(concurrency_group="monitor")
-        def wait_probes(self, timeout_s: float) -> int:
-            return self.monitor.wait_probes(timeout_s)
-
-        @ray.method(concurrency_group="monitor")
-        def full_status(self) -> dict:
-            return {**self.monitor.full_status(), "started_at": self.started_at}
-
-        @ray.method(concurrency_group="monitor")
-        def probe_pids(self) -> list[int]:
-            return self.monitor.probe_pids()
-
-        @ray.method(concurrency_group="monitor")
-        def stop_probes(self) -> int:
-            return self.monitor.stop_probes()
-
-        # -- the state clusterer (when it lives here) ---------------------------------------
-        @ray.method(concurrency_group="states")
-        def ingest_states(self, batch: dict) -> None:
-            if self.states is None:
-                return
-            rose = self.states.ingest(batch)
-            if rose is not None:
-                self.recorder.note_dropped(*rose, batch.get("worker_index"))
-
-        @ray.method(concurrency_group="states")
-        def snapshot(self, iteration: int, return_mean: float | None = None) -> bool:
-            return self.states is not None and self.states.snapshot(iteration, return_mean)
-
-        @ray.method(concurrency_group="states")
-        def finish_states(self, iteration: int | None, return_mean: float | None, wait_s: float) -> bool:
-            return self.states is None or self.states.finish(iteration, return_mean, wait_s)
-
-        @ray.method(concurrency_group="states")
-        def states_status(self) -> dict[str, Any]:
-            return self.states.status() if self.states is not None else {}
-
-    return Flow1Hub
+    for group, paths in METHODS.items():
+        for path in paths:
+            fn = _forward(path)
+            setattr(Flow1Hub, fn.__name__, ray.method(concurrency_group=group)(fn))
+    return ray.remote(num_cpus=0, max_restarts=-1, concurrency_groups=CONCURRENCY)(Flow1Hub)

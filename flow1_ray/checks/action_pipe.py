@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from .. import codes as C
-from .env_spec import values_equal
 from .findings import Finding
 from .rule import Rule
 from .spaces import Leaf, bounds_violation
+from .values import values_equal
 
 RULES = (
     Rule("ACTION_OUT_OF_BOUNDS", C.ACTION_PIPE, C.WARN,

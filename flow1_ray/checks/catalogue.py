@@ -25,6 +25,7 @@ from .rule import Rule
 #: ``RULES`` tuple (and optionally ``THRESHOLDS``: families no single rule owns) belongs here.
 RULE_MODULES = (
     "flow1_ray.checks.findings",
+    "flow1_ray.checks.space_contract",
     "flow1_ray.checks.env_spec",
     "flow1_ray.checks.rollout",
     "flow1_ray.checks.multi_agent",

@@ -19,7 +19,7 @@ from gymnasium import spaces
 from .. import codes as C
 from .findings import Finding, advisory
 from .rule import Rule
-from .spaces import Leaf, UnsupportedSpace, leaves
+from .spaces import Leaf
 from .thresholds import Thresholds
 
 
@@ -46,8 +46,6 @@ class StepTiming:
 
 
 RULES = (
-    Rule("SPACE_INVALID", C.ENV_SPEC, C.FAIL,
-         "Discrete n<=0, Box low>high, NaN/infinite bounds where not allowed, not a gymnasium space"),
     Rule("NONDETERMINISTIC_RESET", C.ENV_SPEC, C.WARN, "reset(seed=s) twice gives different observations"),
     Rule("EPISODE_NEVER_ENDS", C.ENV_SPEC, C.WARN,
          "no terminated/truncated within the budget extended {episode_extension_factor}x (at most "
@@ -62,91 +60,6 @@ RULES = (
     Rule("ENV_HUNG", C.ENV_SPEC, C.FAIL,
          "make/reset/step did not return within its timeout (flow1 check), with the env's stack"),
 )
-
-# --- spaces -----------------------------------------------------------------------------
-
-
-def validate_space(space: Any, role: str) -> list[Finding]:
-    """SPACE_INVALID findings for one space; ``role`` is "obs" or "action".
-
-    gymnasium's constructors reject most bad specs, but a space can be built otherwise
-    (bounds computed and written in afterwards, a non-gymnasium object), and an action Box
-    with infinite bounds cannot be squashed or clipped. Every gymnasium space is valid as
-    a type: a Text, Sequence, Graph, OneOf or a package's own Space subclass is judged on
-    its structure (lengths, the spaces inside it), never refused for being unusual.
-    """
-    return _validate(space, role, role)
-
-
-def _validate(space: Any, role: str, root: str) -> list[Finding]:
-    try:
-        lvs = leaves(space, root)
-    except UnsupportedSpace as e:
-        return [Finding(C.SPACE_INVALID, f"{role} space unsupported: {e}", {"role": role, "space": repr(space)})]
-    out: list[Finding] = []
-    for lf in lvs:
-        why = _opaque_problem(lf.space) if lf.opaque else _array_problem(lf.space, role)
-        if why is not None:
-            out.append(Finding(C.SPACE_INVALID, f"{lf.path} {lf.space}: {why[0]}",
-                               {"path": lf.path, "space": repr(lf.space), **why[1]}))
-        for name, inner in _inner_spaces(lf.space) if lf.opaque else ():
-            out.extend(_validate(inner, role, f"{lf.path}.{name}"))
-    return out
-
-
-def _array_problem(sp: spaces.Space, role: str) -> tuple[str, dict] | None:
-    """(why, evidence) when a Box/Discrete/MultiDiscrete/MultiBinary is malformed."""
-    if isinstance(sp, spaces.Discrete) and int(sp.n) <= 0:
-        return f"expected n > 0, actual n={int(sp.n)}", {"n": int(sp.n)}
-    if isinstance(sp, spaces.MultiDiscrete) and np.any(np.asarray(sp.nvec) <= 0):
-        return f"expected every nvec > 0, actual nvec={np.asarray(sp.nvec).tolist()}", {}
-    if isinstance(sp, spaces.MultiBinary) and np.prod(sp.shape) <= 0:
-        return f"expected n > 0, actual shape {sp.shape}", {}
-    if isinstance(sp, spaces.Box):
-        return _box_problem(sp, role)
-    return None
-
-
-def _box_problem(sp: spaces.Box, role: str) -> tuple[str, dict] | None:
-    low, high = np.asarray(sp.low), np.asarray(sp.high)
-    if low.shape != sp.shape or high.shape != sp.shape:
-        return f"expected bounds of shape {sp.shape}, actual low {low.shape} high {high.shape}", {}
-    if not (np.issubdtype(sp.dtype, np.number) or sp.dtype == np.bool_):
-        return f"expected a numeric dtype, actual {sp.dtype}", {}
-    if np.issubdtype(low.dtype, np.floating) and (np.isnan(low).any() or np.isnan(high).any()):
-        return f"expected real bounds, actual {int(np.isnan(low).sum() + np.isnan(high).sum())} NaN bound(s)", {}
-    if np.any(low > high):
-        idx = int(np.flatnonzero((low > high).ravel())[0])
-        return (f"expected low <= high, actual low {low.ravel()[idx]} > high {high.ravel()[idx]} at index {idx}",
-                {"index": idx, "low": low.ravel()[idx], "high": high.ravel()[idx]})
-    if role == "action" and not (np.isfinite(low).all() and np.isfinite(high).all()):
-        return ("expected finite action bounds, actual infinite: an unbounded action cannot be clipped "
-                "or squashed (RLlib's normalize_actions/clip_actions need them)", {})
-    return None
-
-
-def _opaque_problem(sp: spaces.Space) -> tuple[str, dict] | None:
-    """(why, evidence) when a non-array space is malformed (only Text has numbers to check)."""
-    if isinstance(sp, spaces.Text):
-        lo, hi = int(sp.min_length), int(sp.max_length)
-        if not 0 <= lo <= hi:
-            return (f"expected 0 <= min_length <= max_length, actual min_length {lo}, max_length {hi}",
-                    {"min_length": lo, "max_length": hi})
-        if not sp.character_set:
-            return "expected a non-empty charset, actual an empty one", {}
-    return None
-
-
-def _inner_spaces(sp: spaces.Space) -> list[tuple[str, Any]]:
-    """The spaces a Sequence, Graph or OneOf is made of (validated like any other)."""
-    if isinstance(sp, spaces.Sequence):
-        return [("feature_space", sp.feature_space)]
-    if isinstance(sp, spaces.Graph):
-        return [(n, s) for n, s in (("node_space", sp.node_space), ("edge_space", sp.edge_space)) if s is not None]
-    if isinstance(sp, spaces.OneOf):
-        return [(f"spaces[{i}]", s) for i, s in enumerate(sp.spaces)]
-    return []
-
 
 # --- per-step values --------------------------------------------------------------------
 
@@ -405,67 +318,6 @@ def never_ends_finding(steps: int, budget: int, stopped_by: str, time_limit: int
                    {"steps": steps, "budget": budget, "stopped_by": stopped_by, "has_time_limit": has_time_limit,
                     "max_episode_steps": time_limit})
 
-
-def values_equal(a: Any, b: Any) -> bool:
-    """Deep equality of two values of any gymnasium space, NaN equal to itself.
-
-    Observations, actions and infos are trees of dicts, tuples (a GraphInstance is one),
-    lists (a Sequence without stacking, RLlib's Repeated), arrays of numbers or of objects,
-    scalars and strings. ``==`` on such a tree raises ("the truth value of an array ... is
-    ambiguous") as soon as an array sits inside a list or a dict, and says NaN != NaN, so a
-    deterministic reset that returns a NaN would read as nondeterministic. This walks the
-    tree instead, and compares the leaves by value (1 == 1.0; NaN == NaN; same shape).
-    """
-    if a is b:
-        return True
-    if isinstance(a, Mapping) or isinstance(b, Mapping):
-        return (isinstance(a, Mapping) and isinstance(b, Mapping) and a.keys() == b.keys()
-                and all(values_equal(a[k], b[k]) for k in a))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return _arrays_equal(a, b)
-    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
-                and all(values_equal(x, y) for x, y in zip(a, b)))
-    if isinstance(a, (str, bytes)) or isinstance(b, (str, bytes)):
-        return type(a) is type(b) and a == b
-    if _is_nan(a) and _is_nan(b):
-        return True
-    try:
-        same = a == b
-        return bool(same) if isinstance(same, (bool, np.bool_)) else bool(np.all(same))
-    except Exception:  # an object whose == raises or answers with something that has no truth value
-        return False
-
-
-def _is_nan(x: Any) -> bool:
-    try:
-        return isinstance(x, (float, complex, np.inexact)) and bool(np.isnan(x))
-    except (TypeError, ValueError):
-        return False
-
-
-def _arrays_equal(a: Any, b: Any) -> bool:
-    """Two values of which at least one is an ndarray: same shape, equal elements (NaN
-    equal to NaN); object arrays (and a list against an array) element by element."""
-    try:
-        x = a if isinstance(a, np.ndarray) else np.asarray(a)
-        y = b if isinstance(b, np.ndarray) else np.asarray(b)
-    except (TypeError, ValueError):  # a ragged list against an array: not equal
-        return False
-    if x.shape != y.shape:
-        return False
-    if x.dtype == object or y.dtype == object:
-        return all(values_equal(p, q) for p, q in zip(x.ravel().tolist() if x.dtype != object else x.ravel(),
-                                                       y.ravel().tolist() if y.dtype != object else y.ravel()))
-    nan_ok = x.dtype.kind in "fc" and y.dtype.kind in "fc"
-    try:
-        return bool(np.array_equal(x, y, equal_nan=nan_ok))
-    except TypeError:  # e.g. strings against numbers
-        return False
-
-
-#: The reset-determinism check's name for it.
-obs_equal = values_equal
 
 
 def crash_finding(call: str, exc: BaseException, step: int, episode: int | None, tail_chars: int = 1500,

@@ -49,6 +49,7 @@ from .findings import Finding, FindingLog
 from .rollout import RolloutChecker
 from .rule import Rule
 from .series import Series
+from .space_contract import validate_space
 from .thresholds import DEFAULT, Thresholds
 
 # The multi-agent contract of RLlib's MultiAgentEnv (new API stack: MultiAgentEpisode.add_env_step).
@@ -160,7 +161,7 @@ def validate_agent_spaces(agents: Collection, obs_spaces: Mapping, act_spaces: M
                                                         f"get_{what}_space({aid!r}), actual None",
                                        {"role": role, "space": None}), aid))
             else:
-                out.extend(tag(f, aid) for f in es.validate_space(space, role))
+                out.extend(tag(f, aid) for f in validate_space(space, role))
     return out
 
 
