@@ -27,18 +27,17 @@ MAX_QUEUED = 8
 def render(job: dict, run_dir: "Location | str") -> Location:
     """Render one heatmap job to ``run_dir / job["path"]`` (a local path or a URI: the PNG
     is drawn into a local temporary file, then written whole)."""
-    from ..clustering.state_action_map import StateActionMap
+    from ..clustering.heatmap import draw_heatmap
 
     counts = np.asarray(job["counts"])
-    m = StateActionMap(np.zeros((counts.shape[0], 0), np.float32), counts, list(job["labels"]),
-                       list(job["verdicts"]), np.asarray(job["failures"]), job.get("backend", ""))
     out = Location(run_dir)
     for part in str(job["path"]).split("/"):
         out = out / part
     fd, tmp = tempfile.mkstemp(suffix=".png", prefix="flow1-heatmap-")
     os.close(fd)
     try:
-        m.heatmap(tmp, title=job.get("title", ""))
+        draw_heatmap(tmp, counts, list(job["labels"]), list(job["verdicts"]),
+                     job.get("title") or f"state cluster x action ({job.get('backend', '')}, {int(counts.sum())} states)")
         out.parent_dir().mkdir()
         out.write_bytes(Path(tmp).read_bytes())
     finally:

@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from .. import codes as C
 from ..checks.spaces import is_image_space
-from ..checks.state_action import OK, StateActionThresholds, cluster_means, verdicts
+from ..checks.state_action import StateActionThresholds, cluster_means, verdicts
 from ..events import Event
 from ..schema import DEFAULT_MODULE_ID
 from .backends import make_backend, resolve_backend
@@ -268,42 +268,11 @@ class StateActionMap:
         return f"a WARN needs {need}"
 
     def heatmap(self, path: str, title: str = "") -> str:
-        """PNG of P(action | cluster): rows clusters (with their visits), columns actions,
-        each non-OK verdict named on the right of its row."""
-        import textwrap
+        """PNG of P(action | cluster) (see :func:`~flow1_ray.clustering.heatmap.draw_heatmap`)."""
+        from .heatmap import draw_heatmap
 
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        k, n = self.counts.shape
-        # fixed margins in inches and one draw (no bbox_inches="tight", which draws twice):
-        # the render runs off the request path, but its CPU is still taken from the node
-        w_in, h_in = min(max(6.0, 3.6 + 0.4 * n), 16), min(max(3.5, 2.4 + 0.22 * k), 22)
-        fig = plt.figure(figsize=(w_in, h_in), dpi=90)
-        left, right_m, top, bottom = 1.0 / w_in, 1.4 / w_in, 0.75 / h_in, (1.35 + (0.35 if n > 8 else 0)) / h_in
-        ax = fig.add_axes((left, bottom, 1 - left - right_m, 1 - top - bottom))
-        im = ax.imshow(self.probs, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
-        ax.set_xticks(range(n), self.action_labels, rotation=90 if n > 8 else 0, fontsize=7)
-        ax.set_yticks(range(k), [f"{i} ({int(v)})" for i, v in enumerate(self.visits)], fontsize=7)
-        ax.set_xlabel("action", fontsize=8)
-        ax.set_ylabel("state cluster (visits)", fontsize=8)
-        colours = {C.CHAOS: "darkorange", C.BLIND_SPOT: "red", C.ERROR_FIXATION: "magenta", C.RARE_STATE: "grey",
-                   "FIXATED": "dimgray"}
-        for i, v in enumerate(self.verdicts):
-            if v != OK:
-                ax.annotate(v, (1.0, i), xycoords=("axes fraction", "data"), xytext=(4, 0),
-                            textcoords="offset points", va="center", fontsize=7, color=colours.get(v, "black"))
-        cax = fig.add_axes((left, 0.35 / h_in, min(0.5, 1 - left - right_m), 0.12 / h_in))
-        fig.colorbar(im, cax=cax, orientation="horizontal")
-        cax.tick_params(labelsize=7)
-        cax.set_xlabel("P(action | cluster)", fontsize=7)
         head = title or f"state cluster x action ({self.backend}, {int(self.visits.sum())} states)"
-        ax.set_title("\n".join(textwrap.wrap(head, int(11 * w_in))), fontsize=8)
-        fig.savefig(path)
-        plt.close(fig)
-        return path
+        return draw_heatmap(path, self.counts, self.action_labels, self.verdicts, head)
 
 
 def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *, n_clusters: int = 30,

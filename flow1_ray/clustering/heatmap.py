@@ -1,0 +1,56 @@
+"""The state-cluster x action heatmap: P(action | cluster) from the counts alone.
+
+The live writer (``actors/heatmaps.py``) and the offline map (``StateActionMap.heatmap``)
+draw with the same function from what a snapshot holds: counts, action labels, verdicts.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Sequence
+
+import numpy as np
+
+from .. import codes as C
+from ..checks.state_action import OK
+
+COLOURS = {C.CHAOS: "darkorange", C.BLIND_SPOT: "red", C.ERROR_FIXATION: "magenta", C.RARE_STATE: "grey",
+           "FIXATED": "dimgray"}
+
+
+def draw_heatmap(path: str, counts: np.ndarray, action_labels: Sequence[str], verdicts: Sequence[str],
+                 title: str) -> str:
+    """PNG at ``path``: rows clusters (with their visits), columns actions, each non-OK verdict
+    named on the right of its row."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    counts = np.asarray(counts)
+    visits = counts.sum(1)
+    probs = counts / np.maximum(visits, 1)[:, None]
+    k, n = counts.shape
+    # fixed margins in inches and one draw (no bbox_inches="tight", which draws twice):
+    # the render runs off the request path, but its CPU is still taken from the node
+    w_in, h_in = min(max(6.0, 3.6 + 0.4 * n), 16), min(max(3.5, 2.4 + 0.22 * k), 22)
+    fig = plt.figure(figsize=(w_in, h_in), dpi=90)
+    left, right_m, top, bottom = 1.0 / w_in, 1.4 / w_in, 0.75 / h_in, (1.35 + (0.35 if n > 8 else 0)) / h_in
+    ax = fig.add_axes((left, bottom, 1 - left - right_m, 1 - top - bottom))
+    im = ax.imshow(probs, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_xticks(range(n), list(action_labels), rotation=90 if n > 8 else 0, fontsize=7)
+    ax.set_yticks(range(k), [f"{i} ({int(v)})" for i, v in enumerate(visits)], fontsize=7)
+    ax.set_xlabel("action", fontsize=8)
+    ax.set_ylabel("state cluster (visits)", fontsize=8)
+    for i, v in enumerate(verdicts):
+        if v != OK:
+            ax.annotate(v, (1.0, i), xycoords=("axes fraction", "data"), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=7, color=COLOURS.get(v, "black"))
+    cax = fig.add_axes((left, 0.35 / h_in, min(0.5, 1 - left - right_m), 0.12 / h_in))
+    fig.colorbar(im, cax=cax, orientation="horizontal")
+    cax.tick_params(labelsize=7)
+    cax.set_xlabel("P(action | cluster)", fontsize=7)
+    ax.set_title("\n".join(textwrap.wrap(title, int(11 * w_in))), fontsize=8)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
