@@ -133,6 +133,8 @@ class Flow1Callbacks(RLlibCallback):
         def cleanup(*args: Any, **kw: Any) -> Any:
             if self._watch is not None:   # RLlib's stop has no timeout: watched (STOP_STALLED)
                 self._watch.on_stop_begin()
+            if self._run is not None:
+                self._run.stopping()
             try:
                 return original_cleanup(*args, **kw)
             finally:

@@ -151,3 +151,18 @@ def test_the_death_rllib_makes_of_an_env_crash_belongs_to_it():
     assert core.died_event(ch, where, {}, crash_recorded=True).status == C.PASS
     # the ENV_CRASHED never reached the Recorder: the death stays the incident's FAIL
     assert core.died_event(ch, where, {}, crash_recorded=False).status == C.FAIL
+
+
+def test_an_actor_leaving_through_its_interpreter_during_algo_stop_has_stopped_not_died():
+    """RLlib ends remote Learners with exit_actor() in algo.stop(): an interpreter exit that,
+    before the stop, would be LEARNER_DIED. A signal during the stop is still a death."""
+    from flow1_ray.actors.incidents import MonitorCore
+
+    core = MonitorCore("r", 3.0, "report")
+    exit_ = {"key": "L", "worker_index": 0, "ts": 1.0, "kind": "died", "pid": 9, "exit": "interpreter exit",
+             "exit_signal": None, "role": "learner"}
+    assert core.graceful(exit_) is exit_   # training: a death
+    core.stopping = True
+    assert core.events_for("n", [exit_]) == [] and core.workers["L"]["status"] == "stopped"
+    killed = {**exit_, "key": "K", "exit": None, "exit_signal": "SIGKILL", "signal_inferred": True}
+    assert core.graceful(killed)["kind"] == "died"

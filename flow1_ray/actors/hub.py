@@ -196,6 +196,7 @@ METHODS = {
                  "recorder.lines_since", "recorder.crash_recorded", "status", "close", "ping"),
     "monitor": ("monitor.report", "monitor.probe_error", "monitor.probe_off", "monitor.set_keys",
                 "monitor.ensure_probes", "monitor.wait_probes", "monitor.probe_pids", "monitor.stop_probes",
+                "monitor.set_stopping",
                 "full_status"),
     "states": ("ingest_states", "snapshot", "finish_states", "states_status"),
 }

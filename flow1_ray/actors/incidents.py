@@ -74,6 +74,16 @@ class MonitorCore:
         self.deaths = 0
         self.stalls = 0
         self.probe_errors: list[str] = []
+        self.stopping = False   # algo.stop() has begun: RLlib ends the Learners and runners
+
+    def graceful(self, ch: dict) -> dict:
+        """During ``algo.stop()`` a process that leaves through its interpreter (RLlib ends
+        remote Learners with ``exit_actor``: Ray's INTENDED_USER_EXIT) has stopped with the
+        run, it has not died; a signal or an exception during the stop is still a death."""
+        if (self.stopping and ch.get("kind") == "died" and not ch.get("exit_signal") and not ch.get("exception")
+                and ch.get("exit") == "interpreter exit"):
+            return {**ch, "kind": "stopped", "exit": "stopped with the run"}
+        return ch
 
     def update(self, node_id: str, ch: dict) -> dict:
         """Apply one transition to the worker table; returns where it happened (event fields).
@@ -101,7 +111,7 @@ class MonitorCore:
         """Update the table and build the events of ``changes`` (deaths with Ray's
         ``details`` by pid, when known)."""
         out = []
-        for ch in changes:
+        for ch in map(self.graceful, changes):
             kind = ch["kind"]
             where = self.update(node_id, ch)
             if kind == "restarted":

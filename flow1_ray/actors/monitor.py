@@ -305,7 +305,7 @@ class MonitorService(MonitorCore):
                                              f"runners are probed again (the NODE_LOST above was a cut, not a loss)",
                                 {"node_id": node_id, "recovered": True}, status=C.PASS, run_id=self.run_id,
                                 node_id=node_id))
-        for ch in changes:   # in the scan's order: a process's start, its death, its successor
+        for ch in map(self.graceful, changes):   # in the scan's order: a start, a death, a successor
             try:
                 if ch["kind"] == "died":   # Ray's exit detail is awaited on the deaths thread
                     self._deaths.put((node_id, ch, self.update(node_id, ch)))
@@ -320,6 +320,11 @@ class MonitorService(MonitorCore):
                 self.contention = None
                 self.off(CONTENTION, "every node", e, "resource contention and memory leaks")
         self._send(events)
+
+    def set_stopping(self) -> bool:
+        """``algo.stop()`` begins (the driver says so before RLlib ends its actors)."""
+        self.stopping = True
+        return True
 
     def probe_error(self, node_id: str, error: str) -> None:
         self.probe_errors.append(f"{node_id[:8]}: {error}")

@@ -150,6 +150,16 @@ class Flow1Run:
         self.hub.set_keys.remote(self.keys, [self.local_prefix])
         self.hub.ensure_probes.remote()
 
+    def stopping(self) -> None:
+        """Tell the monitor that ``algo.stop()`` begins, before RLlib ends the Learners and
+        runners (waited for, at most get_timeout_s: their ends must not read as deaths)."""
+        import ray
+
+        try:
+            ray.get(self.hub.set_stopping.remote(), timeout=self.opts.get_timeout_s)
+        except Exception:
+            pass
+
     def close(self) -> dict:
         """Flush, stop the probes and end the actors; safe to call twice."""
         if self.closed:
