@@ -8,7 +8,7 @@ from gymnasium import spaces
 
 from flow1_ray import Thresholds
 from flow1_ray import codes as C
-from flow1_ray.checks.action_pipe import action_cast_error, check_action_batch, squash_gradient_findings
+from flow1_ray.checks.action_pipe import action_cast_error, check_action_batch
 from flow1_ray.checks.env_spec import membership_error, step_time_findings, validate_space
 from flow1_ray.checks.obs_flow import reset_drift
 from flow1_ray.checks.reward import ReturnTracker, reward_findings, reward_stats
@@ -239,16 +239,6 @@ def test_action_out_of_bounds_before_clipping():
     acts[40:45, 1] = 1.5
     (f,) = check_action_batch(leaf, acts, np.arange(100))
     assert f.code == C.ACTION_OUT_OF_BOUNDS and f.env_step == 40 and f.count == 5
-
-
-def test_squash_gradient_vanishing_risk():
-    low, high = np.array([-1.0, -2.0]), np.array([1.0, 2.0])
-    healthy = np.random.default_rng(0).normal(0, 1, (500, 2))
-    assert squash_gradient_findings(healthy, low, high, TH) == []
-    saturated = healthy.copy()
-    saturated[:, 1] = 6.0 + np.abs(saturated[:, 1])
-    (f,) = squash_gradient_findings(saturated, low, high, TH)
-    assert f.code == C.GRADIENT_VANISHING_RISK and f.evidence["dimension"] == 1
 
 
 def test_thresholds_are_configurable_and_strict():

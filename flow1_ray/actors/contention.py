@@ -88,7 +88,6 @@ class ContentionCore:
         self.where: dict[str, dict] = {}
         self.in_contention = False
         self.leak_reported: set[str] = set()
-        self.contention_events = 0
 
     def observe(self, node_id: str, summary: dict, now: float | None = None) -> list[Event]:
         """One node summary (``workers`` with steps, step_time_ema, rss; ``load``);
@@ -132,7 +131,6 @@ class ContentionCore:
             return []
         self.in_contention = True
         ratio = self.th.contention_ratio
-        self.contention_events += 1
         detail = [{"worker_index": self.where[k]["worker_index"], "baseline_ms": round(self.baseline[k] * 1e3, 3),
                    "current_ms": round(self.current[k] * 1e3, 3),
                    "ratio": round(self.current[k] / self.baseline[k], 2)} for k in slow]

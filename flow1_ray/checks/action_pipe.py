@@ -1,8 +1,8 @@
 """ACTION_PIPE checks: does the policy's intent reach ``env.step`` intact?
 
-Three questions: are the actions inside the space before clipping, does their dtype,
+Two questions: are the actions inside the space before clipping, and does their dtype,
 shape or value change on the way to the env (a wrapper that casts float32 to float64, a
-rescaling nobody meant), and can a gradient still flow through the squashing?
+rescaling nobody meant)?
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from .. import codes as C
 from .env_spec import values_equal
 from .findings import Finding
 from .spaces import Leaf, bounds_violation
-from .thresholds import Thresholds
 
 
 def _describe(x: Any) -> str:
@@ -93,33 +92,3 @@ def check_action_batch(leaf: Leaf, batch: np.ndarray, steps: np.ndarray) -> list
                     f"policy (RLlib: normalize_actions / clip_actions)",
                     {"path": leaf.path, "max_excess": excess, "steps_bad": k, "steps_checked": int(batch.shape[0]),
                      "first_step": first}, env_step=first, count=k)]
-
-
-def squash_gradient(raw: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """d(final action)/d(raw output) of ``low + (tanh(raw) + 1) * (high - low) / 2``."""
-    t = np.tanh(np.asarray(raw, dtype=np.float64))
-    return (1.0 - t * t) * (np.asarray(high, dtype=np.float64) - np.asarray(low, dtype=np.float64)) / 2.0
-
-
-def squash_gradient_findings(raw: np.ndarray, low: np.ndarray, high: np.ndarray, th: Thresholds,
-                             path: str = "action") -> list[Finding]:
-    """GRADIENT_VANISHING_RISK: raw policy outputs so deep in tanh's tails that the
-    squashed action no longer moves with them (seed: sigmoid/tanh saturated at |raw| > 5).
-
-    Fires when the median gradient over the batch is below ``squash_grad_min`` for some
-    action dimension: most of the time, that dimension cannot learn.
-    """
-    raw = np.asarray(raw, dtype=np.float64)
-    if raw.size == 0:
-        return []
-    g = squash_gradient(raw.reshape(raw.shape[0], -1), np.ravel(low), np.ravel(high))
-    med = np.median(g, axis=0)
-    d = int(np.argmin(med))
-    if med[d] >= th.squash_grad_min:
-        return []
-    return [Finding(C.GRADIENT_VANISHING_RISK,
-                    f"{path} dimension {d}: median d(action)/d(raw) {med[d]:.2e}, expected >= {th.squash_grad_min:g} "
-                    f"(raw outputs ~{np.median(np.abs(raw.reshape(raw.shape[0], -1)[:, d])):.2f} saturate tanh); "
-                    f"lower the policy's output scale or add an output penalty",
-                    {"path": path, "dimension": d, "median_grad": float(med[d]), "threshold": th.squash_grad_min,
-                     "share_below": float(np.mean(g[:, d] < th.squash_grad_min))})]

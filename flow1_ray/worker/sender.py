@@ -56,10 +56,6 @@ class Sender:
             self.waiting = []
         return bool(ok)
 
-    @property
-    def reachable(self) -> bool:
-        return self._target() is not None
-
     def call(self, payload: dict) -> bool | None:
         """One fire-and-forget ``ingest`` call with ``payload`` plus the source and the drop
         count. None when the target is not reachable yet (the payload is kept by the
