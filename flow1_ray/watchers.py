@@ -21,7 +21,6 @@ from .events import Event
 
 LIVENESS = "liveness"
 PROBE = "probe"
-NODE_CHECK = "node check"
 CONTENTION = "contention"
 CLUSTERER = "clusterer"
 RECORDER = "recorder"

@@ -37,7 +37,6 @@ from .. import codes as C
 from .findings import Finding
 
 OK, FIXATED = "OK", "FIXATED"
-VERDICTS = (OK, FIXATED, C.BLIND_SPOT, C.CHAOS, C.ERROR_FIXATION, C.RARE_STATE)
 
 
 @dataclass(frozen=True)

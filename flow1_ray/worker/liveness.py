@@ -43,8 +43,7 @@ VERSION = 1
 #: magic, version, state, pid, worker_index, written_at, last_progress, steps, busy_since, in_step_since,
 #: step_time_ema (s), rss (bytes)
 HEADER = struct.Struct("<4sHHiiddqdddq")
-HEADER_SIZE = 128
-META_OFFSET = 128
+META_OFFSET = 128   # the header (HEADER.size, 72 bytes) has room to grow up to here
 META_SIZE = 2048
 
 IDLE, BUSY, STOPPED, EXITING = 0, 1, 2, 3

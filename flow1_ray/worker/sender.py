@@ -29,7 +29,6 @@ class Sender:
         self._last_lookup = -LOOKUP_RETRY_S
         self.waiting: list[dict] = []
         self.dropped = 0            # batches (or events that never found the run) dropped
-        self.sent = 0
         self._reported_dropped = 0
 
     @property
@@ -76,5 +75,4 @@ class Sender:
             self._handle = None  # look it up again
             return False
         self._reported_dropped = self.dropped
-        self.sent += 1
         return True
