@@ -17,7 +17,7 @@ FAIL_ACTIONS = ("report", "checkpoint", "stop", "checkpoint+stop")
 class Flow1Options:
     output_dir: str = ""                 # default: $FLOW1_OUTPUT_DIR or ./flow1_runs
     run_id: str = ""                     # default: <UTC time>-<random>
-    heartbeat_interval_s: float = 1.0    # watchdog write period; probes' summary period
+    heartbeat_interval_s: float = 1.0    # probes' summary period; watchdogs write at least this often
     probe_interval_s: float = 0.2        # each node probe reads every lock file this often
     stall_timeout_s: float = 30.0        # a busy runner with no step for this long is stalled
     stall_action: str = "report"         # or "kill": end the stalled process so Ray restarts it

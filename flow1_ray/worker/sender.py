@@ -1,10 +1,11 @@
 """Fire-and-forget sends from an EnvRunner with a bounded number of calls in flight.
 
-The Recorder actor is created with ``max_pending_calls``; Ray enforces it per calling
-process and raises ``PendingCallsLimitExceeded`` on the caller's side when that many calls
-are still queued. The sender then drops the batch and counts it, so a slow Recorder costs
-the runner nothing but the count. Events found before the run is reachable (the first
-samples, or while the Recorder restarts) wait in a small bounded list.
+The run's hub (which holds the Recorder) is created with 3x ``max_pending_calls`` (a
+runner's events and states share it), a StateClusterer of its own with ``max_pending_calls``;
+Ray enforces it per calling process and raises ``PendingCallsLimitExceeded`` on the caller's
+side when that many calls are still queued. The sender then drops the batch and counts it,
+so a slow Recorder costs the runner nothing but the count. Events found before the run is
+reachable (the first samples, or while the Recorder restarts) wait in a small bounded list.
 """
 
 from __future__ import annotations
