@@ -5,8 +5,8 @@ Live, :class:`CurveDiagnosis` takes each iteration's result in ``on_train_result
 per line; its ``config`` entry or a ``params.json`` beside it gives the knobs), so a run made
 without flow1 can be read too. The return is judged once, on the run (REWARD_DROP of
 :mod:`.checks.curves`: one finding for the sampling and the learner side), and smoothed with
-the seed's per-episode EMA (alpha 0.99) for the cross-checks; the rest is per RLModule
-(:mod:`.checks.learner_curves`) and, where flow1 traced the Learner, per layer
+an EMA per episode (alpha ``return_ema_alpha``, 0.99 by default) for the cross-checks; the
+rest is per RLModule (:mod:`.checks.learner_curves`) and, where flow1 traced the Learner, per layer
 (:mod:`.checks.gradients`). No Ray here.
 
 A result file is data, never code: nothing it names is imported (its config's ``env`` may
@@ -39,9 +39,10 @@ FLOW1_KEY = "flow1"
 
 
 class ReturnTrend:
-    """The seed's return EMA (alpha 0.99 per episode: an iteration of k episodes with mean m
-    moves it by ``(1 - alpha**k)`` towards m), and whether it stalled: rose less than
-    ``return_stall_gain`` of its level over ``return_stall_window`` iterations."""
+    """The return's EMA per episode (alpha ``return_ema_alpha``, 0.99 by default: an
+    iteration of k episodes with mean m moves it by ``(1 - alpha**k)`` towards m), and
+    whether it stalled: rose less than ``return_stall_gain`` of its level over
+    ``return_stall_window`` iterations."""
 
     def __init__(self, thresholds: Thresholds = DEFAULT) -> None:
         self.th = thresholds

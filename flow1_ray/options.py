@@ -17,7 +17,7 @@ FAIL_ACTIONS = ("report", "checkpoint", "stop", "checkpoint+stop")
 class Flow1Options:
     output_dir: str = ""                 # default: $FLOW1_OUTPUT_DIR or ./flow1_runs
     run_id: str = ""                     # default: <UTC time>-<random>
-    heartbeat_interval_s: float = 1.0    # watchdog write period; probes' summary period
+    heartbeat_interval_s: float = 1.0    # probes' summary period; watchdogs write at least this often
     probe_interval_s: float = 0.2        # each node probe reads every lock file this often
     stall_timeout_s: float = 30.0        # a busy runner with no step for this long is stalled
     stall_action: str = "report"         # or "kill": end the stalled process so Ray restarts it
@@ -35,7 +35,7 @@ class Flow1Options:
     clusterer_backend: str = "auto"      # "auto" | "cuml" | "torch" | "sklearn"
     clusterer_num_gpus: float | None = None  # None: a 0.1 share of a GPU if one is free, else CPU
     heatmap_every: int = 10              # a snapshot (cluster rows, events, heatmap PNG) every N iterations
-    # the learner side (seed 004 curves; gradients and dormant units on every Learner)
+    # the learner side (the learner curves per RLModule; gradients and dormant units on every Learner)
     learner_tracing: bool = True         # wrap each Learner's compute_gradients (no change to the algorithm)
     grad_every: int = 50                 # trace one update in this many (and at once after a return drop)
     snapshots_max: int = 5               # learner snapshots (batch + per-layer norms) kept per run ...

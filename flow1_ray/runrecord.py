@@ -27,7 +27,6 @@ import os
 import platform
 import socket
 import time
-import traceback
 from datetime import datetime, timezone
 from typing import Any
 
@@ -91,19 +90,6 @@ def write_heartbeat(run_dir: Any, iteration: int | None, **extra: Any) -> None:
 def write_stop(run_dir: Any, iteration: int | None, how: str, clean: bool = True, **extra: Any) -> None:
     (_loc(run_dir) / STOP_JSON).write_text(json.dumps(jsonable(
         {"stopped_at": _iso(), "iteration": iteration, "how": how, "clean": clean, **extra}), indent=1))
-
-
-def write_internal(run_dir: Any, where: str, exc: BaseException) -> str | None:
-    """The traceback of flow1's own failure as ``internal/<time>-<where>.txt``; returns its
-    path relative to the run directory (None when it could not be written)."""
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in where)[:60] or "flow1"
-    name = f"{INTERNAL_DIR}/{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{safe}.txt"
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        (_loc(run_dir) / name).write_text(f"{where}\n{text}")
-        return name
-    except Exception:
-        return None
 
 
 def read_json(run_dir: Any, name: str) -> tuple[dict | None, str | None]:

@@ -34,7 +34,6 @@ RULES = (
 
 LIVENESS = "liveness"
 PROBE = "probe"
-NODE_CHECK = "node check"
 CONTENTION = "contention"
 CLUSTERER = "clusterer"
 RECORDER = "recorder"

@@ -1,9 +1,9 @@
 """KMeans costs: flow1's streaming layer and analyze_state_actions against scikit-learn.
 
 (a) CPU, n=200k, d=32, k=50: the cost per snapshot of the streaming layer (assign + one
-mini-batch step on a new 20k batch) against a full scikit-learn refit per snapshot (what
-the seed does in its forward hook); and analyze_state_actions against a bare scikit-learn
-KMeans fit of the same data (20 Lloyd iterations): the overhead of flow1's own layer.
+mini-batch step on a new 20k batch) against a full scikit-learn refit per snapshot (what a
+refit inside a forward hook, on every batch, costs); and analyze_state_actions against a
+bare scikit-learn KMeans fit of the same data (20 Lloyd iterations): the overhead of flow1's own layer.
 (b) GPU (``--gpu``; needs CUDA): n=1M, d=64, k=256, torch-CUDA against scikit-learn, and
 the time per Lloyd iteration against the FLOP floor 2*n*k*d / peak. Imports no Ray.
 

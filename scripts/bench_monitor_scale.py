@@ -1,7 +1,7 @@
 """How many EnvRunners one monitor and its node probe keep up with, at a 1 s heartbeat.
 
 Simulated EnvRunners: holder processes, each holding the POSIX record locks of many lock
-files and rewriting each file's 64-byte heartbeat header every second, exactly as a real
+files and rewriting each file's 72-byte heartbeat header every second, exactly as a real
 runner's watchdog does. The real hub (the monitor, with this node's probe loop on one of
 its threads) watches them. For
 each size, holders are SIGKILLed one at a time; the figure is the time from the kill until

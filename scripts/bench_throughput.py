@@ -14,8 +14,10 @@ and env streams), trains one untimed warm-up iteration, then is timed by wall cl
 and is stopped before the next arm is built, so that no arm's actors run during another's
 turn. Arms alternate in ABBA order over ``--rounds`` rounds (a drift of the machine
 cancels out); the figures are the median of the per-round ratios flow1 / plain and the
-ratio of totals. RLlib's ``env_runner_sampling_timer`` is an EMA across iterations and is
-not used (see the notes on RLlib 2.60).
+ratio of totals. RLlib's ``env_runner_sampling_timer`` is not used: ``MetricsLogger.log_time``
+reduces it as an EMA across iterations (``reduce="ema"`` in Ray's
+rllib/utils/metrics/metrics_logger.py), so rates computed from it stay dominated by the
+first, slower iterations.
 
     .venv/bin/python scripts/bench_throughput.py [--rounds 3] [--iterations 5] [--preset default|light]
 """

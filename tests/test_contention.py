@@ -56,7 +56,7 @@ def test_a_short_slowdown_is_not_contention():
 
 
 def test_fewer_than_three_workers_is_never_contention():
-    """'1 of 1 workers slower' is that worker, not the node (seed 000: three workers)."""
+    """'1 of 1 workers slower' is that worker, not the node (contention needs three slow workers)."""
     node = Node()
     node.observe({"a": 2.0, "b": 2.0}, 6)
     assert node.observe({"a": 20.0, "b": 20.0}, 30) == []

@@ -51,7 +51,9 @@ def test_recorded_events_hold_no_warn_or_fail(name):
 def test_the_run_return_rule_replayed_is_silent(name):
     rule = RunReturnDrop(window=100)
     found = []
-    for r in _results(name):
+    results = _results(name)
+    assert results, f"{name}: results.jsonl holds no iteration to replay"
+    for r in results:
         f = rule.add(int(r["training_iteration"]), result_number(r, "env_runners", "episode_return_mean"),
                      result_number(r, "env_runners", "num_episodes_lifetime"))
         if f is not None:
@@ -64,8 +66,7 @@ def _snapshots(name: str) -> dict[str, list[dict]]:
     import pyarrow.parquet as pq
 
     path = CORPUS / name / "clusters.parquet"
-    if not path.exists():
-        return {}
+    assert path.is_file(), f"{name}: no clusters.parquet, nothing to replay (record it: scripts/record_healthy.py)"
     by: dict[tuple, list[dict]] = {}
     for r in pq.read_table(path).to_pylist():
         by.setdefault((r.get("module") or "default_policy", r["iteration"], r["snapshot"]), []).append(r)
@@ -83,6 +84,7 @@ def _snapshots(name: str) -> dict[str, list[dict]]:
 def test_the_state_action_rules_replayed_are_silent(name):
     th = StateActionThresholds()
     modules = _snapshots(name)
+    assert modules and all(modules.values()), f"{name}: clusters.parquet holds no snapshot to replay"
     for module, snaps in modules.items():
         history: list[Snapshot] = []
         for i, s in enumerate(snaps):

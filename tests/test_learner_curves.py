@@ -1,4 +1,4 @@
-"""The learner-curve rules (seed 004) on short synthetic runs: each fires on its symptom only
+"""The learner-curve rules on short synthetic runs: each fires on its symptom only
 with its second signal, names a knob computed from the run's config, and stays silent on
 the recorded healthy runs."""
 

@@ -145,6 +145,11 @@ def test_image_env_gets_the_scaling_advisory():
     assert hit.evidence["advisory"] is True and hit.evidence["max_value"] == 255
 
 
+def test_image_min_side_is_the_threshold_that_makes_a_leaf_an_image():
+    report = check_env(zoo.CleanImage, steps=200, thresholds={"image_min_side": 100})  # 84x84 frames
+    assert C.OBS_UNNORMALIZED_IMAGE not in {e.code for e in report.events}
+
+
 def test_never_ends_says_what_was_tried():
     (hit,) = [e for e in check_env(zoo.NeverEnds, steps=1000).events if e.code == C.EPISODE_NEVER_ENDS]
     assert hit.evidence["steps"] == 20000 and hit.evidence["budget"] == 1000

@@ -91,10 +91,11 @@ def _nvml():
 
 
 class ContentionCore:
-    """Seed 000 (3.3): >= 3 workers each stepping > 3x slower than their own baseline is
-    contention. Three refinements make it a claim a user can act on: fewer than
-    ``contention_min_workers`` judged workers is never contention (one slow runner out of
-    one or two is that runner, not the node); the slowdown must also cost at least
+    """The rule: >= 3 workers each stepping > 3x slower than their own baseline is
+    contention (the node, not one runner, is short of CPU, memory or GPU). Three
+    refinements make it a claim a user can act on: fewer than ``contention_min_workers``
+    judged workers is never contention (one slow runner out of one or two is that runner,
+    not the node); the slowdown must also cost at least
     ``contention_floor_ms`` per step (0.05 -> 0.2 ms on a CartPole step is invisible beside
     RLlib's own ~1 ms per step); and it must last ``contention_sustain_s`` (a runner restarting
     beside the others slows them for a few seconds, which is no node-level problem)."""
@@ -111,7 +112,6 @@ class ContentionCore:
         self.where: dict[str, dict] = {}
         self.in_contention = False
         self.leak_reported: set[str] = set()
-        self.contention_events = 0
 
     def observe(self, node_id: str, summary: dict, now: float | None = None) -> list[Event]:
         """One node summary (``workers`` with steps, step_time_ema, rss; ``load``);
@@ -155,7 +155,6 @@ class ContentionCore:
             return []
         self.in_contention = True
         ratio = self.th.contention_ratio
-        self.contention_events += 1
         detail = [{"worker_index": self.where[k]["worker_index"], "baseline_ms": round(self.baseline[k] * 1e3, 3),
                    "current_ms": round(self.current[k] * 1e3, 3),
                    "ratio": round(self.current[k] / self.baseline[k], 2)} for k in slow]

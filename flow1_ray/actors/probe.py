@@ -55,7 +55,6 @@ class Tracked:
     name: str
     pid: int
     meta: dict
-    first_seen: float
     header: Header | None = None
     stalled: bool = False
     killed: bool = False
@@ -132,7 +131,7 @@ class LockScanner:
                 if holder is None and (header is None or header.state == STOPPED):
                     self._remove(name)  # a leftover of a finished process
                     continue
-                t = Tracked(key, name, pid, meta, now, header, stalled=name in self._known_stalled)
+                t = Tracked(key, name, pid, meta, header, stalled=name in self._known_stalled)
                 self._known_stalled.discard(name)
                 self.tracked[name] = t
                 self._keep_open(name, lock_name, dfd)

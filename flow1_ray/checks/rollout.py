@@ -103,8 +103,8 @@ class RolloutChecker:
         self.flush_every = flush_every
         self.log = log if log is not None else FindingLog()
         self.obs_path = obs_path
-        self.obs_leaves = self._leaves(observation_space, obs_path)
-        self.act_leaves = self._leaves(action_space, action_path)
+        self.obs_leaves = self._leaves(observation_space, obs_path, thresholds.image_min_side)
+        self.act_leaves = self._leaves(action_space, action_path, thresholds.image_min_side)
         self._flat_obs = isinstance(observation_space, spaces.Space) and not isinstance(
             observation_space, (spaces.Dict, spaces.Tuple))
         self._flat_act = not isinstance(action_space, (spaces.Dict, spaces.Tuple))
@@ -136,9 +136,9 @@ class RolloutChecker:
         self.cast_checked = 0
 
     @staticmethod
-    def _leaves(space: Any, role: str) -> list[Leaf]:
+    def _leaves(space: Any, role: str, image_min_side: int) -> list[Leaf]:
         try:
-            return leaves(space, role)
+            return leaves(space, role, image_min_side)
         except UnsupportedSpace:
             return []  # validate_space reports it; the values cannot be judged leaf by leaf
 

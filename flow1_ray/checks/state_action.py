@@ -1,6 +1,6 @@
 """STATE_ACTION verdicts: what P(action | state cluster) says about where the agent is lost.
 
-Seed 001, section 3.2: a cluster whose actions are near-uniform is CHAOS (nothing learnt
+A cluster whose actions are near-uniform is CHAOS (nothing learnt
 there); one where no action reaches 0.3 is a BLIND_SPOT; one action above 0.95 is FIXATED,
 and ERROR_FIXATION only when that cluster's states also lead to termination (failure)
 clearly more often than the run's average -- a trained policy is confident almost
@@ -38,7 +38,6 @@ from .findings import Finding
 from .rule import Rule
 
 OK, FIXATED = "OK", "FIXATED"
-VERDICTS = (OK, FIXATED, C.BLIND_SPOT, C.CHAOS, C.ERROR_FIXATION, C.RARE_STATE)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """flow1's streaming layer above the KMeans backends.
 
-The seed refits KMeans inside a forward hook, on the training path, for every batch.
-Here: fit once on a warm-up reservoir; then each new batch of states costs one
+Refitting KMeans inside a forward hook, on the training path, for every batch costs a
+full fit per batch. Here: fit once on a warm-up reservoir; then each new batch of states costs one
 assignment (a matrix product against the centroids) and one mini-batch step of the
 centroids (each moves toward its new points with a per-centroid rate 1/count, Sculley's
 web-scale k-means); a full refit happens only when the assignment inertia per point

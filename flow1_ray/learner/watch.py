@@ -184,7 +184,7 @@ class LearnerWatch:
         return [{c: r.get(c) for c in columns} for r in rows]
 
     def _plateaus(self, result: dict, iteration: int) -> list[str]:
-        """seed 002: snapshot when a module's total loss stops falling (no new low for
+        """Snapshot when a module's total loss stops falling (no new low for
         ``loss_plateau_iters`` iterations); once per module until it falls again."""
         out = []
         for mid, stats in _section(result, "learners").items():

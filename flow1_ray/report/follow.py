@@ -227,11 +227,6 @@ class RunFollower:
 
     # -- what the panel asks ---------------------------------------------------------------
     @property
-    def version(self) -> int:
-        """How many source changes the polls found so far."""
-        return sum(self.stamps.values())
-
-    @property
     def status(self) -> str:
         return C.worst(s for s, n in self.counts.items() if n)
 

@@ -1,6 +1,6 @@
 """What the HTML report and the live panel show, as plain data (no HTML, no plotting).
 
-Both views read a run the way a person reasons about it (seed 002): the result, the cause
+Both views read a run the way a person reasons about it, in four parts: the result, the cause
 (findings with their evidence), the hypothesis to test (knob values computed from the run's
 config, the frame an env raised in, the batches snapshotted), the risk (workers, restarts,
 contention, memory, dropped samples). Strings stay raw here; each renderer escapes them.

@@ -7,8 +7,8 @@
   same :class:`~flow1_ray.checks.rollout.RolloutChecker` that ``flow1 check`` uses, with the
   sub-env's raw values (before the vector env copies and casts them).
 - Sends: once per ``on_sample_end``, and only when there is something new, one
-  fire-and-forget call to the Recorder; more than ``max_pending_calls`` in flight and the
-  batch is dropped and counted (SAMPLES_DROPPED).
+  fire-and-forget call to the run's hub (its Recorder); when the hub's limit of calls in
+  flight (3x ``max_pending_calls``) is reached the batch is dropped and counted (SAMPLES_DROPPED).
 - States: a training runner also thins each sample()'s episodes into (state, action,
   failed) rows for the StateClusterer (:mod:`~flow1_ray.worker.states`), sent at most every
   ``state_send_interval_s`` through a second bounded sender.

@@ -4,7 +4,8 @@ The holder (an EnvRunner process) opens its own lock file once and keeps a POSIX
 lock (``lockf``) on it for its whole life. The kernel drops that lock the instant the
 process dies, however it dies, so the node's probe knows "dead" within one probe period.
 flock would be inherited by any child the env forks and keep a dead runner looking alive
-(notes/liveness.md); record locks are per process, and ``F_GETLK`` names the holder's pid.
+(flock(2): the lock belongs to the open file description, which fork shares); record locks
+are per process and not inherited by fork (fcntl(2)), and ``F_GETLK`` names the holder's pid.
 Only this module opens a runner's own lock file in the runner: a process loses its record
 locks on a file when it closes *any* descriptor of it.
 
@@ -43,8 +44,7 @@ VERSION = 1
 #: magic, version, state, pid, worker_index, written_at, last_progress, steps, busy_since, in_step_since,
 #: step_time_ema (s), rss (bytes)
 HEADER = struct.Struct("<4sHHiiddqdddq")
-HEADER_SIZE = 128
-META_OFFSET = 128
+META_OFFSET = 128   # the header (HEADER.size, 72 bytes) has room to grow up to here
 META_SIZE = 2048
 
 IDLE, BUSY, STOPPED, EXITING = 0, 1, 2, 3

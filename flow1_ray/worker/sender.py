@@ -1,10 +1,11 @@
 """Fire-and-forget sends from an EnvRunner with a bounded number of calls in flight.
 
-The Recorder actor is created with ``max_pending_calls``; Ray enforces it per calling
-process and raises ``PendingCallsLimitExceeded`` on the caller's side when that many calls
-are still queued. The sender then drops the batch and counts it, so a slow Recorder costs
-the runner nothing but the count. Events found before the run is reachable (the first
-samples, or while the Recorder restarts) wait in a small bounded list.
+The run's hub (which holds the Recorder) is created with 3x ``max_pending_calls`` (a
+runner's events and states share it), a StateClusterer of its own with ``max_pending_calls``;
+Ray enforces it per calling process and raises ``PendingCallsLimitExceeded`` on the caller's
+side when that many calls are still queued. The sender then drops the batch and counts it,
+so a slow Recorder costs the runner nothing but the count. Events found before the run is
+reachable (the first samples, or while the Recorder restarts) wait in a small bounded list.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ class Sender:
         self._last_lookup = -LOOKUP_RETRY_S
         self.waiting: list[dict] = []
         self.dropped = 0            # batches (or events that never found the run) dropped
-        self.sent = 0
         self._reported_dropped = 0
 
     @property
@@ -56,10 +56,6 @@ class Sender:
             self.waiting = []
         return bool(ok)
 
-    @property
-    def reachable(self) -> bool:
-        return self._target() is not None
-
     def call(self, payload: dict) -> bool | None:
         """One fire-and-forget ``ingest`` call with ``payload`` plus the source and the drop
         count. None when the target is not reachable yet (the payload is kept by the
@@ -80,5 +76,4 @@ class Sender:
             self._handle = None  # look it up again
             return False
         self._reported_dropped = self.dropped
-        self.sent += 1
         return True
