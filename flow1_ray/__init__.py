@@ -26,7 +26,7 @@ _LAZY = {
     "load_clusters": "store",
     "load_learner": "store",
     "read_table": "reading",
-    "diagnose_curves": "diagnose",
+    "diagnose_curves": "checks.curve_diagnosis",
     "analyze_state_actions": "clustering.state_action_map",
     "StateActionMap": "clustering.state_action_map",
 }

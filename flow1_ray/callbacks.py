@@ -70,9 +70,9 @@ class Flow1Callbacks(RLlibCallback):
                                            "__qualname__": f"{cls.__qualname__}.configured"})
 
     def _start_watch(self, algorithm: Any) -> None:
-        from .actors.run import new_run_id
+        from .driver.run import new_run_id
         from .store import Location, write_events
-        from .watchdog import DriverWatch
+        from .driver.watchdog import DriverWatch
 
         self._run_id = self.OPTIONS.run_id or new_run_id()
         run_dir = Location(self.OPTIONS.resolved_output_dir()) / self._run_id
@@ -96,7 +96,7 @@ class Flow1Callbacks(RLlibCallback):
     # -- EnvRunner side ------------------------------------------------------------------
     @_guarded
     def on_environment_created(self, *, env_runner: Any, env: Any, env_context: Any = None, **kwargs: Any) -> None:
-        from .worker.agent import RunnerAgent
+        from .runner.agent import RunnerAgent
 
         agent = self._agents.get(id(env_runner))
         if agent is None:
@@ -112,15 +112,15 @@ class Flow1Callbacks(RLlibCallback):
     # -- Algorithm side ------------------------------------------------------------------
     @_guarded
     def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
-        from .actors.run import Flow1Run, runner_keys
+        from .driver.run import Flow1Run, runner_keys
         from .learner.liveness import learner_keys
-        from .worker.agent import LOCAL_RUN
+        from .runner.agent import LOCAL_RUN
 
         opts = self.OPTIONS.with_overrides(run_id=self._run_id) if self._run_id else self.OPTIONS
         run = self._run = Flow1Run(opts)
         LOCAL_RUN[str(os.getpid())] = run.run_id
         try:  # the learner side: tracing and liveness on every Learner, the curve rules on the driver
-            from .learner.watch import LearnerWatch
+            from .driver.learner_watch import LearnerWatch
 
             self._learner = LearnerWatch(algorithm, self.OPTIONS, run.run_id)
         except Exception as e:
@@ -197,7 +197,7 @@ class Flow1Callbacks(RLlibCallback):
         """Register new runners and learners, then ask the hub (and a GPU clusterer) for the
         monitor's and the Recorder's status, the new log lines and the clusterer's counts, all
         at once and each within ``t`` seconds; a part that did not answer is said in a line."""
-        from .actors.run import runner_keys
+        from .driver.run import runner_keys
         from .learner.liveness import learner_keys
 
         keys = runner_keys(algorithm) + learner_keys(algorithm)

@@ -98,7 +98,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from .report.render import console, print_events, print_run_report
-    from .report.run import load_run_report
+    from .report.rundir import load_run_report
 
     report = load_run_report(args.run_dir)
     text = None
@@ -138,7 +138,8 @@ def _judged(report: "Any", code: int) -> int:
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from .checks.thresholds import Thresholds
-    from .diagnose import action_space_of, diagnose_curves, not_assessable, read_results
+    from .checks.curve_diagnosis import diagnose_curves
+    from .diagnose import action_space_of, not_assessable, read_results
     from .report.model import Report
     from .report.render import console, print_events, print_gaps, verdict_text
 

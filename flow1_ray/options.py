@@ -43,7 +43,7 @@ class Flow1Options:
     snapshot_max_mb: float = 64.0        # ... and this many MB each
     loss_plateau_iters: int = 10         # a snapshot when a module's total loss made no new low for this long
     on_fail: str = "report"              # "checkpoint" | "stop" | "checkpoint+stop": act on the first FAIL
-    # the driver watchdog (flow1_ray/watchdog.py): a build or a train() that never returns
+    # the driver watchdog (flow1_ray/driver/watchdog.py): a build or a train() that never returns
     driver_watch: bool = True
     startup_timeout_s: float = 15.0      # build_algo() waiting this long on unplaceable actors is named
     driver_stall_factor: float = 5.0     # train() silent for this x the median iteration ...

@@ -53,7 +53,7 @@ REPORT_MD = "report.md"
 
 #: the learner table: one row per module ("module": its curves), per layer ("grad") and per
 #: activation layer ("activation") and iteration; columns a row does not have are null.
-#: Rules add the columns their View charts (flow1_ray.learner.watch.rule_columns).
+#: Rules add the columns their View charts (flow1_ray.driver.learner_watch.rule_columns).
 ENTROPY, ENTROPY_RATIO, MEAN_KL = "entropy", "entropy_ratio", "mean_kl_loss"
 POLICY_LOSS, VF_LOSS, TOTAL_LOSS = "policy_loss", "vf_loss", "total_loss"
 LEARNING_RATE = "default_optimizer_learning_rate"

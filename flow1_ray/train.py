@@ -60,7 +60,7 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
 
     from .callbacks import Flow1Callbacks
     from .report.render import console, print_run_report
-    from .report.run import load_run_report
+    from .report.rundir import load_run_report
 
     con = console()
     logging.getLogger("ray").setLevel(logging.ERROR)

@@ -57,7 +57,7 @@ def job(out_dir: str, iterations: int) -> None:
 def trial(seed: int, kill_after: int = 3) -> dict:
     """One driver, killed a random share of an iteration after ``kill_after``."""
     from flow1_ray import load_events, load_metrics
-    from flow1_ray.report.run import load_run_report
+    from flow1_ray.report.rundir import load_run_report
 
     out = tempfile.mkdtemp(prefix="f1kill-")
     proc = subprocess.Popen([sys.executable, __file__, "--job", out], stdout=subprocess.PIPE, text=True,

@@ -27,7 +27,7 @@ from flow1_ray.actors.recorder import RecorderCore
 from flow1_ray.events import Event
 from flow1_ray.report import follow
 from flow1_ray.report.follow import RunFollower
-from flow1_ray.report.run import load_run_report
+from flow1_ray.report.rundir import load_run_report
 from flow1_ray.store import load_metrics
 
 

@@ -25,7 +25,7 @@ if __name__ == "__main__":
     import flow1_ray.report.html  # noqa: F401
     import flow1_ray.report.panel  # noqa: F401
     import flow1_ray.report.render  # noqa: F401
-    import flow1_ray.report.run  # noqa: F401
+    import flow1_ray.report.rundir  # noqa: F401
 
     os.setgroups([])
     os.setgid(uid)

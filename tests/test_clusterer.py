@@ -171,8 +171,8 @@ def test_new_fixation_without_return_gain_and_clusters_matched_across_a_refit():
 def test_sampler_takes_rows_from_real_rllib_episodes():
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    from flow1_ray.worker.sender import Sender
-    from flow1_ray.worker.states import StateSampler
+    from flow1_ray.runner.sender import Sender
+    from flow1_ray.runner.states import StateSampler
 
     sender = Sender("runner/states", lambda: None, 1)  # the clusterer not reachable yet
     obs_space, act_space = spaces.Box(-1, 1, (3,)), spaces.Discrete(2)
@@ -306,7 +306,7 @@ def test_a_converged_run_with_a_few_boundary_clusters_is_silent():
 
 
 def test_epsilon_greedy_policy_stats():
-    from flow1_ray.worker.states import epsilon_greedy_stats
+    from flow1_ray.runner.states import epsilon_greedy_stats
 
     h, top = epsilon_greedy_stats(1.0, 2)
     assert abs(h - 1.0) < 1e-6 and abs(top - 0.5) < 1e-6          # random by design
@@ -322,8 +322,8 @@ def test_sampler_splits_multi_agent_episodes_per_module():
     from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
     from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
 
-    from flow1_ray.worker.sender import Sender
-    from flow1_ray.worker.states import StateSampler
+    from flow1_ray.runner.sender import Sender
+    from flow1_ray.runner.states import StateSampler
 
     cfg = (PPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2})
            .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, *a, **k: f"p{aid}"))

@@ -55,7 +55,7 @@ def test_bad_state_action_options(opts, match):
 
 
 def test_clusterer_gpu_share_follows_the_option():
-    from flow1_ray.actors.run import clusterer_gpus
+    from flow1_ray.driver.run import clusterer_gpus
     from flow1_ray.options import Flow1Options
 
     assert clusterer_gpus(Flow1Options(clusterer_num_gpus=0.5)) == 0.5

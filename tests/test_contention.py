@@ -97,7 +97,7 @@ def test_node_load_reads_this_machine():
 
 
 def test_stall_event_names_the_innermost_frame_in_both_stack_formats():
-    from flow1_ray.actors.incidents import MonitorCore
+    from flow1_ray.checks.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "kill")
     watchdog = '  File "env.py", line 3, in step\n  File "demo.py", line 9, in _env_step_hangs_here\n'
@@ -114,7 +114,7 @@ def test_stall_event_names_the_innermost_frame_in_both_stack_formats():
 
 def test_one_incident_one_finding_for_a_stall_flow1_killed():
     """WORKER_STALLED is the incident; flow1's own kill and Ray's restart belong to it."""
-    from flow1_ray.actors.incidents import MonitorCore
+    from flow1_ray.checks.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "kill")
     base = {"key": "k", "worker_index": 1, "ts": 1.0}
@@ -128,7 +128,7 @@ def test_one_incident_one_finding_for_a_stall_flow1_killed():
 
 
 def test_a_death_is_a_fail_and_an_unexplained_restart_a_warn():
-    from flow1_ray.actors.incidents import MonitorCore
+    from flow1_ray.checks.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "report")
     base = {"key": "k", "worker_index": 1, "ts": 1.0}
@@ -142,7 +142,7 @@ def test_a_death_is_a_fail_and_an_unexplained_restart_a_warn():
 
 
 def test_the_death_rllib_makes_of_an_env_crash_belongs_to_it():
-    from flow1_ray.actors.incidents import MonitorCore
+    from flow1_ray.checks.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "report")
     ch = {"key": "k", "worker_index": 1, "ts": 1.0, "kind": "died", "pid": 7, "exit": "exit code 1",
@@ -156,7 +156,7 @@ def test_the_death_rllib_makes_of_an_env_crash_belongs_to_it():
 def test_an_actor_leaving_through_its_interpreter_during_algo_stop_has_stopped_not_died():
     """RLlib ends remote Learners with exit_actor() in algo.stop(): an interpreter exit that,
     before the stop, would be LEARNER_DIED. A signal during the stop is still a death."""
-    from flow1_ray.actors.incidents import MonitorCore
+    from flow1_ray.checks.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "report")
     exit_ = {"key": "L", "worker_index": 0, "ts": 1.0, "kind": "died", "pid": 9, "exit": "interpreter exit",

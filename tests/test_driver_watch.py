@@ -15,7 +15,7 @@ import pytest
 
 from flow1_ray import codes as C
 from flow1_ray import load_events
-from flow1_ray.watchdog import config_needs, explain_pending
+from flow1_ray.driver.watchdog import config_needs, explain_pending
 
 TESTS = Path(__file__).resolve().parent
 

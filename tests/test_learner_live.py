@@ -131,7 +131,7 @@ def test_a_healthy_run_traced_in_a_learner_actor_is_silent(ray_session, tmp_path
     assert 0.5 < mine["default_policy"]["entropy_ratio"] <= 1.0 and mine["return_ema"] > 0
     kinds = {r["kind"] for r in load_learner(run_dir).to_pylist()}
     assert kinds == {"module", "grad", "activation"}
-    from flow1_ray.report.run import load_run_report   # flow1 report reads it back, no Ray
+    from flow1_ray.report.rundir import load_run_report   # flow1 report reads it back, no Ray
 
     summary = load_run_report(run_dir).summary["learner"]
     assert summary["modules"]["default_policy"]["iteration"] == 5 and len(summary["snapshots"]) == len(snaps)

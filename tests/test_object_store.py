@@ -46,7 +46,7 @@ def test_a_location_keeps_the_uri_options_and_joins_the_path():
 
 def test_events_and_a_report_round_trip_through_s3(s3_uri):
     from flow1_ray.report.model import Report
-    from flow1_ray.report.run import load_run_report
+    from flow1_ray.report.rundir import load_run_report
 
     run = _under(s3_uri, "offline-1")
     ev = Event(C.REWARD_NAN, "reward nan at step 3", {"step": 3})

@@ -18,7 +18,7 @@ from flow1_ray.actors.recorder import RecorderCore
 from flow1_ray.events import Event
 from flow1_ray.report.html import render_html
 from flow1_ray.report.model import NOT_JUDGED
-from flow1_ray.report.run import load_run_report
+from flow1_ray.report.rundir import load_run_report
 from flow1_ray.store import HEATMAPS_DIR
 
 EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'

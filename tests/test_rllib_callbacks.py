@@ -307,7 +307,7 @@ def test_state_clusterer_writes_heatmaps_and_cluster_rows(ray_session, tmp_path)
     snaps = [e for e in load_events(run_dir).to_pylist() if e["code"] == C.STATE_SNAPSHOT]
     assert len(snaps) == len(snapshots)
     assert all(e["module"] == C.STATE_ACTION and "heatmaps/iter_" in e["message"] for e in snaps)
-    from flow1_ray.report.run import load_run_report
+    from flow1_ray.report.rundir import load_run_report
 
     report = load_run_report(run_dir)
     sa = report.summary["state_actions"]

@@ -22,7 +22,7 @@ import pytest
 
 from flow1_ray import codes as C
 from flow1_ray import load_metrics
-from flow1_ray.report.run import load_run_report
+from flow1_ray.report.rundir import load_run_report
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

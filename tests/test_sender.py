@@ -9,7 +9,7 @@ import pytest
 
 from flow1_ray import codes as C
 from flow1_ray.events import Event
-from flow1_ray.worker.sender import Sender
+from flow1_ray.runner.sender import Sender
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 
 from flow1_ray import codes as C
 from flow1_ray import diagnose_curves
-from flow1_ray.learner.watch import rule_columns
+from flow1_ray.driver.learner_watch import rule_columns
 
 CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
 PPO = {"lr": 5e-5, "entropy_coeff": 0.0, "num_epochs": 30, "clip_param": 0.3, "vf_clip_param": 10.0,

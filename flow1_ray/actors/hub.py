@@ -23,7 +23,7 @@ from typing import Any
 from .. import codes as C
 from .. import schema as S
 from ..events import Event
-from ..metrics import METRICS_INTERVAL_S, make_run_metrics
+from ..actors.prometheus import METRICS_INTERVAL_S, make_run_metrics
 from .clusterer import StatesService, limit_threads
 from .monitor import MonitorService
 from .recorder import MIN_FLUSH_GAP_S, RecorderService

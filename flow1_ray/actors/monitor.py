@@ -19,7 +19,7 @@ from .. import codes as C
 from .. import schema as S
 from ..events import Event
 from ..watchers import CONTENTION, PROBE, error_line, watcher_off
-from .incidents import MonitorCore, _who
+from ..checks.incidents import MonitorCore, _who
 from .nodes import NodeWatch
 
 GCS_LOOKUP_TRIES = 5

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import schema as S
-from ..worker.liveness import BUSY, EXITING, STOPPED, Header, probe_fd, probe_lock, read_head, read_lock, read_tail
-from ..worker.lockdir import SUFFIXES, job_lock_dir, sweep_stale
+from ..runner.liveness import BUSY, EXITING, STOPPED, Header, probe_fd, probe_lock, read_head, read_lock, read_tail
+from ..runner.lockdir import SUFFIXES, job_lock_dir, sweep_stale
 
 #: A runner key is the lock name without its ``.<pid>`` suffix: the actor id of a remote
 #: runner (it survives Ray's restarts) or ``local-<pid>-<kind><index>``.

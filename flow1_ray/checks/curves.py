@@ -7,7 +7,7 @@ finished run's results offline.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 
 def finite(v: Any) -> float | None:
@@ -29,3 +29,23 @@ def result_number(result: dict, *path: str) -> float | None:
             if v is None:
                 return None
     return finite(v)
+
+
+def result_section(result: Mapping, key: str) -> dict:
+    """``result[key]`` as a nested dict, also when Tune flattened it to ``key/a/b`` keys."""
+    v = result.get(key)
+    if isinstance(v, Mapping):
+        return dict(v)
+    prefix = key + "/"
+    out: dict = {}
+    for k, val in result.items():
+        if isinstance(k, str) and k.startswith(prefix):
+            parts = k[len(prefix):].split("/")
+            d = out
+            for part in parts[:-1]:
+                d = d.setdefault(part, {})
+                if not isinstance(d, dict):
+                    break
+            else:
+                d[parts[-1]] = val
+    return out

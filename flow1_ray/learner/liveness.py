@@ -1,5 +1,5 @@
 """Lock-file liveness for Learner actors (``num_learners >= 1``): the EnvRunners' mechanism
-(:mod:`flow1_ray.worker.liveness`), so a dead Learner is LEARNER_DIED within a probe
+(:mod:`flow1_ray.runner.liveness`), so a dead Learner is LEARNER_DIED within a probe
 period and a hung one LEARNER_STALLED with its stack.
 
 A Learner is *busy* from ``before_gradient_based_update`` to ``after_gradient_based_update``
@@ -7,7 +7,7 @@ A Learner is *busy* from ``before_gradient_based_update`` to ``after_gradient_ba
 every algorithm) and makes *progress* at each ``compute_gradients``; busy with no progress
 for ``stall_timeout_s`` is a stall (a stuck collective, a loss that never returns). Between
 updates it is idle, however long the EnvRunners take. Installed with the tracing through
-``foreach_learner`` (:mod:`flow1_ray.learner.watch`); a Learner in the driver
+``foreach_learner`` (:mod:`flow1_ray.driver.learner_watch`); a Learner in the driver
 (``num_learners=0``) is the driver's, watched by the driver watchdog instead.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..worker.liveness import WorkerLiveness
-from ..worker.lockdir import job_lock_dir
+from ..runner.liveness import WorkerLiveness
+from ..runner.lockdir import job_lock_dir
 
 ATTR = "_flow1_liveness"
 #: a learner's watchdog writes at least this often (bounds how late a stall's stack is)

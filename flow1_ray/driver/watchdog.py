@@ -30,9 +30,9 @@ import traceback
 from collections import Counter, deque
 from typing import Any, Callable
 
-from . import codes as C
-from .checks.rule import Rule
-from .events import Event
+from .. import codes as C
+from ..checks.rule import Rule
+from ..events import Event
 
 RULES = (
     Rule("STOP_STALLED", C.WORKER, C.WARN, "algo.stop() has not returned for stop_timeout_s, with the driver's stack"),
@@ -183,7 +183,7 @@ class DriverWatch:
                 if not self.failed:
                     self.failed = True
                     try:
-                        from .watchers import DRIVER_WATCH, watcher_off
+                        from ..watchers import DRIVER_WATCH, watcher_off
                         self.emit(watcher_off(DRIVER_WATCH, "the driver", e,
                                               "a build, train() or stop() that never returns"))
                     except Exception:

@@ -21,7 +21,7 @@ from typing import Any
 from ..names import KV_PREFIX, hub_name, kv, local_prefixes_key, states_name
 from ..options import NAMESPACE, Flow1Options
 from ..store import Location
-from .recorder import HEATMAP_DRAIN_S
+from ..actors.recorder import HEATMAP_DRAIN_S
 
 PROBE_START_TIMEOUT_S = 60.0
 
@@ -65,7 +65,7 @@ class Flow1Run:
     def __init__(self, opts: Flow1Options) -> None:
         import ray
 
-        from .hub import make_hub_actor
+        from ..actors.hub import make_hub_actor
 
         self.opts = opts
         self.run_id = opts.run_id or new_run_id()
@@ -92,7 +92,7 @@ class Flow1Run:
         self.states = self.hub if opts.state_actions else None
         self.states_actor = None
         if own_states:
-            from .clusterer import make_clusterer_actor
+            from ..actors.clusterer import make_clusterer_actor
 
             self.states = self.states_actor = make_clusterer_actor().options(
                 name=states_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
@@ -109,7 +109,7 @@ class Flow1Run:
 
     def after_iteration(self, iteration: int, return_mean: float | None) -> None:
         """Ask for a state snapshot every ``heatmap_every`` iterations (fire-and-forget).
-        The run's return is judged with the learner curves (:mod:`flow1_ray.learner.watch`)."""
+        The run's return is judged with the learner curves (:mod:`flow1_ray.driver.learner_watch`)."""
         self.iteration, self.return_mean = iteration, return_mean
         if self.states is not None and iteration - self.snapshot_iteration >= self.opts.heatmap_every:
             import ray

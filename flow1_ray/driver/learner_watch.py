@@ -15,14 +15,15 @@ from typing import Any
 
 from .. import codes as C
 from .. import schema as S
+from ..checks.curve_diagnosis import CurveDiagnosis
 from ..checks.curves import finite as _f
+from ..checks.curves import result_section
 from ..checks.rule import Rule
 from ..checks.thresholds import DEFAULT
-from ..diagnose import CurveDiagnosis, _section
 from ..events import Event
+from ..learner import tracer as T
 from ..options import Flow1Options
 from ..store import Location
-from . import tracer as T
 
 RULES = (
     Rule("LEARNER_SNAPSHOT", C.TRAIN_CURVES, C.PASS,
@@ -163,7 +164,7 @@ class LearnerWatch:
 
     def _rows(self, result: dict, iteration: int) -> list[dict]:
         rows = []
-        learners = _section(result, "learners")
+        learners = result_section(result, "learners")
         for mid, stats in learners.items():
             if mid == S.ALL_MODULES or not isinstance(stats, dict):
                 continue
@@ -187,7 +188,7 @@ class LearnerWatch:
         """Snapshot when a module's total loss stops falling (no new low for
         ``loss_plateau_iters`` iterations); once per module until it falls again."""
         out = []
-        for mid, stats in _section(result, "learners").items():
+        for mid, stats in result_section(result, "learners").items():
             if mid == S.ALL_MODULES or not isinstance(stats, dict):
                 continue
             loss = _f(stats.get("total_loss"))
@@ -249,8 +250,8 @@ class LearnerWatch:
 def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, heartbeat_s: float = 1.0,
                         stall_s: float = 30.0) -> dict:
     """On one Learner: the tracing, and (in a Learner actor) its lock-file liveness."""
+    from ..learner import liveness
     from ..watchers import error_line, traceback_text
-    from . import liveness
 
     status = {**T.install(learner, grad_every, tau), "rank": _rank()}
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .schema import WORKER_STATES
+from ..schema import WORKER_STATES
 
 logger = logging.getLogger("flow1_ray")
 

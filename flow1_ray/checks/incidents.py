@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import codes as C
 from .. import schema as S
-from ..checks.rule import Rule
+from .rule import Rule
 from ..events import Event
 
 RULES = (

@@ -1,6 +1,6 @@
 """What flow1 does inside one EnvRunner: liveness, live contract checks, sends.
 
-- Liveness: a :class:`~flow1_ray.worker.liveness.WorkerLiveness` lock for the runner's
+- Liveness: a :class:`~flow1_ray.runner.liveness.WorkerLiveness` lock for the runner's
   whole life; ``sample()`` is wrapped to mark busy/idle, each sub-env ``step`` to stamp
   progress (two attribute writes) and to catch what the env raises.
 - Contract checks: a share ``sample_rate`` of the episodes is fed, step by step, to the
@@ -10,7 +10,7 @@
   fire-and-forget call to the run's hub (its Recorder); when the hub's limit of calls in
   flight (3x ``max_pending_calls``) is reached the batch is dropped and counted (SAMPLES_DROPPED).
 - States: a training runner also thins each sample()'s episodes into (state, action,
-  failed) rows for the StateClusterer (:mod:`~flow1_ray.worker.states`), sent at most every
+  failed) rows for the StateClusterer (:mod:`~flow1_ray.runner.states`), sent at most every
   ``state_send_interval_s`` through a second bounded sender.
 """
 
