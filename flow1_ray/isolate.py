@@ -51,7 +51,8 @@ from typing import Any
 from . import codes as C
 from .checks.findings import Finding
 from .checks.thresholds import Thresholds
-from .envcheck import Watch, drive
+from .envcheck import drive
+from .envdrive import Watch
 from .errors import Flow1InputError
 from .events import jsonable
 
