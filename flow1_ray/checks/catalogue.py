@@ -28,7 +28,7 @@ RULE_MODULES = (
     "flow1_ray.checks.space_contract",
     "flow1_ray.checks.env_spec",
     "flow1_ray.checks.rollout",
-    "flow1_ray.checks.multi_agent",
+    "flow1_ray.checks.multi_agent_contract",
     "flow1_ray.checks.obs_flow",
     "flow1_ray.checks.action_pipe",
     "flow1_ray.checks.reward",

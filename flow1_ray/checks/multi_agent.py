@@ -46,62 +46,11 @@ from gymnasium import spaces
 from .. import codes as C
 from . import env_spec as es
 from .findings import Finding, FindingLog
+from .multi_agent_contract import ALL, COMMON, NO_ACTION, AgentID, MultiAgentContract, agent_name, done_flag, json_id
 from .rollout import RolloutChecker
-from .rule import Rule
 from .series import Series
 from .space_contract import validate_space
 from .thresholds import DEFAULT, Thresholds
-
-# The multi-agent contract of RLlib's MultiAgentEnv (new API stack: MultiAgentEpisode.add_env_step).
-RULES = (
-    Rule("MA_DICT_INVALID", C.ENV_SPEC, C.FAIL,
-         "a multi-agent reset/step value is not a dict, or is keyed by an id that is not one of the env's "
-         "possible_agents (besides '__all__' in terminateds/truncateds, '__common__' in infos)"),
-    Rule("MA_ALL_DONE_MISSING", C.ENV_SPEC, C.FAIL,
-         "terminateds has no '__all__' key, or every agent of the episode is done while '__all__' stays False"),
-    Rule("MA_AGENT_AFTER_DONE", C.ENV_SPEC, C.FAIL,
-         "an observation, reward or info for an agent after its own terminated/truncated in the same episode"),
-    Rule("MA_REWARD_MISSING", C.ENV_SPEC, C.FAIL, "an agent acted and got its next observation but no reward entry"),
-    Rule("MA_TRUNCATED_WITHOUT_OBS", C.ENV_SPEC, C.FAIL,
-         "an agent acted, then was truncated (its own flag or '__all__') without a last observation"),
-    Rule("MA_REWARD_LOST", C.ENV_SPEC, C.WARN,
-         "a non-zero reward for an agent before its first action of the episode, or under '__all__': RLlib "
-         "credits it to no action"),
-)
-
-AgentID = Any
-ALL = "__all__"
-COMMON = "__common__"
-_NO_ACTION = object()  # an agent's action slot when it has no action waiting for its next observation
-
-
-def agent_name(aid: AgentID) -> str:
-    """How an agent is named in paths and messages: ``agent 1``, ``agent car_0``."""
-    return f"agent {aid}"
-
-
-def _json_id(aid: AgentID) -> Any:
-    return aid if isinstance(aid, (int, str)) else repr(aid)
-
-
-def _flag(value: Any) -> bool:
-    """A done flag as RLlib reads it (truthiness); an unreadable value counts as False."""
-    if value is True or value is False:
-        return value
-    try:
-        return bool(value)
-    except (TypeError, ValueError):
-        return False
-
-
-def _to_float(reward: Any) -> float:
-    if type(reward) is float or type(reward) is int:
-        return reward
-    try:
-        return float(np.asarray(reward, dtype=np.float64).reshape(-1)[0])
-    except (TypeError, ValueError, IndexError):
-        return 0.0
-
 
 # --- per-agent spaces -------------------------------------------------------------------
 
@@ -142,7 +91,7 @@ def tag(finding: Finding, aid: AgentID) -> Finding:
     name = agent_name(aid)
     if f"[{name}]" not in finding.message:
         finding.message = f"{name}: {finding.message}"
-    finding.evidence = {**finding.evidence, "agent": _json_id(aid)}
+    finding.evidence = {**finding.evidence, "agent": json_id(aid)}
     return finding
 
 
@@ -204,12 +153,12 @@ class _Agent:
 
     def __init__(self, rc: RolloutChecker) -> None:
         self.rc = rc
-        self.action: Any = _NO_ACTION
+        self.action: Any = NO_ACTION
         self.reward = 0.0
         self.last_obs: Any = None
 
 
-class MultiAgentRolloutChecker:
+class MultiAgentRolloutChecker(MultiAgentContract):
     """Judges a stream of multi-agent resets and steps: per-agent checks plus the contract.
 
     Same use as :class:`RolloutChecker`: :meth:`on_reset` after each reset, :meth:`on_step`
@@ -269,131 +218,13 @@ class MultiAgentRolloutChecker:
         return [aid for aid in self._to_act if aid in self.act_spaces]
 
     # -- the contract, one check each ------------------------------------------------------
-    def _check_dict(self, field: str, value: Any, step: int) -> dict:
-        """The value as a dict of the keys the env may use; MA_DICT_INVALID for the rest."""
-        if not isinstance(value, dict):
-            self.log.hit(C.MA_DICT_INVALID, field, lambda: (
-                f"{field}: expected a dict keyed by agent id, actual {type(value).__name__} (first at step {step})",
-                {"field": field, "expected": "dict", "actual": type(value).__name__, "first_step": step}),
-                env_step=step)
-            return {}
-        allowed = self._allowed[field]
-        if value.keys() <= allowed:
-            return value
-        bad = [k for k in value if k not in allowed and not (field == "rewards" and k == ALL)]
-        if bad:
-            self.log.hit(C.MA_DICT_INVALID, field, lambda: (
-                f"{field} key {bad[0]!r}: expected one of the env's possible_agents {self.possible_agents[:10]}"
-                f"{_special(field)}, actual {bad[0]!r} (first at step {step})",
-                {"field": field, "unknown_keys": [_json_id(k) for k in bad[:10]],
-                 "possible_agents": [_json_id(a) for a in self.possible_agents[:50]], "first_step": step}),
-                env_step=step)
-        return {k: v for k, v in value.items() if k in allowed or (field == "rewards" and k == ALL)}
-
-    def _check_flags(self, field: str, flags: dict, step: int) -> None:
-        """DONE_NOT_BOOL for any per-agent or ``__all__`` flag that is not a bool."""
-        for k, v in flags.items():
-            if type(v) is not bool and type(v) is not np.bool_:
-                path = f"{field}[{_key_name(k)}]"
-                self.log.hit(C.DONE_NOT_BOOL, f"{field}:{k!r}", lambda: (
-                    f"{path}: expected bool or np.bool_, actual {type(v).__name__} {v!r} (first at step {step})",
-                    {"field": field, "path": path, "actual": type(v).__name__, "first_step": step}), env_step=step)
-
-    def _check_all_key(self, terminateds: dict, step: int) -> None:
-        if ALL not in terminateds:
-            self.log.hit(C.MA_ALL_DONE_MISSING, "missing", lambda: (
-                f"terminateds: expected an '__all__' key, actual keys {_keys(terminateds)} "
-                f"(first at step {step}); RLlib's vector env reads terminateds['__all__'] to reset the env, "
-                f"and the KeyError fails the EnvRunner",
-                {"field": "terminateds", "expected": ALL, "actual_keys": [_json_id(k) for k in terminateds][:10],
-                 "first_step": step}), env_step=step)
-
-    def _check_infos(self, infos: dict, step: int) -> None:
-        for k, v in infos.items():
-            if not isinstance(v, dict):
-                path = f"infos[{_key_name(k)}]"
-                self.log.hit(C.INFO_NOT_DICT, f"infos:{k!r}", lambda: (
-                    f"{path}: expected dict, actual {type(v).__name__} (first at step {step})",
-                    {"path": path, "expected": "dict", "actual": type(v).__name__, "first_step": step}),
-                    env_step=step)
-
-    def _check_after_done(self, values: Iterable[tuple[str, dict]], step: int) -> None:
-        """MA_AGENT_AFTER_DONE: data for an agent whose own episode already ended."""
-        if not self._done:
-            return
-        values = list(values)
-        for aid, (at, how) in self._done.items():
-            fields = [field for field, d in values if aid in d]
-            if fields:
-                got = ", ".join(f"{f}[{agent_name(aid)}]" for f in fields)
-                self.log.hit(C.MA_AGENT_AFTER_DONE, "", lambda: (
-                    f"{agent_name(aid)} got {got} at step {step} after its own {how} at step {at} in the same "
-                    f"episode: expected no observation, reward or info for a done agent, actual {', '.join(fields)}; "
-                    f"RLlib raises MultiAgentEnvError (agent already done but still received data)",
-                    {"agent": _json_id(aid), "fields": fields, "done_step": at, "done": how, "first_step": step}),
-                    env_step=step)
-
-    def _check_reward_missing(self, actions: Mapping, obs: dict, rewards: dict, step: int) -> None:
-        """MA_REWARD_MISSING: an agent acted, got its next observation, and no reward."""
-        for aid in actions:
-            if aid in obs and aid not in rewards and aid not in self._done:
-                self.log.hit(C.MA_REWARD_MISSING, "", lambda: (
-                    f"{agent_name(aid)} acted at step {step} and got its next observation but no reward: expected "
-                    f"a rewards[{agent_name(aid)}] entry, actual keys {_keys(rewards)}; RLlib raises "
-                    f"MultiAgentEnvError (acted and received next obs, but did NOT receive any reward)",
-                    {"agent": _json_id(aid), "reward_keys": [_json_id(k) for k in rewards][:10], "first_step": step}),
-                    env_step=step)
-
-    def _rewards(self, rewards: dict, joined_before: set, step: int) -> dict:
-        """Rewards as floats (REWARD_NOT_SCALAR for the others); MA_REWARD_LOST for
-        non-zero rewards no action of the agent can be credited with."""
-        out = {}
-        for aid, r in rewards.items():
-            if type(r) is not float and type(r) is not int:
-                err = es.reward_type_error(r)
-                if err is not None:
-                    path = f"rewards[{_key_name(aid)}]"
-                    self.log.hit(C.REWARD_NOT_SCALAR, f"rewards:{aid!r}", lambda: (
-                        f"{path}: expected a Python/NumPy real scalar, actual {err} (first at step {step})",
-                        {"path": path, "expected": "real scalar", "actual": err, "first_step": step}), env_step=step)
-            x = out[aid] = _to_float(r)
-            if x != 0.0 and (aid == ALL or aid not in joined_before) and aid not in self._done:
-                why = ("'__all__' is no agent" if aid == ALL else
-                       f"{agent_name(aid)} has not acted yet in this episode")
-                self.log.hit(C.MA_REWARD_LOST, "", lambda: (
-                    f"rewards[{_key_name(aid)}] = {x:.4g} at step {step}: expected rewards only for agents that "
-                    f"acted, actual a reward where {why}; RLlib keeps it out of every agent's episode (no action "
-                    f"is credited with it)", {"agent": _json_id(aid), "reward": x, "first_step": step}),
-                    env_step=step)
-        return out
-
-    def _check_truncated_without_obs(self, aid: AgentID, step: int) -> None:
-        self.log.hit(C.MA_TRUNCATED_WITHOUT_OBS, "", lambda: (
-            f"{agent_name(aid)} acted and was truncated at step {step} without a last observation: expected "
-            f"obs[{agent_name(aid)}] at truncation (own flag or '__all__'), actual none; RLlib raises "
-            f"MultiAgentEnvError (it needs that observation to bootstrap the value)",
-            {"agent": _json_id(aid), "first_step": step}), env_step=step)
-
-    def _check_stranded(self, joined_before: set, done_now: set, step: int) -> bool:
-        """MA_ALL_DONE_MISSING when every agent of the episode is done but ``__all__`` is not
-        True: RLlib's episode ends (all its agents are done), its vector env does not reset."""
-        if not joined_before or not joined_before <= done_now:
-            return False
-        self.log.hit(C.MA_ALL_DONE_MISSING, "stranded", lambda: (
-            f"every agent of the episode is done at step {step} ({_keys(joined_before)}): expected "
-            f"terminateds['__all__'] or truncateds['__all__'] True, actual neither; RLlib's episode ends but its "
-            f"vector env resets only on '__all__', so the next step runs the env past its end",
-            {"agents": [_json_id(a) for a in joined_before][:10], "first_step": step}), env_step=step)
-        return True
-
-    # -- the stream ----------------------------------------------------------------------
     def on_reset(self, obs: Any, info: Any) -> None:
         """After each reset: the reset observation and info dicts."""
         self._joined.clear()
         self._done.clear()
         self._to_act.clear()
         for ag in self.agents.values():
-            ag.action, ag.reward = _NO_ACTION, 0.0
+            ag.action, ag.reward = NO_ACTION, 0.0
         self._ep_len = 0
         step = self.steps
         obs = self._check_dict("obs", obs, step)
@@ -422,12 +253,12 @@ class MultiAgentRolloutChecker:
         obs, rewards, terminateds, truncateds, infos = self._check_step(
             action_dict, obs, rewards, terminateds, truncateds, infos, step)
         joined_before = set(self._joined)
-        all_term, all_trunc = _flag(terminateds.get(ALL)), _flag(truncateds.get(ALL))
-        done_now = set(self._done) | {a for d in (terminateds, truncateds) for a, v in d.items() if _flag(v)}
+        all_term, all_trunc = done_flag(terminateds.get(ALL)), done_flag(truncateds.get(ALL))
+        done_now = set(self._done) | {a for d in (terminateds, truncateds) for a, v in d.items() if done_flag(v)}
         self._act(action_dict, self._rewards(rewards, joined_before, step))
 
         def flags(aid: AgentID) -> tuple[bool, bool]:
-            return _flag(terminateds.get(aid)) or all_term, _flag(truncateds.get(aid)) or all_trunc
+            return done_flag(terminateds.get(aid)) or all_term, done_flag(truncateds.get(aid)) or all_trunc
 
         self._observe(obs, infos, flags, step)
         self._close_without_obs(obs, flags, step)
@@ -461,7 +292,7 @@ class MultiAgentRolloutChecker:
                 ag.action, ag.reward = action, 0.0
         self._to_act.clear()
         for aid, ag in self.agents.items():
-            if ag.action is not _NO_ACTION and aid in rewards:
+            if ag.action is not NO_ACTION and aid in rewards:
                 ag.reward += rewards[aid]
 
     def _observe(self, obs: dict, infos: dict, flags: Callable[[AgentID], tuple[bool, bool]], step: int) -> None:
@@ -473,7 +304,7 @@ class MultiAgentRolloutChecker:
             if ag is None:
                 continue
             term, trunc = flags(aid)
-            if ag.action is not _NO_ACTION:
+            if ag.action is not NO_ACTION:
                 self._complete(aid, ag, o, term, trunc, infos.get(aid), step)
             elif aid not in self._joined and not (term or trunc):  # done at its first obs: never part of it
                 self._join(aid, ag, o, infos.get(aid))
@@ -482,7 +313,7 @@ class MultiAgentRolloutChecker:
         """Agents whose action waits and who are done now without an observation: terminated
         is fine (RLlib repeats the last observation), truncated is MA_TRUNCATED_WITHOUT_OBS."""
         for aid, ag in self.agents.items():
-            if ag.action is _NO_ACTION or aid in obs:
+            if ag.action is NO_ACTION or aid in obs:
                 continue
             term, trunc = flags(aid)
             if trunc:
@@ -493,7 +324,7 @@ class MultiAgentRolloutChecker:
     def _complete(self, aid: AgentID, ag: _Agent, obs: Any, term: bool, trunc: bool, info: Any, step: int) -> None:
         """The agent's step: its waiting action, the rewards since, this observation."""
         ag.rc.on_step(ag.action, obs, ag.reward, term, trunc, info if isinstance(info, dict) else {})
-        ag.action, ag.reward, ag.last_obs = _NO_ACTION, 0.0, obs
+        ag.action, ag.reward, ag.last_obs = NO_ACTION, 0.0, obs
         if term or trunc:
             self._done[aid] = (step, "terminated" if term else "truncated")
         else:
@@ -535,7 +366,7 @@ class MultiAgentRolloutChecker:
         per_agent = {str(aid): ag.rc.summary() for aid, ag in self.agents.items()}
         d = self.durations.values() * 1e3
         env_spec = {
-            "steps": self.steps, "episodes": self.episodes, "agents": [_json_id(a) for a in self.agents],
+            "steps": self.steps, "episodes": self.episodes, "agents": [json_id(a) for a in self.agents],
             "episode_len_mean": self._ep_len_total / self.episodes if self.episodes else None,
             "step_ms_median": float(np.median(d)) if d.size else None,
             "step_ms_p95": float(np.percentile(d, 95)) if d.size else None,
@@ -546,17 +377,3 @@ class MultiAgentRolloutChecker:
         for module in (C.OBS_FLOW, C.ACTION_PIPE, C.REWARD_STATS):
             out[module] = {"agents": {a: s[module] for a, s in per_agent.items()}}
         return out
-
-
-def _keys(keys: Iterable) -> str:
-    """A short, ordered listing of dict keys or agent ids for messages."""
-    names = sorted(map(repr, keys))
-    return "[" + ", ".join(names[:10]) + (", ..." if len(names) > 10 else "") + "]"
-
-
-def _key_name(k: Any) -> str:
-    return repr(k) if k in (ALL, COMMON) else agent_name(k)
-
-
-def _special(field: str) -> str:
-    return {"terminateds": " or '__all__'", "truncateds": " or '__all__'", "infos": " or '__common__'"}.get(field, "")
