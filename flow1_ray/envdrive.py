@@ -5,6 +5,9 @@ each reset and step fed to the rollout checkers, every call the env makes report
 :class:`_Driver` drives a gymnasium env, :class:`_MultiAgentDriver` an RLlib MultiAgentEnv
 (per-agent random actions, one RolloutChecker per agent plus the multi-agent contract);
 :func:`flow1_ray.envcheck.drive` chooses one.
+
+Size (~420 lines): the two drivers share a base class (crash handling, the episode budget,
+the Watch); splitting them apart would split that base.
 """
 
 from __future__ import annotations

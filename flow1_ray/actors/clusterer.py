@@ -7,6 +7,9 @@ streaming KMeans assigns the window's states and takes one mini-batch step (a re
 when the states moved), the clusters are judged, trends are read against the previous
 snapshots, and the cluster rows, events and a heatmap job go to the Recorder, which writes
 them off its own request path. Nothing here is ever on the path of a runner's sample().
+
+Size (~400 lines): the per-module core, the service and its thread, and the GPU actor
+factory; the rules are in checks/state_action.py, the drawing in clustering/heatmap.py.
 """
 
 from __future__ import annotations

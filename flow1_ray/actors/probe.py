@@ -8,6 +8,9 @@ header, and turns what changed into transitions: ``new``, ``restarted``, ``died`
 finds one; otherwise one summary per ``heartbeat_interval_s``: one report per node per
 period, never per worker. The hub's own node is scanned by a loop inside the hub; every
 other node gets a NodeProbe actor.
+
+Size (~450 lines): the scanner, its loop and the NodeProbe actor share the lock-file
+format and the transition kinds; ``scan`` (62 lines) is one pass over a node's files.
 """
 
 from __future__ import annotations

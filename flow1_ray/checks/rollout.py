@@ -11,6 +11,9 @@ batch buffer is judged when it reaches ``batch_max_bytes`` (a 4 MB observation i
 16 steps at a time, still every step), and each series (rewards, step times, reset
 features, returns) is a :class:`~flow1_ray.checks.series.Series` of at most
 ``series_max_bytes``, a uniform sample beyond that.
+
+Size (~430 lines): one class, the single-agent checker with its per-step hot path; its
+rules already live in their own files (env_spec, obs_flow, action_pipe, reward).
 """
 
 from __future__ import annotations
