@@ -143,3 +143,38 @@ def test_the_page_in_chromium_shows_the_run_strings_and_runs_nothing(tmp_path):
         assert_not_blank(screenshot(driver, "report-escaping", tmp_path))
     finally:
         driver.quit()
+
+
+def _gradient_table(page: str) -> list[tuple[str, ...]]:
+    """The rows of the page's "Gradients (last trace)" table: (module, layer, RMS, iteration)."""
+    (table,) = re.findall(r"<h2>Gradients \(last trace\)</h2>\s*<table>(.*?)</table>", page, re.S)
+    return [tuple(re.findall(r"<td>(.*?)</td>", row)) for row in re.findall(r"<tr>(<td>.*?)</tr>", table, re.S)]
+
+
+def test_the_gradient_table_shows_the_last_trace_in_network_order(tmp_path):
+    """Iteration 3 traced, 4 not (the Learner traces one update in grad_every: its rows hold
+    no number): the table shows iteration 3, not 4's empty rows. The rows are written in the
+    order RLlib's result gave (not the network's); layer_index puts them back. A run
+    directory written before layer_index existed: layers by name, numbers as numbers."""
+    network = ["encoder.net.mlp.0", "encoder.net.mlp.2", "encoder.net.mlp.10", "vf.0", "pi.0"]
+    written = ["pi.0", "encoder.net.mlp.10", "vf.0", "encoder.net.mlp.0", "encoder.net.mlp.2"]
+
+    def rows(it: int, traced: bool, indexed: bool) -> list[dict]:
+        return [{"iteration": it, "module_id": mid, "kind": "grad", "layer": layer,
+                 "grad_rms": (0.001 * (1 + network.index(layer)) + it * 1e-5) if traced else None,
+                 **({"layer_index": network.index(layer)} if indexed else {})}
+                for mid in ("p1", "p0") for layer in written]
+
+    for name, indexed in (("new", True), ("old", False)):
+        d = _run_dir(tmp_path / name)
+        rec = RecorderCore(str(d), "run-1", flush_interval_s=3600)
+        for it, traced in ((1, True), (2, False), (3, True), (4, False)):
+            rec.add_learner_rows(rows(it, traced, indexed))
+            rec.flush()
+        rec.close()
+        table = _gradient_table(render_html(load_run_report(d), d))
+        assert {(m, i) for m, _, _, i in table} == {("p0", "3"), ("p1", "3")}, table
+        assert [m for m, *_ in table] == ["p0"] * 5 + ["p1"] * 5 and all(rms != "None" for _, _, rms, _ in table)
+        want = network if indexed else sorted(network[:3], key=network.index) + ["pi.0", "vf.0"]
+        assert [layer for _, layer, _, _ in table[:5]] == want, (name, table)
+        assert table[0][2] == "0.00103"   # 3 significant digits

@@ -65,6 +65,7 @@ class LearnerWatch:
         self.statuses: list[dict] = []          # one per Learner, from the last install
         self.off_said: set[str] = set()         # watchers already said to be off (once each)
         self.pending: list[Event] = []          # WATCHER_OFF found before the first send
+        self.layers: dict[str, dict[str, int]] = {}   # module -> layer -> place in network order
         spaces = self.install()
         self.diagnosis = CurveDiagnosis(config=getattr(algorithm, "config", None), action_space=spaces or None,
                                         thresholds=self.th)
@@ -90,6 +91,7 @@ class LearnerWatch:
             self.status = r.get("status", {})
             self.statuses.append(self.status)
             spaces.update(r.get("spaces", {}))
+            self.layers.update({m: {layer: i for i, layer in enumerate(ls)} for m, ls in r.get("layers", {}).items()})
         self.pending += self._watchers_off()
         return spaces
 
@@ -177,10 +179,13 @@ class LearnerWatch:
                          S.ENTROPY_RATIO: _f(curves.get(S.ENTROPY_RATIO)),
                          **{k: _f(tr.get(k)) for k in (S.GRAD_NORM, S.VF_PI_TRUNK_RATIO, S.VF_PI_HEAD_RATIO)}})
             dormant = tr.get("dormant") or {}
+            order = self.layers.get(str(mid), {})
             for layer, v in (tr.get(S.GRAD_RMS) or {}).items():
-                rows.append({**base, "layer": layer, "kind": S.KIND_GRAD, S.GRAD_RMS: _f(v)})
+                rows.append({**base, "layer": layer, "kind": S.KIND_GRAD, S.GRAD_RMS: _f(v),
+                             S.LAYER_INDEX: order.get(layer)})
             for layer, v in dormant.items():
-                rows.append({**base, "layer": layer, "kind": S.KIND_ACTIVATION, S.DORMANT_SHARE: _f(v)})
+                rows.append({**base, "layer": layer, "kind": S.KIND_ACTIVATION, S.DORMANT_SHARE: _f(v),
+                             S.LAYER_INDEX: order.get(layer)})
         columns = learner_columns()
         return [{c: r.get(c) for c in columns} for r in rows]
 
@@ -258,7 +263,11 @@ def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, 
         liveness.attach(learner, _rank(), heartbeat_s, stall_s)
     except Exception as e:  # liveness is flow1's; the Learner goes on without it (said: WATCHER_OFF)
         status = {**status, "liveness_error": error_line(e), "liveness_traceback": traceback_text(e)}
-    return {"status": status, "spaces": _spaces(learner)}
+    try:
+        layers = T.layer_order(learner)
+    except Exception:   # the rows keep no index; the reports fall back to the layers' names
+        layers = {}
+    return {"status": status, "spaces": _spaces(learner), "layers": layers}
 
 
 def _rank() -> int:

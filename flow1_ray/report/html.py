@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import base64
 import io
+import math
+import re
 from typing import Any
 
 import logging
 
+from .. import schema as S
 from ..events import one_line
 from ..reading import read_file, read_table
 from ..store import LEARNER_DIR, METRICS_DIR, Location
@@ -163,6 +166,35 @@ def _curves(d: Location) -> str | None:
     return _png(fig)
 
 
+def _natural(name: str) -> list:
+    """``mlp.10`` after ``mlp.2``: the numbers in a layer name compared as numbers."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def last_trace(rows: list[dict]) -> list[dict]:
+    """The "grad" rows of each module's last traced iteration, layers in network order.
+
+    Only one update in ``grad_every`` is traced, yet every iteration writes a row per layer
+    (null RMS when not traced): the last iteration with rows is most often one without a
+    trace, so the last one holding a number is taken, per module. Layers come in the
+    module's order (``layer_index``, written since the learner/ table has it); a run
+    directory written before has none, and its layers come by name (numbers as numbers),
+    which for RLlib's default models is their order too."""
+    traced = [r for r in rows if r.get("kind") == S.KIND_GRAD and isinstance(r.get("iteration"), int)
+              and isinstance(r.get("module_id"), str) and isinstance(r.get("layer"), str)
+              and isinstance(r.get(S.GRAD_RMS), (int, float)) and math.isfinite(r[S.GRAD_RMS])]
+    last: dict[str, int] = {}
+    for r in traced:
+        last[r["module_id"]] = max(last.get(r["module_id"], r["iteration"]), r["iteration"])
+    mine = [r for r in traced if r["iteration"] == last[r["module_id"]]]
+
+    def place(r: dict) -> tuple:
+        i = r.get(S.LAYER_INDEX)
+        return (r["module_id"], 0, i, []) if isinstance(i, int) else (r["module_id"], 1, 0, _natural(r["layer"]))
+
+    return [{**r, S.GRAD_RMS: f"{r[S.GRAD_RMS]:.3g}"} for r in sorted(mine, key=place)]
+
+
 def _drawn(what: str, draw: Any, skipped: list[str]) -> str | None:
     """A plot, or None with why it could not be drawn named in ``skipped``: the page is
     written whatever a run's numbers hold."""
@@ -198,10 +230,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
                 continue
             heatmaps.append((name.rsplit("/", 1)[-1], base64.b64encode(png).decode("ascii")))
         curves = _drawn("training curves", lambda: _curves(d), late)
-        grads = [r for r in read_table(d, LEARNER_DIR).table.to_pylist() if r.get("kind") == "grad"
-                 and isinstance(r.get("iteration"), int)]
-        last = max((r["iteration"] for r in grads), default=None)
-        gradients = [r for r in grads if r["iteration"] == last]
+        gradients = last_trace(read_table(d, LEARNER_DIR).table.to_pylist())
         snapshots = (s.get("learner") or {}).get("snapshots", [])
     timeline = _drawn("worker timeline", lambda: _timeline(report), late)
     if late:
