@@ -154,3 +154,59 @@ def test_the_panel_never_writes_into_the_run(tmp_path, cli_env):
         page = urllib.request.urlopen(served.url, timeout=5).read().decode()
         assert "flow1" in page and "//cdn" not in page and "https://" not in page
     assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*")) == before
+
+
+#: the boxes of a Plotly graph's legend, its plot area and each x-axis title, in page pixels
+_BOXES_JS = """
+const g = document.getElementById(arguments[0]);
+if (!g || !g.querySelector('.main-svg')) return {legend: null};
+const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+const legend = g.querySelector('g.legend');
+return {legend: legend ? box(legend) : null, svg: box(g.querySelector('.main-svg')),
+        plot: [...g.querySelectorAll('.cartesianlayer .bg, .nsewdrag')].map(box),
+        titles: [...g.querySelectorAll('g.g-xtitle text, g[class^="g-x"][class$="title"] text')]
+                .filter(t => t.textContent).map(t => [t.textContent, box(t)])};
+"""
+
+
+def _overlap(a: list, b: list) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _timeline_run(run) -> None:
+    """A run with every state of the worker timeline (4 legend entries) over 5 workers and
+    a policy curve (the policy graph's legend): each graph with a legend and an axis title."""
+    rec = _recorder(run)
+    rec.add_events([Event(code, "w", {}, worker_index=w, pid=20 + w) for w, code in (
+        (2, C.WORKER_DIED), (3, C.WORKER_STALLED), (4, C.WORKER_RESTARTED), (5, C.ENV_CRASHED))])
+    rec.add_learner_rows([{"iteration": i, "module_id": mid, "kind": "module", "entropy_ratio": 0.9 - 0.1 * i,
+                           "mean_kl_loss": 0.01} for i in (1, 2, 3) for mid in ("default_policy", "other")])
+    rec.flush()
+
+
+@needs_browser
+@pytest.mark.parametrize("width", [1500, 1100, 900])
+def test_no_legend_of_the_panel_covers_an_axis_title_or_the_plot(tmp_path, cli_env, width):
+    """The legends sit below the x-axis titles, inside the figure: on a wide page (two
+    quadrants a row), a narrower one (legends wrap) and one column."""
+    run = tmp_path / "20260101-000000-aaaaaa"
+    _timeline_run(run)
+    with Served(run, env=cli_env) as served:
+        d = chrome(width=width, height=1700)
+        try:
+            d.get(served.url)
+            for graph in ("timeline-graph", "return-graph", "policy-graph"):
+                got = wait_for(lambda: (b := d.execute_script(_BOXES_JS, graph))["legend"] and b["titles"] and b, 20)
+                assert got, f"{graph}: no legend or axis title drawn"
+                legend = got["legend"]
+                for text, title in got["titles"]:
+                    assert not _overlap(legend, title), f"{graph} at {width}px: the legend {legend} covers " \
+                                                        f"the axis title {text!r} {title}"
+                for plot in got["plot"]:
+                    assert not _overlap(legend, plot), f"{graph} at {width}px: the legend covers the plot"
+                svg = got["svg"]
+                assert svg[0] <= legend[0] and legend[2] <= svg[2] and legend[3] <= svg[3] + 0.5, \
+                    f"{graph} at {width}px: the legend {legend} leaves the figure {svg}"
+            screenshot(d, f"panel-legends-{width}", tmp_path)
+        finally:
+            d.quit()

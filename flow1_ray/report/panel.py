@@ -128,9 +128,20 @@ def _mode(n: int) -> str:
     return "lines+markers" if n <= 120 else "lines"
 
 
+#: pixels the legend row takes below the x-axis title (added to each figure's height)
+LEGEND_PX = 30
+
+
 def _layout(fig: Any, height: int) -> Any:
-    fig.update_layout(height=height, margin={"l": 45, "r": 10, "t": 28, "b": 30}, template="plotly_white",
-                      legend={"orientation": "h", "y": -0.25, "font": {"size": 10}}, uirevision="keep")
+    """The panel's look. The legend is anchored to the figure's bottom edge (container
+    coordinates): Plotly then grows the bottom margin for it and keeps the x-axis title
+    above it, also when the legend wraps. Placed in plot fractions (y=-0.25) it sat a
+    fixed share of the plot's height below the axis, which on a short figure (the worker
+    timeline) is where the axis title is."""
+    fig.update_layout(height=height + LEGEND_PX, margin={"l": 45, "r": 10, "t": 28, "b": 30},
+                      template="plotly_white", uirevision="keep",
+                      legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom",
+                              "font": {"size": 10}})
     return fig
 
 
@@ -294,10 +305,61 @@ def risk_block(f: RunFollower) -> list:
 
 
 # -- the callbacks ------------------------------------------------------------------------------
-#: what the refresh callback returns, in order (make_app's Outputs)
-REFRESH_OUTPUTS = ("run-name", "verdict", "verdict-class", "updated", "result-numbers", "return-graph",
-                   "policy-graph", "policy-wrap", "heatmap", "cause", "hypothesis", "risk", "timeline-graph",
-                   "timeline-wrap", "seen", "result-head")
+#: what the refresh callback returns, in order: name -> (component id, property) it sets
+REFRESH_TARGETS: dict[str, tuple[str, str]] = {
+    "run-name": ("run-name", "children"), "verdict": ("verdict", "children"),
+    "verdict-class": ("verdict", "className"), "updated": ("updated", "children"),
+    "result-numbers": ("result-numbers", "children"), "return-graph": ("return-graph", "figure"),
+    "policy-graph": ("policy-graph", "figure"), "policy-wrap": ("policy-wrap", "style"),
+    "heatmap": ("heatmap", "children"), "cause": ("cause", "children"), "hypothesis": ("hypothesis", "children"),
+    "risk": ("risk", "children"), "timeline-graph": ("timeline-graph", "figure"),
+    "timeline-wrap": ("timeline-wrap", "style"), "seen": ("seen", "data"), "result-head": ("result-head", "children")}
+#: the names of the refresh callback's values, in order (make_app's Outputs)
+REFRESH_OUTPUTS = tuple(REFRESH_TARGETS)
+
+
+def _quadrants(f: RunFollower, changed: Callable[..., bool]) -> dict[str, Any]:
+    """What the sources that changed (``changed(*subs)``) redraw; the rest stays as shown."""
+    from dash import no_update as keep
+
+    ev, mt, ln, hm = changed(EVENTS_DIR), changed(METRICS_DIR), changed(LEARNER_DIR), changed(HEATMAPS_DIR)
+    return {"result-numbers": result_numbers(f) if ev or mt else keep,
+            "return-graph": return_figure(f) if mt else keep,
+            "policy-graph": (policy_figure(f) if f.learner else keep) if ln else keep,
+            "policy-wrap": ({} if f.learner else {"display": "none"}) if ln else keep,
+            "heatmap": heatmap_block(f) if hm else keep,
+            "cause": cause_block(f) if ev else keep,
+            "hypothesis": hypothesis_block(f) if ev or changed(SNAPSHOTS_DIR) else keep,
+            "risk": risk_block(f) if ev or mt else keep,
+            "timeline-graph": (timeline_figure(f) if f.timeline else keep) if ev else keep,
+            "timeline-wrap": ({} if f.timeline else {"display": "none"}) if ev else keep}
+
+
+def _draw(runs: Runs, name: str | None, seen: dict | None) -> tuple:
+    """One tick: poll the run, then each output by :data:`REFRESH_OUTPUTS` (redrawn only
+    where its sources changed since this page last drew them: ``seen``)."""
+    from dash import no_update
+
+    f = runs.get(name)
+    if f is None:
+        return (no_update,) * len(REFRESH_OUTPUTS)
+    f.poll()
+    report = f.report()
+    ago = f"last new data {time.time() - f.last_change:.0f} s ago" if f.last_change else "no data yet"
+    updated = f"live · {ago} · read {dt.datetime.now():%H:%M:%S}"
+    if f.skipped:
+        updated += f" · {len(f.skipped)} item(s) skipped"
+    stamps = {"run": name, **f.stamps}
+    seen = seen if isinstance(seen, dict) and seen.get("run") == name else {}
+
+    def changed(*subs: str) -> bool:
+        return any(stamps.get(k) != seen.get(k) for k in subs) or not seen
+
+    verdict = report.verdict   # with the run's life and what was skipped: redrawn at each tick
+    out = {"run-name": name if not seen else no_update, "verdict": verdict,
+           "verdict-class": f"verdict {verdict_kind(verdict)}", "updated": updated,
+           **_quadrants(f, changed), "seen": stamps, "result-head": verdict_block(report)}
+    return tuple(out[k] for k in REFRESH_OUTPUTS)
 
 
 def panel_callbacks(runs: Runs) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -315,102 +377,67 @@ def panel_callbacks(runs: Runs) -> tuple[Callable[..., Any], Callable[..., Any]]
         return listed if listed != shown else no_update
 
     def _refresh(_n: int | None, name: str | None, seen: dict | None) -> tuple:
-        """Each tick: poll, then redraw what changed. Never raises (a figure that cannot be
-        drawn from what the run holds leaves the page as it was and says so)."""
+        """Never raises: a figure that cannot be drawn from what the run holds leaves the
+        page as it was and says so."""
         try:
-            return _draw(name, seen)
+            return _draw(runs, name, seen)
         except Exception as e:
             log.exception("flow1 serve: drawing %s failed", name)
             out = [no_update] * len(REFRESH_OUTPUTS)
             out[REFRESH_OUTPUTS.index("updated")] = f"not redrawn: {type(e).__name__}: {one_line(e)[:200]}"
             return tuple(out)
 
-    def _draw(name: str | None, seen: dict | None) -> tuple:
-        f = runs.get(name)
-        if f is None:
-            return (no_update,) * len(REFRESH_OUTPUTS)
-        f.poll()
-        report = f.report()
-        ago = f"last new data {time.time() - f.last_change:.0f} s ago" if f.last_change else "no data yet"
-        updated = f"live · {ago} · read {dt.datetime.now():%H:%M:%S}"
-        if f.skipped:
-            updated += f" · {len(f.skipped)} item(s) skipped"
-        stamps = {"run": name, **f.stamps}
-        seen = seen if isinstance(seen, dict) and seen.get("run") == name else {}
-
-        def fresh(*subs: str) -> bool:   # did any of these sources change since this page drew them?
-            return any(stamps.get(k) != seen.get(k) for k in subs) or not seen
-
-        keep = no_update
-        ev, mt, ln, hm = fresh(EVENTS_DIR), fresh(METRICS_DIR), fresh(LEARNER_DIR), fresh(HEATMAPS_DIR)
-        verdict = report.verdict   # with the run's life and what was skipped: redrawn at each tick
-        return (name if not seen else keep,
-                verdict, f"verdict {verdict_kind(verdict)}", updated,
-                result_numbers(f) if ev or mt else keep,
-                return_figure(f) if mt else keep,
-                (policy_figure(f) if f.learner else keep) if ln else keep,
-                ({} if f.learner else {"display": "none"}) if ln else keep,
-                heatmap_block(f) if hm else keep,
-                cause_block(f) if ev else keep,
-                hypothesis_block(f) if ev or fresh(SNAPSHOTS_DIR) else keep,
-                risk_block(f) if ev or mt else keep,
-                (timeline_figure(f) if f.timeline else keep) if ev else keep,
-                ({} if f.timeline else {"display": "none"}) if ev else keep,
-                stamps, verdict_block(report))
-
     return _list_runs, _refresh
 
 
 # -- the app --------------------------------------------------------------------------------------
+GRAPH_CONFIG = {"displaylogo": False, "displayModeBar": False}   # drag to zoom, double-click to reset
+
+
+def _page(runs: Runs) -> Any:
+    """The page, built per load: a reload opens the newest run of an output directory."""
+    from dash import dcc, html
+
+    names = runs.refresh()
+    shown = {} if runs.single else {"display": "none"}
+    return html.Div(id="panel", children=[
+        dcc.Interval(id="tick", interval=POLL_MS),
+        dcc.Store(id="seen"),
+        html.Header([html.H1("flow1"), html.Span(names[0], id="run-name", style=shown),
+                     html.Div(dcc.Dropdown(id="run-picker", options=names, value=names[0], clearable=False),
+                              style={"display": "none"} if runs.single else {}),   # an output dir: pick a run
+                     html.Span("", id="verdict", className="verdict"), html.Span("", id="updated")]),
+        html.Main([
+            html.Section(id="q-result", className="q", children=[
+                html.H2("Result"), html.Div(id="result-head"), html.Div(id="result-numbers", className="nums"),
+                dcc.Graph(id="return-graph", config=GRAPH_CONFIG, style={"height": f"{250 + LEGEND_PX}px"}),
+                html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=GRAPH_CONFIG,
+                                                              style={"height": f"{230 + LEGEND_PX}px"})),
+                html.Div(id="heatmap")]),
+            html.Section(id="q-cause", className="q", children=[html.H2("Cause"), html.Div(id="cause")]),
+            html.Section(id="q-hypothesis", className="q", children=[html.H2("Hypothesis to test"),
+                                                                      html.Div(id="hypothesis")]),
+            html.Section(id="q-risk", className="q", children=[
+                html.H2("Risk"), html.Div(id="risk"),
+                html.Div(id="timeline-wrap", children=dcc.Graph(id="timeline-graph", config=GRAPH_CONFIG))]),
+        ])])
+
+
 def make_app(path: "str | os.PathLike | Location") -> Any:
     """The Dash app of a run directory or an output directory of runs (Flow1InputError when
     ``path`` holds no run)."""
-    from dash import Dash, Input, Output, State, dcc, html
+    from dash import Dash, Input, Output, State
 
     runs = Runs(path)
     app = Dash(__name__, title=esc(f"flow1: {runs.path.name}"), update_title=None, serve_locally=True,
                assets_folder=os.path.join(os.path.dirname(__file__), "no-assets"), assets_ignore=".*",
                index_string=INDEX)
-    graph_config = {"displaylogo": False, "displayModeBar": False}   # drag to zoom, double-click to reset
-
-    def layout() -> Any:
-        """Built per page load: a reload opens the newest run of an output directory."""
-        names = runs.refresh()
-        shown = {} if runs.single else {"display": "none"}
-        return html.Div(id="panel", children=[
-            dcc.Interval(id="tick", interval=POLL_MS),
-            dcc.Store(id="seen"),
-            html.Header([html.H1("flow1"), html.Span(names[0], id="run-name", style=shown),
-                         html.Div(dcc.Dropdown(id="run-picker", options=names, value=names[0], clearable=False),
-                                  style={"display": "none"} if runs.single else {}),   # an output dir: pick a run
-                         html.Span("", id="verdict", className="verdict"), html.Span("", id="updated")]),
-            html.Main([
-                html.Section(id="q-result", className="q", children=[
-                    html.H2("Result"), html.Div(id="result-head"), html.Div(id="result-numbers", className="nums"),
-                    dcc.Graph(id="return-graph", config=graph_config, style={"height": "250px"}),
-                    html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=graph_config,
-                                                                  style={"height": "230px"})),
-                    html.Div(id="heatmap")]),
-                html.Section(id="q-cause", className="q", children=[html.H2("Cause"), html.Div(id="cause")]),
-                html.Section(id="q-hypothesis", className="q", children=[html.H2("Hypothesis to test"),
-                                                                          html.Div(id="hypothesis")]),
-                html.Section(id="q-risk", className="q", children=[
-                    html.H2("Risk"), html.Div(id="risk"),
-                    html.Div(id="timeline-wrap", children=dcc.Graph(id="timeline-graph", config=graph_config))]),
-            ])])
-
-    app.layout = layout
+    app.layout = lambda: _page(runs)
     list_runs, refresh = panel_callbacks(runs)
     app.callback(Output("run-picker", "options"), Input("tick", "n_intervals"),
                  State("run-picker", "options"))(list_runs)
-    app.callback(
-        Output("run-name", "children"), Output("verdict", "children"), Output("verdict", "className"),
-        Output("updated", "children"), Output("result-numbers", "children"), Output("return-graph", "figure"),
-        Output("policy-graph", "figure"), Output("policy-wrap", "style"), Output("heatmap", "children"),
-        Output("cause", "children"), Output("hypothesis", "children"), Output("risk", "children"),
-        Output("timeline-graph", "figure"), Output("timeline-wrap", "style"), Output("seen", "data"),
-        Output("result-head", "children"),
-        Input("tick", "n_intervals"), Input("run-picker", "value"), State("seen", "data"))(refresh)
+    app.callback(*[Output(i, prop) for i, prop in REFRESH_TARGETS.values()],
+                 Input("tick", "n_intervals"), Input("run-picker", "value"), State("seen", "data"))(refresh)
     return app
 
 
