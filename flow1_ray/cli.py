@@ -19,6 +19,9 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: flow1 check's per-call timeouts (seconds); flow1_ray.isolate.DEFAULT_TIMEOUTS, repeated
 #: here so that the parser does not import the checker
 DEFAULT_TIMEOUTS = {"make": 300.0, "reset": 120.0, "step": 60.0}
+#: flow1 check's progress line (stderr): shown once a check has run this long, then every
+#: PROGRESS_EVERY_S seconds (on a terminal: rewritten in place twice a second)
+PROGRESS_AFTER_S, PROGRESS_EVERY_S = 2.0, 10.0
 DEMO_FAULTY = "flow1_ray.demo:faulty_cartpole"
 DEMO_CLEAN = "CartPole-v1"
 
@@ -39,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="JSON object overriding default thresholds (see configs/thresholds.json)")
     c.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL,
                    help="lowest status that makes the exit code 1 (default FAIL)")
+    c.add_argument("--verbose", action="store_true",
+                   help=f"the progress line from the start (else after {PROGRESS_AFTER_S:g} s); the check starts "
+                        f"no Ray: its output is flow1's, and the env's own on stderr")
     for call, what in (("make", "importing module:attr and constructing the env"), ("reset", "one reset()"),
                        ("step", "one step()")):
         c.add_argument(f"--{call}-timeout", type=float, default=DEFAULT_TIMEOUTS[call], metavar="S",
@@ -54,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--stall-timeout", type=float, default=5.0, help="seconds without a step = stalled (default 5)")
     t.add_argument("--learner-gpus", type=float, default=0.0,
                    help="GPUs for one Learner actor (0: the Learner runs in the driver, on CPU)")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--quiet", action="store_true", help="no line per iteration")
+    t.add_argument("--verbose", action="store_true",
+                   help="also show Ray's own output on the terminal (stderr); it always goes to <run dir>/ray.log")
     d = sub.add_parser("diagnose", help="read a finished run's result.json (Tune/RLlib, no flow1 needed) "
                                         "through the learner-curve rules")
     d.add_argument("path", help="a result.json (one RLlib result per line) or the directory holding it")
@@ -88,7 +96,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .train import run_training
 
     report, expected = run_training(args.env, args.iterations, args.env_runners, args.inject, args.output_dir,
-                                    args.stall_timeout, args.quiet, args.learner_gpus)
+                                    args.stall_timeout, args.quiet, args.learner_gpus, args.verbose)
     if expected is None:
         return report.exit_code()
     caught = expected in report.codes()
@@ -197,7 +205,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     """Each env runs in a child process (flow1_ray.isolate): a hang past its timeout, a
     crash or a print of the env cannot take this process, its report or its stdout. Ctrl-C
     stops the child and still writes the partial report (--json, --output-dir), exit 130."""
-    from .envcheck import CheckInterrupted, check_env
     from .report.render import console, print_report
 
     from .checks.thresholds import Thresholds
@@ -212,14 +219,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     human = console(sys.stderr if args.json == "-" else None)
     opts = {"steps": args.steps, "seed": args.seed, "thresholds": th, "isolate": True,
             **{f"{call}_timeout_s": getattr(args, f"{call}_timeout") for call in DEFAULT_TIMEOUTS}}
-    reports: list = []
-    interrupted = False
-    try:
-        for target in ([DEMO_FAULTY, DEMO_CLEAN] if args.demo else [args.env]):
-            reports.append(check_env(target, **opts))
-    except CheckInterrupted as e:
-        reports.append(e.report)
-        interrupted = True
+    reports, interrupted = _checked([DEMO_FAULTY, DEMO_CLEAN] if args.demo else [args.env], opts, args.verbose)
     for i, r in enumerate(reports):
         if i:
             human.print()
@@ -244,6 +244,62 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if interrupted:
         print("flow1: interrupted; the partial report was written", file=sys.stderr)
     return code
+
+
+class _CheckProgress:
+    """``flow1 check``'s progress line on stderr (stdout may be the JSON report): how far a
+    check that takes long is, so that a slow env is not taken for a hung ``flow1``."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.tty = sys.stderr.isatty()
+        self.after = 0.0 if verbose else PROGRESS_AFTER_S
+        self.next = self.after
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, name: str, call: str, steps: int, budget: int, episodes: int, elapsed: float) -> None:
+        from .events import one_line
+
+        if elapsed < self.last:   # the next env of --demo
+            self.next = self.after
+        self.last = elapsed
+        if elapsed < self.next:
+            return
+        line = (f"flow1 check: {one_line(name)}: {steps:,}/{budget:,} steps, {episodes:,} episodes, {elapsed:.0f} s"
+                + ("" if call in ("step", "reset") else f" ({call})"))
+        self.next = elapsed + (0.5 if self.tty else PROGRESS_EVERY_S)
+        sys.stderr.write(f"\r{line}\x1b[K" if self.tty else line + "\n")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        """A rewritten line is taken away before the report prints."""
+        if self.tty and self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        self.shown = False
+
+
+def _checked(targets: list[str], opts: dict, verbose: bool) -> tuple[list, bool]:
+    """Each target's report (the partial one of a Ctrl-C, then no more), with the progress
+    line; True when interrupted."""
+    from . import isolate
+    from .envcheck import CheckInterrupted, check_env
+
+    progress = _CheckProgress(verbose)
+    isolate.progress_listener = progress
+    reports: list = []
+    try:
+        for target in targets:
+            reports.append(check_env(target, **opts))
+            progress.clear()
+    except CheckInterrupted as e:
+        reports.append(e.report)
+        return reports, True
+    finally:
+        isolate.progress_listener = None
+        progress.clear()
+    return reports, False
 
 
 def _slug(name: str) -> str:

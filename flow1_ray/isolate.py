@@ -46,7 +46,7 @@ import traceback
 from dataclasses import replace
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import codes as C
 from .checks.findings import Finding
@@ -65,6 +65,11 @@ STOP_GRACE_S = 3.0      # after SIGUSR2, the child's time to stop, judge and rep
 CLOSE_GRACE_S = 10.0    # after the report, the child's time to close the env and exit
 DUMP_WAIT_S = 2.0       # how long to wait for faulthandler's stack dump
 STACK_CHARS = 4000
+#: told, at each poll, how the check running in this process goes (``flow1 check``'s
+#: progress line): ``listener(name, call, steps, budget, episodes, elapsed_s)``, or None. A
+#: module setting rather than a check_env argument: the line is the command's concern,
+#: not the library's API.
+progress_listener: "Callable[[str, str, int, int, int, float], None] | None" = None
 
 #: what the child is doing, as the shared page says it
 _CALLS = ("checks", "start", "import", "make", "reset", "step", "close")
@@ -339,9 +344,21 @@ class _Supervisor:
         return call if limit and now - self._since > limit else None
 
     # -- the run ---------------------------------------------------------------------------
+    def _tell(self) -> None:
+        """The progress listener, if any (its error never stops a check)."""
+        listener = progress_listener
+        if listener is None:
+            return
+        call, steps, episodes = self._where()
+        try:
+            listener(self.name, call, steps, self.budget, episodes, time.monotonic() - self._t0)
+        except Exception:
+            pass
+
     def run(self) -> tuple[str, list[Finding], dict]:
         while True:
             self._read(POLL_S)
+            self._tell()
             if self.result is not None:
                 return self._outcome()
             if self.ctrl_c.count:
