@@ -135,6 +135,37 @@ def test_a_healthy_run_traced_in_a_learner_actor_is_silent(ray_session, tmp_path
 
     summary = load_run_report(run_dir).summary["learner"]
     assert summary["modules"]["default_policy"]["iteration"] == 5 and len(summary["snapshots"]) == len(snaps)
+    _the_report_shows_the_last_trace_in_network_order(run_dir)
+
+
+def _network_order() -> list[str]:
+    """The layers of PPO's default CartPole module, in the order of its parameters."""
+    import gymnasium as gym
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from flow1_ray.learner.tracer import _layer_of
+
+    spec = PPOConfig().environment("CartPole-v1").get_rl_module_spec(env=gym.make("CartPole-v1"))
+    return list(dict.fromkeys(_layer_of(n) for n, _ in spec.build().named_parameters()))
+
+
+def _the_report_shows_the_last_trace_in_network_order(run_dir: Path) -> None:
+    """The HTML report's gradient table: the last iteration that holds a trace (a number in
+    every row), its layers in the order of the model's parameters; the rows carry that
+    order from the Learner actor (layer_index)."""
+    import re
+
+    from flow1_ray.report.html import render_html
+    from flow1_ray.report.run import load_run_report
+
+    grads = [r for r in load_learner(run_dir).to_pylist() if r["kind"] == "grad"]
+    traced = max(r["iteration"] for r in grads if r["grad_rms"] is not None)
+    page = render_html(load_run_report(run_dir), run_dir)
+    (table,) = re.findall(r"<h2>Gradients \(last trace\)</h2>\s*<table>(.*?)</table>", page, re.S)
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(<td>.*?)</tr>", table, re.S)]
+    assert [layer for _, layer, _, _ in rows] == _network_order(), rows
+    assert {it for *_, it in rows} == {str(traced)} and all(float(rms) >= 0 for _, _, rms, _ in rows), rows
+    assert all(isinstance(r["layer_index"], int) for r in grads), grads[:3]
 
 
 def test_flow1_diagnose_reads_a_plain_tune_result_json(ray_session, tmp_path, cli_env):
