@@ -14,8 +14,9 @@ RLlib's warnings, the actor manager's errors, C++ log lines. They come by four r
   is never lost into the file;
 * Python warnings: flow1's own to the terminal, the others (raised under Ray's and
   RLlib's calls) to the file;
-* loggers that propagate to the root (a library without handlers): to the file; the
-  ``flow1_ray`` logger to the terminal.
+* loggers that propagate to the root (a library without handlers), that Ray left without
+  a handler (logging's last resort) or bound a handler after the change (:meth:`RayLog.adopt`):
+  to the file; the ``flow1_ray`` logger to the terminal.
 
 ``verbose``: the file's bytes are also copied to the terminal's stderr (a pipe and a
 thread), so a user sees Ray's lines as before and the file still has them. Ray's thread
@@ -26,6 +27,7 @@ when they change, Ray's lines reach the terminal again (never flow1's the file),
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -33,7 +35,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterator, TextIO
 
 #: the file in the run directory
 RAY_LOG = "ray.log"
@@ -49,9 +51,11 @@ class Router(io.TextIOBase):
     def __init__(self, term: TextIO, ray: TextIO) -> None:
         super().__init__()
         self.term, self.ray = term, ray
+        self.ray_idents: set[int] = set()   # other threads that speak for Ray for a while (ray.shutdown)
 
     def _to(self) -> TextIO:
-        return self.ray if threading.current_thread().name in RAY_THREADS else self.term
+        t = threading.current_thread()
+        return self.ray if t.name in RAY_THREADS or t.ident in self.ray_idents else self.term
 
     def write(self, text: str) -> int:
         return self._to().write(text)
@@ -64,7 +68,10 @@ class Router(io.TextIOBase):
                 pass
 
     def isatty(self) -> bool:
-        return self.term.isatty()
+        try:
+            return self.term.isatty()
+        except (OSError, ValueError):
+            return False
 
     def fileno(self) -> int:
         return self.term.fileno()
@@ -146,7 +153,7 @@ class RayLog:
         self.term_out, self.term_err = _text(os.dup(self._fds[0])), _text(os.dup(self._fds[1]))
         root, mine = logging.getLogger(), logging.getLogger("flow1_ray")
         self._saved = {"stdout": sys.stdout, "stderr": sys.stderr, "showwarning": warnings.showwarning,
-                       "propagate": mine.propagate}
+                       "propagate": mine.propagate, "last_resort": logging.lastResort}
         self._ray_stream = sys.stderr   # fd 2: the file
         sys.stdout, sys.stderr = Router(self.term_out, sys.stdout), Router(self.term_err, sys.stderr)
         to_file = logging.StreamHandler(self._ray_stream)
@@ -155,7 +162,44 @@ class RayLog:
         for logger, handler in self._handlers:
             logger.addHandler(handler)
         mine.propagate = False
+        # a logger that does not propagate and has no handler (ray.init leaves "ray" so) ends in
+        # logging's last resort, which writes to sys.stderr at the time: the terminal
+        last = logging.StreamHandler(self._ray_stream)
+        last.setLevel(logging.WARNING)
+        last.setFormatter(to_file.formatter)
+        logging.lastResort = last
         warnings.showwarning = self._warning
+
+    def adopt(self) -> int:
+        """Handlers a library added since the streams changed (``StreamHandler()`` binds
+        ``sys.stderr``: a Router, the terminal) write to the file; the ``flow1_ray`` loggers
+        keep theirs. Called after each step that imports or configures more of Ray (its
+        start, the Algorithm's build, an iteration); returns how many it moved."""
+        moved = 0
+        routers = (sys.stdout, sys.stderr)
+        for name, logger in list(logging.root.manager.loggerDict.items()):
+            if not isinstance(logger, logging.Logger) or name.split(".")[0] == "flow1_ray":
+                continue
+            for h in list(logger.handlers):
+                if isinstance(h, logging.StreamHandler) and any(h.stream is r for r in routers):
+                    h.setStream(self._ray_stream)
+                    moved += 1
+        return moved
+
+    @contextlib.contextmanager
+    def ray_speaks(self) -> Iterator[None]:
+        """What this thread prints is Ray's for a while: ``ray.shutdown()`` prints the
+        worker lines it held back (repeated lines counted) from the calling thread."""
+        me = threading.get_ident()
+        for r in (sys.stdout, sys.stderr):
+            if isinstance(r, Router):
+                r.ray_idents.add(me)
+        try:
+            yield
+        finally:
+            for r in (sys.stdout, sys.stderr):
+                if isinstance(r, Router):
+                    r.ray_idents.discard(me)
 
     def _warning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
                  line: str | None = None) -> None:
@@ -171,8 +215,12 @@ class RayLog:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         if self._saved:
+            for router, saved in ((sys.stdout, self._saved["stdout"]), (sys.stderr, self._saved["stderr"])):
+                if isinstance(router, Router):   # a library that kept it (colorama) writes where it was
+                    router.term = router.ray = saved
             sys.stdout, sys.stderr = self._saved["stdout"], self._saved["stderr"]
             warnings.showwarning = self._saved["showwarning"]
+            logging.lastResort = self._saved["last_resort"]
             logging.getLogger("flow1_ray").propagate = self._saved["propagate"]
             for logger, handler in self._handlers:
                 logger.removeHandler(handler)

@@ -85,18 +85,21 @@ def iteration_line(i: int, n: int, result: dict, t0: float) -> str:
     f = result.get("flow1", {})
     w, ev = f.get("worker", {}), f.get("events", {})
     ret = result.get("env_runners", {}).get("episode_return_mean", float("nan"))
-    return (f"iter {i}/{n}  steps {result.get('num_env_steps_sampled_lifetime', 0):,}  return {float(ret):6.1f}  "
+    steps = result.get("num_env_steps_sampled_lifetime", 0)
+    steps = int(steps) if isinstance(steps, (int, float)) and steps == steps else 0
+    return (f"iter {i}/{n}  steps {steps:,}  return {float(ret):6.1f}  "
             f"workers alive {w.get('alive', 0)} dead {w.get('dead', 0)} stalled {w.get('stalled', 0)}  "
             f"FAIL {ev.get(C.FAIL, 0)} WARN {ev.get(C.WARN, 0)}  {time.monotonic() - t0:.0f} s")
 
 
-def _train(algo: Any, iterations: int, con: Any, quiet: bool) -> str | None:
+def _train(algo: Any, iterations: int, con: Any, quiet: bool, log: Any) -> str | None:
     """The iterations; the run directory the results name."""
     from .report.render import plain
 
     run_dir, t0 = None, time.monotonic()
     for i in range(1, iterations + 1):
         r = algo.train()
+        log.adopt()   # a logger Ray or RLlib set up during the iteration
         run_dir = r.get("flow1", {}).get("run_dir", run_dir)
         if not quiet:
             con.print(plain(iteration_line(i, iterations, r, t0)))
@@ -161,19 +164,23 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
     log_path = _ray_log_path(planned)
     con.print(plain(f"flow1 train: PPO on {env}{'' if inject == 'none' else f' with an injected {inject}'}, "
                     f"{env_runners} EnvRunner(s), {iterations} iterations; Ray's log: {planned / 'ray.log'}"))
-    with RayLog(log_path, verbose=verbose):
+    with RayLog(log_path, verbose=verbose) as log:
         import ray
 
         _start_ray(env_runners)
         algo = None
         try:
-            algo = _config(cb, env_spec, env_config, env_runners, stall_timeout_s, learner_gpus).build_algo()
-            run_dir = _train(algo, iterations, con, quiet)
+            config = _config(cb, env_spec, env_config, env_runners, stall_timeout_s, learner_gpus)
+            log.adopt()   # the loggers RLlib's and Tune's imports set up
+            algo = config.build_algo()
+            log.adopt()
+            run_dir = _train(algo, iterations, con, quiet, log)
         finally:
             t0 = time.time()
             if algo is not None:
                 algo.stop()
-            ray.shutdown()
+            with log.ray_speaks():   # the worker lines Ray held back, printed by this thread
+                ray.shutdown()
     log_path = _keep_ray_log(log_path, planned)
     if run_dir is None:
         raise RuntimeError("the run produced no flow1 result (Flow1Callbacks did not start)")
