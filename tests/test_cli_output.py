@@ -41,7 +41,7 @@ PROBE = """
 import logging, os, sys, threading, warnings
 from flow1_ray.raylog import RayLog
 
-with RayLog(sys.argv[1], verbose=sys.argv[2] == "1"):
+with RayLog(sys.argv[1], verbose=sys.argv[2] == "1") as log:
     print("flow1 line on stdout")
     print("flow1: a line on stderr", file=sys.stderr)
     logging.getLogger("flow1_ray").warning("flow1: a flow1 warning")
@@ -54,16 +54,28 @@ with RayLog(sys.argv[1], verbose=sys.argv[2] == "1"):
     t.start()
     t.join()
     print("flow1: after a worker line")
+    lone = logging.getLogger("ray.lonely")   # as ray.init leaves "ray": no handler, no propagation
+    lone.propagate = False
+    lone.warning("a handler-less Ray logger")
+    late = logging.getLogger("ray.late")     # a handler bound after the streams changed
+    late.propagate = False
+    late.addHandler(logging.StreamHandler())
+    assert log.adopt() == 1
+    late.warning("a handler bound late")
+    with log.ray_speaks():                   # ray.shutdown() printing the lines it held back
+        print("(pid=2) a held-back worker line", file=sys.stderr)
 print("flow1: after the log is closed")
 """
 RAYS = ["an RLlib warning", "a Ray warning", "a library warning", "UserWarning: a library's UserWarning",
-        "a C++ line on fd 2", "(pid=1) a worker line"]
+        "a C++ line on fd 2", "(pid=1) a worker line", "a handler-less Ray logger", "a handler bound late",
+        "(pid=2) a held-back worker line"]
 
 
 @pytest.mark.parametrize("verbose", [False, True])
 def test_ray_log_takes_each_road_of_rays_output_and_leaves_flow1s_lines(tmp_path, cli_env, verbose):
     """Each road Ray's output takes (its loggers' handlers, a library's logger, warnings,
-    fd 2, the thread that prints forwarded worker lines) ends in the file; flow1's prints
+    fd 2, the thread that prints forwarded worker lines, a logger left without a handler, a
+    handler bound late, ray.shutdown()'s held-back lines) ends in the file; flow1's prints
     and its logger stay on the terminal. --verbose: Ray's lines on stderr too."""
     log = tmp_path / RAY_LOG
     r = subprocess.run([sys.executable, "-c", PROBE, str(log), "1" if verbose else "0"], capture_output=True,
