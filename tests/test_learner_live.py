@@ -156,7 +156,7 @@ def _the_report_shows_the_last_trace_in_network_order(run_dir: Path) -> None:
     import re
 
     from flow1_ray.report.html import render_html
-    from flow1_ray.report.run import load_run_report
+    from flow1_ray.report.rundir import load_run_report
 
     grads = [r for r in load_learner(run_dir).to_pylist() if r["kind"] == "grad"]
     traced = max(r["iteration"] for r in grads if r["grad_rms"] is not None)
