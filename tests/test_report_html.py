@@ -178,3 +178,29 @@ def test_the_gradient_table_shows_the_last_trace_in_network_order(tmp_path):
         want = network if indexed else sorted(network[:3], key=network.index) + ["pi.0", "vf.0"]
         assert [layer for _, layer, _, _ in table[:5]] == want, (name, table)
         assert table[0][2] == "0.00103"   # 3 significant digits
+
+
+def test_a_learner_rules_signal_is_drawn_by_the_report_and_the_panel_from_its_view(tmp_path):
+    """VALUE_NOT_LEARNING declares View("learner", ("vf_explained_var",), ...): the HTML report
+    and the panel draw that column (titled with the rule's code) with no edit of theirs, and
+    the EMA's legend says the alpha the run used."""
+    from flow1_ray.report.follow import RunFollower
+    from flow1_ray.report.panel import policy_figure, return_figure
+    from flow1_ray.report.views import ema_label, rule_signals
+
+    assert ("vf_explained_var", "value function explained variance", [C.VALUE_NOT_LEARNING]) in rule_signals()
+    d = tmp_path / "run"
+    rec = RecorderCore(str(d), "run-1", 3600, {"flush_interval_s": 3600, "thresholds": {"return_ema_alpha": 0.95}})
+    rec.add_metrics({"iteration": 1, "episode_return_mean": 20.0, "flow1/learner/return_ema": 20.0})
+    rec.add_learner_rows([{"iteration": it, "module_id": "default_policy", "kind": "module", "entropy_ratio": 0.9,
+                           "mean_kl_loss": 0.01, "vf_explained_var": -0.5 + 0.1 * it} for it in (1, 2, 3)])
+    rec.flush()
+    rec.close()
+    page = render_html(load_run_report(d), d)
+    assert 'id="signals"' in page and "the learner rules' signals" in page
+    assert ema_label(d) == "EMA (alpha 0.95 per episode)"
+    f = RunFollower(d)
+    f.poll(force=True)
+    titles = [a.text for a in policy_figure(f).layout.annotations]
+    assert any("value function explained variance (VALUE_NOT_LEARNING)" in t for t in titles), titles
+    assert [t.name for t in return_figure(f).data][-1] == "EMA (alpha 0.95 per episode)"

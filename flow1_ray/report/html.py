@@ -24,7 +24,7 @@ from ..events import one_line
 from ..reading import read_file, read_table
 from ..store import LEARNER_DIR, METRICS_DIR, Location
 from .model import Report, life_line, verdict_kind
-from .views import STATE_COLOURS, findings_by_module, timeline_marks
+from .views import STATE_COLOURS, ema_label, findings_by_module, rule_signals, timeline_marks
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ img{max-width:100%} .muted{color:#777} details summary{cursor:pointer}
 <h2>Training curves</h2>
 {% if curves %}<img id="curves" alt="training curves" src="data:image/png;base64,{{ curves }}">
 {% else %}<p class="muted">No metrics in this run directory.</p>{% endif %}
+{% if signals %}<h3>The learner rules' signals</h3>
+<img id="signals" alt="the learner rules' signals" src="data:image/png;base64,{{ signals }}">{% endif %}
 
 <h2>State clusters x actions</h2>
 {% for name, png in heatmaps %}<figure><img alt="{{ name }}" src="data:image/png;base64,{{ png }}">
@@ -144,8 +146,8 @@ def _curves(d: Location) -> str | None:
     rows.sort(key=lambda r: r["iteration"])
     it = [r["iteration"] for r in rows]
     axes[0].plot(it, [_num(r.get("episode_return_mean")) for r in rows], label="return (mean of 100 episodes)")
-    if any("flow1/learner/return_ema" in r for r in rows):
-        axes[0].plot(it, [_num(r.get("flow1/learner/return_ema")) for r in rows], label="EMA (alpha 0.99 per episode)")
+    if any(S.RETURN_EMA in r for r in rows):
+        axes[0].plot(it, [_num(r.get(S.RETURN_EMA)) for r in rows], label=ema_label(d))
     axes[0].set_title("episode return")
     axes[0].legend(fontsize=7)
     for mid in sorted({r["module_id"] for r in learner}):
@@ -163,6 +165,39 @@ def _curves(d: Location) -> str | None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # iterations, not 1.5
     if learner:
         axes[1].legend(fontsize=7)
+    return _png(fig)
+
+
+def _signals(d: Location) -> str | None:
+    """One small chart per learner-rule signal that has data (VALUE_NOT_LEARNING's explained
+    variance, the policy loss, the learning rate...), per module; the codes it feeds in the title."""
+    learner = [r for r in read_table(d, LEARNER_DIR).table.to_pylist() if r.get("kind") == "module"
+               and isinstance(r.get("module_id"), str) and isinstance(r.get("iteration"), int)]
+    shown = [(col, title, codes) for col, title, codes in rule_signals()
+             if any(isinstance(r.get(col), (int, float)) and not isinstance(r.get(col), bool) for r in learner)]
+    if not shown:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    cols = min(3, len(shown))
+    nrows = -(-len(shown) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(13, 3.0 * nrows), squeeze=False)
+    for ax, (col, title, codes) in zip(axes.ravel(), shown):
+        for mid in sorted({r["module_id"] for r in learner}):
+            mine = sorted((r for r in learner if r["module_id"] == mid), key=lambda r: r["iteration"])
+            ax.plot([r["iteration"] for r in mine], [_num(r.get(col)) for r in mine],
+                    label=one_line(mid).replace("$", r"\$"))
+        ax.set_title(f"{title} ({', '.join(codes)})", fontsize=8)
+        ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes.ravel()[len(shown):]:
+        ax.set_visible(False)
+    axes.ravel()[0].legend(fontsize=7)
+    fig.tight_layout()
     return _png(fig)
 
 
@@ -220,7 +255,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     numbers = [(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v)
                for k, v in numbers]
     heatmaps, gradients, snapshots = [], [], []
-    curves = None
+    curves = signals = None
     late: list[str] = []   # what could not be drawn now (the verdict below already counts the rest)
     if d is not None:
         for name in (s.get("state_actions") or {}).get("heatmaps", []):
@@ -230,6 +265,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
                 continue
             heatmaps.append((name.rsplit("/", 1)[-1], base64.b64encode(png).decode("ascii")))
         curves = _drawn("training curves", lambda: _curves(d), late)
+        signals = _drawn("the learner rules' signals", lambda: _signals(d), late)
         gradients = last_trace(read_table(d, LEARNER_DIR).table.to_pylist())
         snapshots = (s.get("learner") or {}).get("snapshots", [])
     timeline = _drawn("worker timeline", lambda: _timeline(report), late)
@@ -239,5 +275,5 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     return env.from_string(TEMPLATE).render(
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
         not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
-        modules=findings_by_module(report.events), timeline=timeline, curves=curves, heatmaps=heatmaps,
+        modules=findings_by_module(report.events), timeline=timeline, curves=curves, signals=signals, heatmaps=heatmaps,
         gradients=gradients, snapshots=snapshots)

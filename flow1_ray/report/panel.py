@@ -1,4 +1,4 @@
-"""``flow1 serve``: a live panel of a run, in the four quadrants of seed 002.
+"""``flow1 serve``: a live panel of a run, in four quadrants (result, cause, hypothesis, risk).
 
 A person reads a run in a fixed order: the result (top left: the return and its EMA, the
 policy's entropy and KL, the latest state x action heatmap), the cause (top right: what
@@ -32,13 +32,14 @@ import time
 from typing import Any, Callable
 
 from .. import codes as C
+from .. import schema as S
 from ..errors import Flow1InputError
 from ..events import one_line
 from ..reading import read_file
 from ..store import EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
 from .follow import RunFollower, find_runs, is_run_dir
 from .model import Report, life_line, verdict_kind
-from .views import STATE_COLOURS, current_findings, hypotheses, risk, timeline_marks
+from .views import STATE_COLOURS, current_findings, ema_label, hypotheses, risk, rule_signals, timeline_marks
 
 log = logging.getLogger(__name__)
 
@@ -153,29 +154,35 @@ def return_figure(f: RunFollower) -> Any:
     fig = go.Figure()
     fig.add_scatter(x=it, y=[r.get("episode_return_mean") for r in rows], mode=_mode(len(it)),
                     name="return (mean of the last episodes)")
-    if any("flow1/learner/return_ema" in r for r in rows):
-        fig.add_scatter(x=it, y=[r.get("flow1/learner/return_ema") for r in rows], mode="lines",
-                        name="EMA (alpha 0.99 per episode)")
+    if any(S.RETURN_EMA in r for r in rows):
+        fig.add_scatter(x=it, y=[r.get(S.RETURN_EMA) for r in rows], mode="lines",
+                        name=esc(ema_label(f.dir)))
     _iterations_axis(fig, it)
     fig.update_layout(title={"text": "episode return", "font": {"size": 13}})
     return _layout(fig, 250)
 
 
 def policy_figure(f: RunFollower) -> Any:
+    """Entropy ratio and KL per module, then every learner rule's signal that has data
+    (:func:`~flow1_ray.report.views.rule_signals`: a new rule's View is drawn here too)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("entropy / max entropy", "KL (old -> new policy)"))
+    panels = [(S.ENTROPY_RATIO, "entropy / max entropy"), (S.MEAN_KL, "KL (old -> new policy)")]
+    panels += [(col, f"{title} ({', '.join(codes)})") for col, title, codes in rule_signals()
+               if any(isinstance(r.get(col), (int, float)) and not isinstance(r.get(col), bool) for r in f.learner)]
+    cols = 2 if len(panels) == 2 else 3
+    nrows = -(-len(panels) // cols)
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=[esc(t) for _, t in panels])
     for mid in sorted({r["module_id"] for r in f.learner}):
         mine = sorted((r for r in f.learner if r["module_id"] == mid), key=lambda r: r["iteration"])
         x = [r["iteration"] for r in mine]
-        fig.add_trace(go.Scatter(x=x, y=[r.get("entropy_ratio") for r in mine], name=esc(mid), legendgroup=esc(mid),
-                                 mode=_mode(len(x))), row=1, col=1)
-        fig.add_trace(go.Scatter(x=x, y=[r.get("mean_kl_loss") for r in mine], name=esc(mid), legendgroup=esc(mid),
-                                 showlegend=False, mode=_mode(len(x))), row=1, col=2)
+        for i, (col, _) in enumerate(panels):
+            fig.add_trace(go.Scatter(x=x, y=[r.get(col) for r in mine], name=esc(mid), legendgroup=esc(mid),
+                                     showlegend=i == 0, mode=_mode(len(x))), row=i // cols + 1, col=i % cols + 1)
     _iterations_axis(fig, [r["iteration"] for r in f.learner])
     fig.update_annotations(font_size=12)
-    return _layout(fig, 230)
+    return _layout(fig, 230 * nrows)
 
 
 def timeline_figure(f: RunFollower) -> Any:
@@ -235,7 +242,7 @@ def result_numbers(f: RunFollower) -> list:
     return [_num("iteration", last.get("iteration"), "n-iteration"),
             _num("env steps", last.get("env_steps"), "n-env-steps"),
             _num("return (mean)", float(ret) if ret is not None else None, "n-return"),
-            _num("return EMA", _number(last.get("flow1/learner/return_ema")), "n-return-ema"),
+            _num("return EMA", _number(last.get(S.RETURN_EMA)), "n-return-ema"),
             _num("FAIL · WARN", f"{f.counts.get(C.FAIL, 0)} · {f.counts.get(C.WARN, 0)}", "n-findings"),
             _num("events read", sum(f.counts.values()), "n-events")]
 
@@ -411,8 +418,7 @@ def _page(runs: Runs) -> Any:
             html.Section(id="q-result", className="q", children=[
                 html.H2("Result"), html.Div(id="result-head"), html.Div(id="result-numbers", className="nums"),
                 dcc.Graph(id="return-graph", config=GRAPH_CONFIG, style={"height": f"{250 + LEGEND_PX}px"}),
-                html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=GRAPH_CONFIG,
-                                                              style={"height": f"{230 + LEGEND_PX}px"})),
+                html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=GRAPH_CONFIG)),
                 html.Div(id="heatmap")]),
             html.Section(id="q-cause", className="q", children=[html.H2("Cause"), html.Div(id="cause")]),
             html.Section(id="q-hypothesis", className="q", children=[html.H2("Hypothesis to test"),

@@ -114,14 +114,14 @@ def risk(last: dict, code_counts: dict[str, int], findings: list[Event]) -> list
 
     deaths = sum(code_counts.get(c, 0) for c in (C.WORKER_DIED, C.ENV_CRASHED))
     stalls = code_counts.get(C.WORKER_STALLED, 0)
-    w = {k: last.get(f"flow1/worker/{k}") for k in ("alive", "stalled", "dead", "restarts")}
+    w = {k: last.get(S.metric("worker", k)) for k in (S.ALIVE, S.STALLED, S.DEAD, "restarts")}
     lines = [{"label": "EnvRunners", "value": (f"{_n(w['alive'])} alive · {_n(w['stalled'])} stalled · "
                                                 f"{_n(w['dead'])} dead" if w["alive"] is not None else "no iteration yet"),
               "level": level(bool(w["stalled"]), bool(w["dead"]))},
              {"label": "restarts", "value": _n(w["restarts"]), "level": level(bool(w["restarts"]))},
              {"label": "deaths and env crashes", "value": str(deaths), "level": level(False, bool(deaths))},
              {"label": "stalls", "value": str(stalls), "level": level(bool(stalls))}]
-    lr = {k: last.get(f"flow1/learners/{k}") for k in ("alive", "stalled", "dead")}
+    lr = {k: last.get(S.metric("learners", k)) for k in (S.ALIVE, S.STALLED, S.DEAD)}
     if any(v for v in lr.values()) or code_counts.get(C.LEARNER_DIED) or code_counts.get(C.LEARNER_STALLED):
         lines.append({"label": "Learner actors", "value": f"{_n(lr['alive'])} alive · {_n(lr['stalled'])} stalled · "
                                                           f"{_n(lr['dead'])} dead",
@@ -153,3 +153,37 @@ def _is_number(v: Any) -> bool:
 
 def _n(v: Any) -> str:
     return "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+#: the learner columns the fixed charts draw (entropy ratio, KL); every other column a
+#: learner rule's View names is drawn among "the learner rules' signals"
+CHARTED = (S.ENTROPY_RATIO, S.MEAN_KL)
+
+
+def rule_signals() -> list[tuple[str, str, list[str]]]:
+    """(column, title, codes) of every learner-table column a rule's View charts beyond
+    :data:`CHARTED`, in catalogue order: a new rule's signal is drawn without an edit here."""
+    from ..checks.catalogue import rules
+
+    out: dict[str, tuple[str, list[str]]] = {}
+    for code, r in rules().items():
+        if r.view is None or r.view.table != S.LEARNER_DIR:
+            continue
+        for col in r.view.columns:
+            if col not in CHARTED:
+                out.setdefault(col, (r.view.title, []))[1].append(code)
+    return [(col, title, codes) for col, (title, codes) in out.items()]
+
+
+def ema_label(run_dir: Any) -> str:
+    """The return EMA's legend, with the alpha this run used (its options' thresholds)."""
+    from ..checks.thresholds import DEFAULT
+    from ..runrecord import RUN_JSON, read_json
+
+    start, _ = read_json(run_dir, RUN_JSON) if run_dir is not None else (None, None)
+    opts = (start or {}).get("options")
+    th = opts.get("thresholds") if isinstance(opts, dict) else None
+    alpha = th.get("return_ema_alpha") if isinstance(th, dict) else None
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
+        alpha = DEFAULT.return_ema_alpha
+    return f"EMA (alpha {alpha:g} per episode)"
