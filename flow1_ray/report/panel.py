@@ -15,6 +15,9 @@ run string handed to Plotly goes through :func:`esc` first. The page polls once 
 each poll reads only the Parquet parts the Recorder wrote since the last one
 (:class:`~.follow.RunFollower`), and a callback never raises: what cannot be read is named
 on the page. Nothing here writes.
+
+Size (~490 lines): one Dash app, its figures and its callbacks; the data it shows is
+computed in views.py and follow.py, so what is left here is layout.
 """
 
 from __future__ import annotations
