@@ -204,3 +204,30 @@ def test_the_recorded_healthy_runs_stay_silent(name, space):
     ev = diagnose_curves(_corpus(name), action_space=space)
     expected = [C.REWARD_DROP] if name == "appo" else []   # test_healthy_runs.py: APPO's real fall
     assert _codes(ev) == expected, [(e.code, e.message[:200]) for e in ev]
+
+
+@pytest.mark.parametrize("reach, stats, knobs, cause, says", [
+    ({"vf.net.mlp.0": 0}, {"vf_loss": 10.0, "vf_loss_unclipped": 2.2e5}, {"vf_clip_param": 10.0},
+     "value_loss_clipped", "clamped at vf_clip_param=10"),
+    ({"vf.net.mlp.0": 0}, {"vf_loss": 3.0, "vf_loss_unclipped": 3.0}, {"vf_loss_coeff": 0.0},
+     "value_loss_off", "vf_loss_coeff=0"),
+    ({"vf.net.mlp.0": 0}, {"vf_loss": 3.0, "vf_loss_unclipped": 3.0}, {"vf_clip_param": 10.0},
+     "zero_passed_back", "passes back exactly 0"),
+    ({"vf.net.mlp.0": -1}, {"vf_loss": 10.0, "vf_loss_unclipped": 2.2e5}, {"vf_clip_param": 10.0},
+     "not_in_loss", "no loss term uses it"),
+    ({}, {}, {}, "unknown", "the model's forward does"),
+])
+def test_gradient_zero_names_the_loss_term_that_cuts_the_layer(reach, stats, knobs, cause, says):
+    """Which cause is named follows from where the gradient stops: exact zeros arriving at a
+    value layer while the value loss sits at its clip is the clip; no gradient arriving at all
+    is an output the loss never uses (a detach), never the clip."""
+    rules = LayerRules("default_policy", Knobs.from_config(knobs))
+    fired = []
+    for it in range(2):
+        fired += rules.add(it, {**stats, "flow1": {"traces": 1, "grad_norm": 1.0, "grad_nonfinite": 0, "reach": reach,
+                                                   "grad_rms": {"vf.net.mlp.0": 0.0, "pi.net.mlp.0": 0.1}}})
+    (f,) = fired
+    assert f.code == C.GRADIENT_ZERO and f.evidence["cause"] == cause and says in f.message, f.message
+    if cause == "value_loss_clipped":
+        (k,) = f.evidence["knobs"]
+        assert (k["knob"], k["current"], k["value"]) == ("vf_clip_param", 10.0, 440000.0)

@@ -83,8 +83,42 @@ def test_a_zeroed_policy_head_is_named_gradient_zero(ray_session, tmp_path):
     # the cut head and the actor encoder below it (it feeds only that head); the critic still learns
     assert zero["status"] == C.FAIL and "pi.net.mlp.0" in layers, zero["evidence"]
     assert all(layer.startswith(("pi.", "encoder.actor_encoder.")) for layer in layers), layers
+    # the cause: the head is in the loss's graph, but only zeros come back through the `* 0`
+    assert zero["evidence"]["cause"] == "zero_passed_back" and set(zero["evidence"]["reach"].values()) == {0}
+    assert "passes back exactly 0" in zero["message"] and zero["evidence"]["knobs"] == []
     rows = load_learner(run_dir).to_pylist()
     assert any(r["kind"] == "grad" and r["layer"].startswith("pi.") and r["grad_rms"] == 0.0 for r in rows)
+
+
+def test_ppo_on_pendulum_with_rllibs_defaults_names_the_value_clip_that_cuts_the_critics_gradient(
+        ray_session, tmp_path):
+    """The critic's gradient is exactly 0, but its forward is fine: every sample's squared value
+    error (~2e5 on Pendulum's returns) is clamped at vf_clip_param=10. The finding says so and
+    opens the clip to a value computed from the run; with that value the critic learns."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    def config(cb, **training):
+        return (PPOConfig().environment("Pendulum-v1").callbacks(cb).debugging(seed=0)
+                .env_runners(num_env_runners=0)
+                .training(train_batch_size_per_learner=1000, minibatch_size=250, num_epochs=2, **training))
+
+    def options(sub: str):
+        return Flow1Callbacks.with_options(output_dir=str(tmp_path / sub), print_events=False, grad_every=10,
+                                           state_actions=False)
+
+    results, events, _ = _train(config(options("default")), 3)
+    zero = _one(events, C.GRADIENT_ZERO)
+    assert zero["status"] == C.FAIL and zero["evidence"]["cause"] == "value_loss_clipped", zero["message"]
+    assert zero["evidence"]["layers"] and all(layer.startswith(("vf.", "encoder.critic_encoder."))
+                                              for layer in zero["evidence"]["layers"])
+    assert "vf_clip_param=10" in zero["message"] and "no knob" not in zero["message"]
+    knob = _knob(zero, "vf_clip_param")
+    unclipped = max(r["learners"]["default_policy"]["vf_loss_unclipped"] for r in results)
+    assert knob["current"] == 10.0 and 1e4 < knob["value"] <= 2.1 * unclipped
+    _, events, run_dir = _train(config(options("fixed"), vf_clip_param=knob["value"]), 3)
+    assert not [e for e in events if e["code"] == C.GRADIENT_ZERO]
+    rows = [r for r in load_learner(run_dir).to_pylist() if r["kind"] == "grad" and r["layer"].startswith("vf.")]
+    assert rows and all(r["grad_rms"] > 0 for r in rows)
 
 
 def test_a_value_loss_swamping_a_shared_trunk_is_value_dominates(ray_session, tmp_path):

@@ -207,6 +207,14 @@ def value_knobs(k: Knobs, ratio: float, aim: float = 10.0) -> list[Knob]:
     return out
 
 
+def vf_clip_knob(clip: float, unclipped: float) -> Knob:
+    """RLlib's PPO clamps each sample's squared value error at ``vf_clip_param`` (in squared-return
+    units: 10 clips almost every sample of a task whose returns are in the hundreds), and a
+    clamped sample passes the critic no gradient: open the clip to twice the unclipped error."""
+    return Knob("vf_clip_param", clip, _round(2 * unclipped),
+                "twice the unclipped squared value error, so the value loss is not clipped away")
+
+
 def lr_floor_knobs(k: Knobs, lr_first: float, t_now: int | None) -> list[Knob]:
     end = _round(lr_first * 0.1)
     t = int(t_now or 1_000_000)

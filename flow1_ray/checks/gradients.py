@@ -44,8 +44,10 @@ RULES = (
          "a module's gradient norm > {grad_exploding_factor:g}x its own running median (FAIL: NaN/inf gradients)",
          GradientThresholds, knobs=("grad_clip", "grad_clip_by")),
     Rule("GRADIENT_ZERO", C.GRADIENT_FLOW, C.FAIL,
-         "a trained layer's gradient exactly 0 on {grad_zero_traces} traces in a row (a broken graph), naming "
-         "the layer", GradientThresholds),
+         "a trained layer's gradient exactly 0 on {grad_zero_traces} traces in a row, naming the layer and the "
+         "loss term that cuts it (the value loss clamped at vf_clip_param, a zero coefficient, a `* 0` in the "
+         "forward, an output no loss term uses)", GradientThresholds,
+         evidence=("module_id", "layers", "cause", "reach", "knobs"), knobs=("vf_clip_param", "vf_loss_coeff")),
     Rule("DORMANT_UNITS", C.GRADIENT_FLOW, C.WARN,
          "loss of plasticity: > {dormant_share:.0%} of a hidden layer's units dormant (normalised mean "
          "|activation| <= {dormant_tau:g}, Sokar et al. 2023) on {grad_persist_traces} traces", GradientThresholds,
@@ -61,6 +63,12 @@ def _stack(layer: str) -> str:
     (``a.fc_out``) -> ``a``."""
     head, _, last = layer.rpartition(".")
     return head or layer
+
+
+def _serves_value(layer: str) -> bool:
+    """A layer of the value function by RLlib's names: the value head ``vf.*`` and the
+    critic's encoder ``encoder.critic_encoder.*`` (a custom module's ``value``/``critic``)."""
+    return any(p == "vf" or p.startswith(("critic", "value", "vf_")) for p in layer.split("."))
 
 
 def _num(v: Any) -> float | None:
@@ -90,7 +98,8 @@ class LayerRules:
             return []
         out: list[Finding] = []
         rms = {k: _num(v) for k, v in (tr.get("grad_rms") or {}).items() if _num(v) is not None}
-        out += self._zero(rms)
+        reach = {k: _num(v) for k, v in (tr.get("reach") or {}).items() if _num(v) is not None}
+        out += self._zero(rms, reach, stats)
         out += self._vanishing(rms)
         out += self._exploding(tr, lr)
         out += self._dormant(tr.get("dormant") or {}, lr)
@@ -102,21 +111,61 @@ class LayerRules:
         self.reported.add(key)
         return True
 
-    def _zero(self, rms: dict) -> list[Finding]:
+    def _zero(self, rms: dict, reach: Mapping, stats: Mapping) -> list[Finding]:
         th, out = self.thresholds, []
         for layer, v in rms.items():
             self.zero_runs[layer] = self.zero_runs.get(layer, 0) + 1 if v == 0.0 else 0
         zero = sorted(layer for layer, n in self.zero_runs.items() if n >= th.grad_zero_traces)
         if zero and self._once("zero:" + ",".join(zero)):
+            cause, why, knobs = self._zero_cause(zero, reach, stats)
+            them = "them" if len(zero) > 1 else "it"
             out.append(Finding(C.GRADIENT_ZERO, (
                 f"module {self.module_id!r}: the gradient of layer{'s' if len(zero) > 1 else ''} "
                 f"{', '.join(zero)} is exactly 0 on {th.grad_zero_traces} traced updates in a row while the "
-                f"module trains; expected a non-zero gradient on every trained layer: the loss does not reach "
-                f"{'them' if len(zero) > 1 else 'it'} (a detach, a multiplication by 0, a head cut from the "
-                f"graph) -- no knob fixes this, the model's forward does"),
+                f"module trains; expected a non-zero gradient on every trained layer: "
+                + why.format(them=them) + A.advice_text(knobs)),
                 {"module_id": self.module_id, "layers": zero, "traces_in_a_row": th.grad_zero_traces,
-                 "layers_traced": len(rms)}))
+                 "layers_traced": len(rms), "cause": cause, "reach": {k: reach.get(k) for k in zero},
+                 "knobs": [k.as_dict() for k in knobs]}))
         return out
+
+    def _zero_cause(self, zero: list[str], reach: Mapping, stats: Mapping) -> tuple[str, str, list[A.Knob]]:
+        """Which loss term does not reach the layers, from the traced update's reach (does
+        the loss's gradient arrive at the layer's output at all, and is it all 0?) and
+        RLlib's loss stats. PPO on Pendulum with RLlib's defaults: the critic's layers are
+        reached by exact zeros because every sample's squared value error (~2e5) is clamped
+        at vf_clip_param=10 -- the forward is fine, the loss cuts the gradient."""
+        got = [reach.get(layer) for layer in zero]
+        value_only = all(_serves_value(layer) for layer in zero)
+        clip, coeff = self.knobs.number("vf_clip_param"), self.knobs.vf_loss_coeff
+        vf, unclipped = _num(stats.get("vf_loss")), _num(stats.get("vf_loss_unclipped"))
+        if value_only and -1 not in got and clip and vf is not None and unclipped and unclipped > clip \
+                and vf >= 0.9 * clip:
+            return "value_loss_clipped", (
+                f"the loss reaches {{them}} but passes back exactly 0. They serve only the value function, and "
+                f"PPO's value loss is clamped at vf_clip_param={clip:g} on almost every sample (vf_loss "
+                f"{vf:.3g} against an unclipped squared error of {unclipped:.3g}): a clamped sample gives the "
+                f"critic no gradient, so it never learns -- the model's forward is fine, the value loss's clip "
+                f"cuts the gradient"), [A.vf_clip_knob(clip, unclipped)]
+        if value_only and -1 not in got and coeff == 0:
+            return "value_loss_off", (
+                "the loss reaches {them} but passes back exactly 0. They serve only the value function, and "
+                "vf_loss_coeff=0 weights the value loss by 0: the critic never learns"), [
+                A.Knob("vf_loss_coeff", 0.0, 1.0, "RLlib's default weight of the value loss")]
+        if got and all(g == 0 for g in got):
+            return "zero_passed_back", (
+                "the loss reaches {them} but passes back exactly 0: something between these layers and the "
+                "loss multiplies their gradient by 0 (a `* 0` or a mask of zeros, a clamp/min/max that is "
+                "saturated on every sample, a loss term weighted by 0) -- look at the model's forward and the "
+                "loss terms that use these outputs"), []
+        if got and all(g == -1 for g in got):
+            return "not_in_loss", (
+                "no loss term uses {them}: the layers' outputs take part in the forward but never in the loss "
+                "(a detach, or a head whose output no loss term reads) -- no knob fixes this, the model's "
+                "forward does"), []
+        return "unknown", (
+            "the loss does not reach {them} (a detach, a multiplication by 0, a head cut from the graph) "
+            "-- no knob fixes this, the model's forward does"), []
 
     def _vanishing(self, rms: dict) -> list[Finding]:
         """A layer against the other layers of its own stack (``encoder.actor_encoder.net.mlp``

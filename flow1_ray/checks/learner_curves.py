@@ -365,8 +365,7 @@ def _value_learning_knobs(k: A.Knobs, r: Reading, clip: float | None, unclipped:
     sample of a task whose returns are in the hundreds); else the value loss's weight where a
     shared trunk splits the gradient; else a larger step for the critic."""
     if clip and unclipped and unclipped > clip:
-        return [A.Knob("vf_clip_param", clip, float(f"{2 * unclipped:.2g}"),
-                       "twice the unclipped squared value error, so the value loss is not clipped away")]
+        return [A.vf_clip_knob(clip, unclipped)]
     if k.vf_share_layers is True:
         coeff = k.vf_loss_coeff if k.vf_loss_coeff is not None else 1.0
         return [A.Knob("vf_loss_coeff", coeff, float(f"{coeff * 3:.2g}"),

@@ -9,8 +9,11 @@ makes once per update with the gradients in hand -- and ``compute_losses`` (to k
 reference to the latest train batch for snapshots). Every ``grad_every`` updates one update
 is *traced*: forward hooks, installed just before it and removed right after, record each
 activation layer's mean |activation| per unit and alias the inputs of the policy and value
-heads so that each head's gradient into the shared embedding is seen on its own; then each
-layer's gradient RMS is computed in one stacked reduction. The numbers go through the
+heads so that each head's gradient into the shared embedding is seen on its own, and hook each
+parameter layer's output to see whether the loss's gradient reaches it at all ("reach": 1 a
+non-zero gradient arrived, 0 only zeros arrived -- a clamp or a ``* 0`` between the layer and
+the loss --, -1 none arrived: the loss does not use the output); then each layer's gradient
+RMS is computed in one stacked reduction. The numbers go through the
 Learner's own MetricsLogger (``result["learners"][module]["flow1"]``), so no extra RPC.
 Untraced updates pay one counter increment. Any error turns tracing off for that Learner;
 it never reaches RLlib.
@@ -93,6 +96,7 @@ class LearnerTracer:
         self.hooks: list = []
         self.acts: dict[tuple[str, str], list] = {}    # (module, layer) -> [sum |h| per unit, rows]
         self.head_grads: dict[tuple[str, str], float] = {}
+        self.reach: dict[tuple[str, str], list] = {}   # (module, layer) -> max |grad| of its output, per backward
         self.last_batch: Any = None
         self.last_norms: dict[str, dict[str, float]] = {}
         self.trace_now = False
@@ -135,13 +139,15 @@ class LearnerTracer:
         """Forward hooks for the next update: activation statistics and head-input aliases."""
         import torch.nn as nn
 
-        self.acts, self.head_grads = {}, {}
+        self.acts, self.head_grads, self.reach = {}, {}, {}
         for mid, m in self._modules().items():
             if not isinstance(m, nn.Module):
                 continue
             for name, sub in m.named_modules():
                 if type(sub).__name__ in _ACTIVATIONS:
                     self.hooks.append(sub.register_forward_hook(self._act_hook(mid, name)))
+                elif name and next(sub.parameters(recurse=False), None) is not None:
+                    self.hooks.append(sub.register_forward_hook(self._reach_hook(mid, name)))
             for head in ("pi", "vf"):
                 sub = getattr(m, head, None)
                 if isinstance(sub, nn.Module):
@@ -174,6 +180,24 @@ class LearnerTracer:
                 else:
                     acc[0] = acc[0] + per_unit * rows
                     acc[1] += rows
+            except Exception:
+                pass
+            self.spent_s += time.perf_counter() - t0
+        return hook
+
+    def _reach_hook(self, mid: str, layer: str):
+        """On a layer's output that takes part in autograd: note that it was used, and the
+        largest |gradient| that reaches it (kept as a tensor: one reduction at trace time)."""
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                if not getattr(output, "requires_grad", False) or not hasattr(output, "register_hook"):
+                    return
+                got = self.reach.setdefault((mid, layer), [])
+
+                def grab(g: Any) -> None:
+                    got.append(g.detach().abs().amax())
+                output.register_hook(grab)
             except Exception:
                 pass
             self.spent_s += time.perf_counter() - t0
@@ -279,6 +303,12 @@ class LearnerTracer:
             avg = float(mean.mean())
             share = float((mean <= self.tau * avg).float().mean()) if avg > 0 else 1.0
             out[mid].setdefault("dormant", {})[layer] = share
+        reach = [(k, v) for k, v in self.reach.items() if k[0] in out]
+        arrived = torch.stack([torch.stack(v).amax().float() for _, v in reach if v]).cpu().tolist() \
+            if any(v for _, v in reach) else []
+        it = iter(arrived)
+        for (mid, layer), v in reach:
+            out[mid].setdefault("reach", {})[layer] = (1 if next(it) > 0 else 0) if v else -1
         for mid in out:
             vf, pi = self.head_grads.get((mid, "vf")), self.head_grads.get((mid, "pi"))
             if vf is not None and pi is not None and pi > 0 and self.shared.get(mid):
@@ -302,6 +332,8 @@ class LearnerTracer:
                 m.log_value((mid, "flow1", "grad_rms", layer), v, window=1)
             for layer, v in o.get("dormant", {}).items():
                 m.log_value((mid, "flow1", "dormant", layer), v, window=1)
+            for layer, v in o.get("reach", {}).items():
+                m.log_value((mid, "flow1", "reach", layer), v, window=1)
             for key in ("vf_pi_trunk_ratio", "vf_pi_head_ratio"):
                 if key in o:
                     m.log_value((mid, "flow1", key), o[key], window=1)
