@@ -92,11 +92,16 @@ class Knobs:
     fcnet_hiddens: tuple | None = None
     known: bool = False
     numbers: Mapping[str, float] = field(default_factory=dict)   # every numeric setting, by name
+    flags: Mapping[str, bool] = field(default_factory=dict)      # every bool setting, by name
 
     def number(self, name: str) -> float | None:
         """Any numeric setting of the config by its RLlib name (a schedule's first value),
         so that a rule can advise on a knob this class does not name (``vf_clip_param``)."""
         return self.numbers.get(name)
+
+    def flag(self, name: str) -> bool | None:
+        """Any bool setting of the config by its RLlib name (``explore``, ``double_q``)."""
+        return self.flags.get(name)
 
     @classmethod
     def from_config(cls, config: Any) -> "Knobs":
@@ -127,7 +132,7 @@ class Knobs:
             lambda_=num("lambda_") if _get(config, "lambda_") is not None else num("lambda"),
             vf_share_layers=model.get("vf_share_layers"),
             fcnet_hiddens=tuple(hidden) if isinstance(hidden, (list, tuple)) else None,
-            known=True, numbers=_numbers(config),
+            known=True, numbers=_numbers(config), flags=_flags(config),
         )
 
 
@@ -141,6 +146,12 @@ def _numbers(config: Any) -> dict[str, float]:
         if isinstance(name, str) and not name.startswith("_") and x is not None and math.isfinite(x):
             out[name] = x
     return out
+
+
+def _flags(config: Any) -> dict[str, bool]:
+    items = config.items() if isinstance(config, Mapping) else vars(config).items() if hasattr(config, "__dict__") \
+        else ()
+    return {name: v for name, v in items if isinstance(name, str) and not name.startswith("_") and isinstance(v, bool)}
 
 
 def lower_lr(k: Knobs, lr_now: float | None, kl: float, why: str) -> Knob | None:

@@ -5,8 +5,8 @@ iteration's result to a :class:`CurveDiagnosis`; offline, ``flow1 diagnose`` fee
 finished run's ``result.json`` (:func:`diagnose_curves`). The return is judged once, on the
 run (REWARD_DROP, :mod:`.reward_drop`: one finding for the sampling and the learner side),
 and smoothed with an EMA per episode (:class:`ReturnTrend`) for the cross-checks; the rest is
-per RLModule (:mod:`.learner_curves`) and, where flow1 traced the Learner, per layer
-(:mod:`.gradients`). No Ray here.
+per RLModule (:mod:`.learner_curves`; Q-values and SAC's temperature: :mod:`.offpolicy`)
+and, where flow1 traced the Learner, per layer (:mod:`.gradients`). No Ray here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from .findings import Finding
 from .gradients import LayerRules
 from .learner_curves import ModuleCurves
 from .learner_reading import Reading, RunContext
+from .exploration import ExplorationRules
+from .offpolicy import ModuleOffPolicy
 from .reward_drop import RunReturnDrop
 from .thresholds import DEFAULT, Thresholds
 
@@ -76,6 +78,9 @@ class CurveDiagnosis:
         self.trend = ReturnTrend(self.th)
         self.modules: dict[str, ModuleCurves] = {}
         self.layers: dict[str, LayerRules] = {}
+        self.offpolicy: dict[str, ModuleOffPolicy] = {}
+        self.exploration = ExplorationRules(self.knobs, _config_get(config, "epsilon"), self.th)
+        self.return_abs_max: float | None = None
         self.dropped = False
         self.last: dict[str, dict] = {}
 
@@ -94,8 +99,14 @@ class CurveDiagnosis:
             if f is not None:
                 findings.append(f)
             self.dropped = self.drop.began is not None and self.drop.reported
-        run = RunContext(stalled=self.trend.stalled(), dropped=self.dropped)
+        for key in ("episode_return_max", "episode_return_min", "episode_return_mean"):
+            v = result_number(result, "env_runners", key)
+            if v is not None:
+                self.return_abs_max = max(abs(v), self.return_abs_max or 0.0)
+        run = RunContext(stalled=self.trend.stalled(), dropped=self.dropped, return_abs_max=self.return_abs_max,
+                         episode_len_mean=result_number(result, "env_runners", "episode_len_mean"))
         steps = result_number(result, "num_env_steps_sampled_lifetime")
+        findings += self.exploration.add(it, steps, run)
         learners = result_section(result, "learners")
         extras = result_section(result_section(result, RESULT_KEY), "learner")
         self.last = {}
@@ -108,6 +119,10 @@ class CurveDiagnosis:
             if curves is None:
                 curves = self.modules[mid] = ModuleCurves(mid, self.knobs, self.th, self._space(mid))
             findings += curves.add(reading, run)
+            off = self.offpolicy.get(mid)
+            if off is None:
+                off = self.offpolicy[mid] = ModuleOffPolicy(mid, self.knobs, self.th, self._space(mid))
+            findings += off.add(reading, run)
             layers = self.layers.get(mid)
             if layers is None:
                 layers = self.layers[mid] = LayerRules(mid, self.knobs, self.th)

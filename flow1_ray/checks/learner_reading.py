@@ -33,6 +33,8 @@ class Reading:
     entropy_coeff: float | None = None
     grad_norm: float | None = None
     vf_pi_trunk_ratio: float | None = None   # from flow1's learner tracing (shared trunk only)
+    reward_min: float | None = None          # the traced train batch's reward range (flow1's tracing)
+    reward_max: float | None = None
     stats: Mapping[str, float] = field(default_factory=dict)   # every finite number, by RLlib's name
 
     def stat(self, name: str) -> float | None:
@@ -58,6 +60,7 @@ class Reading:
                    lr=lr, entropy_coeff=f("curr_entropy_coeff"),
                    grad_norm=f("gradients_default_optimizer_global_norm") or finite(extras.get("grad_norm")),
                    vf_pi_trunk_ratio=finite(extras.get("vf_pi_trunk_ratio")),
+                   reward_min=finite(extras.get("reward_min")), reward_max=finite(extras.get("reward_max")),
                    stats={k: v for k, v in ((k, finite(x)) for k, x in stats.items()) if v is not None})
 
 
@@ -101,7 +104,9 @@ def least_squares_slope(values: list[float]) -> float:
 @dataclass
 class RunContext:
     """What the return says, for the cross-checks: stalled (its EMA rose < 2 % over the
-    window) and dropped (REWARD_DROP holds)."""
+    window) and dropped (REWARD_DROP holds); and its scale, for the Q range."""
 
     stalled: bool | None = None
     dropped: bool = False
+    return_abs_max: float | None = None      # the largest |episode return| seen so far (bounds Q without tracing)
+    episode_len_mean: float | None = None

@@ -89,6 +89,16 @@ class Thresholds:
     lr_floor_ratio: float = 0.1
     value_ev_max: float = 0.0
     value_ev_window: int = 5
+    # flow1_ray.checks.offpolicy.OffPolicyThresholds
+    q_excess: float = 0.25
+    q_window: int = 2
+    q_td_share: float = 0.25
+    alpha_floor: float = 0.001
+    alpha_ceiling: float = 10.0
+    alpha_window: int = 3
+    # flow1_ray.checks.exploration.ExplorationThresholds
+    epsilon_high: float = 0.5
+    epsilon_late_factor: float = 20.0
     # flow1_ray.checks.gradients.GradientThresholds
     grad_vanishing_ratio: float = 0.001
     grad_exploding_factor: float = 100.0

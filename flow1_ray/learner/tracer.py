@@ -303,6 +303,7 @@ class LearnerTracer:
             avg = float(mean.mean())
             share = float((mean <= self.tau * avg).float().mean()) if avg > 0 else 1.0
             out[mid].setdefault("dormant", {})[layer] = share
+        self._rewards(out)
         reach = [(k, v) for k, v in self.reach.items() if k[0] in out]
         arrived = torch.stack([torch.stack(v).amax().float() for _, v in reach if v]).cpu().tolist() \
             if any(v for _, v in reach) else []
@@ -322,6 +323,20 @@ class LearnerTracer:
         with self.lock:
             self.last_norms = {mid: dict(o["grad_rms"]) for mid, o in out.items()}
 
+    def _rewards(self, out: dict) -> None:
+        """The traced train batch's reward range per module: the off-policy rules bound the
+        Q-values with it (a replayed batch holds rewards from the whole buffer)."""
+        batch = self.last_batch
+        if not isinstance(batch, dict):
+            return
+        for mid in out:
+            cols = batch.get(mid)
+            rewards = cols.get("rewards") if isinstance(cols, dict) else None
+            if rewards is None or not hasattr(rewards, "detach") or rewards.numel() == 0:
+                continue
+            lo, hi = (float(x) for x in rewards.detach().float().aminmax())
+            out[mid]["reward_min"], out[mid]["reward_max"] = lo, hi
+
     def _log(self, out: dict) -> None:
         m = self.learner.metrics
         for mid, o in out.items():
@@ -337,6 +352,9 @@ class LearnerTracer:
             for key in ("vf_pi_trunk_ratio", "vf_pi_head_ratio"):
                 if key in o:
                     m.log_value((mid, "flow1", key), o[key], window=1)
+            for key, how in (("reward_min", "min"), ("reward_max", "max")):   # across Learners too
+                if key in o:
+                    m.log_value((mid, "flow1", key), o[key], reduce=how, window=1)
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot(self, max_rows: int = 4096) -> dict:

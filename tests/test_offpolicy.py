@@ -1,0 +1,150 @@
+"""The off-policy and exploration rules on result dicts shaped as RLlib 2.60 writes them (DQN,
+SAC: ``qf_mean/qf_max/qf_min``, ``td_error_mean``, ``alpha_value``, ``logps``,
+``target_entropy``), and on the recorded healthy DQN and SAC runs, which must stay silent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from flow1_ray import codes as C
+from flow1_ray import diagnose_curves
+from flow1_ray.checks.exploration import epsilon_at
+
+CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
+DQN = {"algo_class": "DQN", "lr": 0.5, "gamma": 0.99, "n_step": 1, "tau": 1.0, "target_network_update_freq": 500,
+       "double_q": True, "grad_clip": 40.0, "explore": True}
+SAC = {"algo_class": "SAC", "gamma": 0.99, "initial_alpha": 1e-4, "alpha_lr": 0.0, "critic_lr": 3e-4, "tau": 0.005,
+       "explore": True}
+
+
+def _dqn(qs: list[tuple[float, float, float]], reward_range=(1.0, 1.0), returns=None) -> list[dict]:
+    out = []
+    for i, (qmin, qmax, td) in enumerate(qs):
+        stats = {"qf_mean": (qmin + qmax) / 2, "qf_min": qmin, "qf_max": qmax, "td_error_mean": td,
+                 "default_optimizer_learning_rate": 0.5}
+        if reward_range is not None:
+            stats["flow1"] = {"traces": 1, "reward_min": reward_range[0], "reward_max": reward_range[1]}
+        ret = returns[i] if returns else 25.0
+        out.append({"training_iteration": i + 1, "num_env_steps_sampled_lifetime": 500 * (i + 1),
+                    "env_runners": {"episode_return_mean": ret, "episode_return_max": ret * 2,
+                                    "episode_len_mean": ret, "num_episodes": 20},
+                    "learners": {"default_policy": stats}})
+    return out
+
+
+def _codes(results, config, code, space=None):
+    return [e for e in diagnose_curves(results, config=config, action_space=space) if e.code == code]
+
+
+def test_q_values_no_policy_can_earn_are_q_divergence_with_a_smaller_lr():
+    """lr=0.5 on CartPole (measured): Q in [-77, 60] when every reward is +1 (Q may take [0, 100])."""
+    (f,) = _codes(_dqn([(0.7, 1.4, 0.5), (-129, 112, 64.6), (-77, 60, 49.5), (-34, 35, 25.7)]), DQN, C.Q_DIVERGENCE)
+    assert f.status == C.WARN and f.iteration == 3 and f.evidence["q_range"] == pytest.approx([0.0, 100.0])
+    assert "qf_min -77 < 0" in f.message and "rewards in [1, 1] (traced train batches)" in f.message
+    (lr,) = [k for k in f.evidence["knobs"] if k["knob"] == "lr"]
+    assert (lr["current"], lr["value"]) == (0.5, 0.05) and "config.training(lr=0.05)" in f.message
+
+
+def test_healthy_q_values_and_a_single_excursion_are_silent():
+    healthy = [(0.4 + i, 1.4 + 5 * i, 0.5) for i in range(10)]
+    assert _codes(_dqn(healthy), DQN, C.Q_DIVERGENCE) == []
+    once = healthy[:4] + [(-60, 50, 40)] + healthy[5:]
+    assert _codes(_dqn(once), DQN, C.Q_DIVERGENCE) == []
+    # outside the range but with a small, steady TD error: a second signal is missing
+    assert _codes(_dqn([(-60, 50, 0.5)] * 6), DQN, C.Q_DIVERGENCE) == []
+    # no non-zero reward seen yet: nothing bounds Q
+    assert _codes(_dqn([(-60, 50, 40)] * 6, reward_range=(0.0, 0.0)), DQN, C.Q_DIVERGENCE) == []
+
+
+def test_without_tracing_the_episodes_returns_bound_q_and_a_target_copied_too_often_is_the_first_knob():
+    """A plain result.json: no reward range, so +-max(max |return|, max |return| / mean length /
+    (1 - gamma)): returns up to 50 over 25 steps bound Q by +-200."""
+    config = {**DQN, "target_network_update_freq": 10}
+    runaway = [(1, 2, 0.5), (-900, 800, 300), (-5000, 7000, 2000), (-3e4, 4e4, 9e3)]
+    (f,) = _codes(_dqn(runaway, reward_range=None, returns=[25.0] * 4), config, C.Q_DIVERGENCE)
+    assert "no reward range traced" in f.message and f.evidence["q_range"] == pytest.approx([-200.0, 200.0])
+    assert [k["knob"] for k in f.evidence["knobs"]][:2] == ["target_network_update_freq", "lr"]
+    assert f.evidence["knobs"][0]["value"] == 500
+
+
+def _sac(alphas, logps, target=-1.0) -> list[dict]:
+    return [{"training_iteration": i + 1, "num_env_steps_sampled_lifetime": 200 * (i + 1),
+             "env_runners": {"episode_return_mean": -1500.0, "episode_return_max": -900.0, "episode_len_mean": 200},
+             "learners": {"default_policy": {"alpha_value": a, "logps": lp, "target_entropy": target,
+                                             "qf_mean": -5.0 * (i + 1), "qf_max": -1.0, "qf_min": -6.0 * (i + 1),
+                                             "td_error_mean": 4.0}}}
+            for i, (a, lp) in enumerate(zip(alphas, logps))]
+
+
+def test_a_fixed_tiny_alpha_with_the_entropy_under_its_target_is_alpha_collapse():
+    """Measured: initial_alpha=1e-4, alpha_lr=0, actor_lr=3e-3 on Pendulum: logps 5 -> 10 (entropy -10)."""
+    (f,) = _codes(_sac([1e-4] * 6, [5.0, 10.5, 9.7, 7.9, 6.4, 5.1]), SAC, C.ALPHA_COLLAPSE)
+    assert f.iteration == 3 and "below its target" in f.message and f.evidence["alpha_frozen"] is True
+    assert [(k["knob"], k["value"]) for k in f.evidence["knobs"]] == [("alpha_lr", 3e-4), ("initial_alpha", 1.0)]
+
+
+def test_a_fixed_tiny_alpha_with_a_falling_entropy_above_target_is_alpha_collapse_too():
+    (f,) = _codes(_sac([1e-4] * 6, [-0.55, -0.5, -0.45, -0.40, -0.30, -0.19]), SAC, C.ALPHA_COLLAPSE)
+    assert "alpha does not move" in f.message
+
+
+def test_healthy_sac_alpha_falling_above_its_target_entropy_is_silent():
+    """Measured, RLlib defaults: alpha 1.0 -> 0.58 over 2,000 steps with the entropy ~0.68 > -1."""
+    alphas = [0.99 - 0.045 * i for i in range(10)]
+    assert _codes(_sac(alphas, [-0.68] * 10), {**SAC, "initial_alpha": 1.0, "alpha_lr": 3e-4}, C.ALPHA_COLLAPSE) == []
+    # a tuned alpha that became small while the entropy sits above target: by design
+    small = [2e-4 * 0.8 ** i for i in range(8)]
+    assert _codes(_sac(small, [-1.5] * 8), {**SAC, "alpha_lr": 3e-4}, C.ALPHA_COLLAPSE) == []
+
+
+def test_an_unreachable_target_entropy_sends_alpha_up_and_the_knob_is_auto():
+    alphas = [1.0, 3.0, 12.0, 40.0, 150.0]
+    config = {**SAC, "initial_alpha": 1.0, "alpha_lr": 3e-3, "target_entropy": 5.0}
+    (f,) = _codes(_sac(alphas, [-0.6] * 5, target=5.0), config, C.ALPHA_EXPLODING, space=gym.spaces.Box(-2, 2, (1,)))
+    assert f.iteration == 5 and "150x initial_alpha" in f.message
+    assert [(k["knob"], k["value"]) for k in f.evidence["knobs"]] == [("target_entropy", "auto"), ("alpha_lr", 3e-4)]
+
+
+@pytest.mark.parametrize("name", ["dqn", "sac", "ppo-default", "appo", "multi-agent-ppo"])
+def test_the_recorded_healthy_runs_are_silent_on_the_new_rules(name):
+    results = [json.loads(line) for line in (CORPUS / name / "results.jsonl").read_text().splitlines()]
+    codes = {C.Q_DIVERGENCE, C.ALPHA_COLLAPSE, C.ALPHA_EXPLODING, C.EXPLORATION_OFF, C.EPSILON_SCHEDULE}
+    assert [e.code for e in diagnose_curves(results) if e.code in codes] == []
+    if name in ("dqn", "sac"):   # the signals are there
+        assert any("qf_max" in s for r in results for s in r["learners"].values())
+
+
+def test_explore_false_in_training_is_exploration_off_once():
+    results = _dqn([(0.5, 1.0, 0.4)] * 3)
+    (f,) = _codes(results, {"algo_class": "PPO", "explore": False}, C.EXPLORATION_OFF)
+    assert f.iteration == 1 and "config.env_runners(explore=True)" in f.message
+    assert _codes(results, {"algo_class": "PPO", "explore": True}, C.EXPLORATION_OFF) == []
+
+
+@pytest.mark.parametrize("epsilon, starts, stalled, found", [
+    ([[0, 1.0], [500, 0.05]], 1000, False, "before learning starts"),
+    ([[0, 1.0], [10000, 0.05]], 1000, False, None),                 # RLlib's default
+    ([[0, 1.0], [10_000_000, 0.05]], 1000, True, "still 0.998"),    # never ends within the run
+    ([[0, 1.0], [10_000_000, 0.05]], 1000, False, None),            # ... but the return still rises
+])
+def test_an_epsilon_schedule_spent_before_learning_or_never_ending(epsilon, starts, stalled, found):
+    rets = [50.0 + 1 for _ in range(60)] if stalled else [10.0 + 10 * i for i in range(60)]
+    results = []
+    for i, ret in enumerate(rets):
+        results.append({"training_iteration": i + 1, "num_env_steps_sampled_lifetime": 1000 * (i + 1),
+                        "env_runners": {"episode_return_mean": ret if i > 0 else 100.0, "num_episodes": 5}})
+    got = _codes(results, {"epsilon": epsilon, "num_steps_sampled_before_learning_starts": starts}, C.EPSILON_SCHEDULE)
+    if found is None:
+        assert got == []
+    else:
+        (f,) = got
+        assert found in f.message and f.evidence["knobs"][0]["knob"] == "epsilon"
+
+
+def test_epsilon_at_interpolates_rllibs_schedule():
+    assert epsilon_at([(0, 1.0), (10000, 0.05)], 5000) == pytest.approx(0.525)
+    assert epsilon_at([(0, 1.0), (10000, 0.05)], 1e6) == 0.05 and epsilon_at([(0, 0.3)], 10) == 0.3
