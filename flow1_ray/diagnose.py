@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .checks.curves import result_number, result_section
 from .errors import Flow1InputError
-from .schema import ALL_MODULES
+from .schema import ALL_MODULES, RESULT_KEY
 
 
 def read_results(path: str | Path) -> tuple[list[dict], dict | None]:
@@ -65,15 +65,35 @@ def read_results(path: str | Path) -> tuple[list[dict], dict | None]:
 
 #: the run-level signal the rules read: label -> path in a result
 RUN_SIGNALS = {"episode return (env_runners/episode_return_mean)": ("env_runners", "episode_return_mean")}
-#: each RLModule's signals: label -> the learner stats names that carry it
-MODULE_SIGNALS = {"entropy": ("entropy",), "KL": ("mean_kl_loss",), "policy loss": ("policy_loss",),
-                  "value loss": ("vf_loss",), "learning rate": ("default_optimizer_learning_rate", "curr_lr")}
+#: each RLModule's signals, by the kind of learner: label -> the learner stats names that carry it
+LR = ("default_optimizer_learning_rate", "curr_lr", "qf_learning_rate")
+POLICY_SIGNALS = {"entropy": ("entropy",), "KL": ("mean_kl_loss",), "policy loss": ("policy_loss",),
+                  "value loss": ("vf_loss",), "learning rate": LR}
+Q_SIGNALS = {"Q values": ("qf_mean", "qf_max", "qf_min"), "TD error": ("td_error_mean",), "learning rate": LR}
+SAC_SIGNALS = {**Q_SIGNALS, "alpha": ("alpha_value",), "policy entropy (logps)": ("logps",),
+               "target entropy": ("target_entropy",)}
+#: the rules that read what only flow1's learner tracing measures (Flow1Callbacks)
+TRACED = ("per-layer gradients and dormant units (GRADIENT_ZERO, GRADIENT_VANISHING, GRADIENT_EXPLODING, "
+          "DORMANT_UNITS, VALUE_DOMINATES): not assessable without Flow1Callbacks (they trace the Learner)")
+TRACED_Q = ("the Q range from the rewards (Q_DIVERGENCE): not assessable without Flow1Callbacks; bounded "
+            "instead by the episodes' returns, which is looser")
+
+
+def _kind(stats_seen: set[str]) -> tuple[str, dict]:
+    """The learner's kind by the stats it reports: SAC (a temperature), Q-learning (Q-values)
+    or a policy-gradient learner (PPO, APPO, IMPALA)."""
+    if "alpha_value" in stats_seen or "logps" in stats_seen:
+        return "SAC", SAC_SIGNALS
+    if stats_seen & {"qf_mean", "qf_max", "qf_min"}:
+        return "Q-learning", Q_SIGNALS
+    return "policy gradient", POLICY_SIGNALS
 
 
 def not_assessable(results: list[Mapping], action_space: Any = None) -> tuple[list[str], bool]:
-    """What the curve rules cannot judge in these results -- each signal absent or never a
-    finite number, per RLModule, and the entropy maximum without an action space -- and
-    whether anything at all can be judged (False: every signal absent or NaN)."""
+    """What the curve rules cannot judge in these results -- each signal its learner's kind
+    reports absent or never a finite number, per RLModule; the entropy maximum without an
+    action space; what needs flow1's learner tracing -- and whether anything at all can be
+    judged (False: every signal absent or NaN)."""
     from .checks.curves import finite
 
     out: list[str] = []
@@ -83,24 +103,33 @@ def not_assessable(results: list[Mapping], action_space: Any = None) -> tuple[li
             judged = True
         else:
             out.append(f"{label}: absent or never a finite number")
-    modules: dict[str, dict[str, bool]] = {}
+    finite_stats: dict[str, set[str]] = {}
+    traced = False
     for r in results:
         for mid, stats in result_section(r, "learners").items():
             if mid == ALL_MODULES or not isinstance(stats, Mapping):
                 continue
-            seen = modules.setdefault(str(mid), {k: False for k in MODULE_SIGNALS})
-            for label, names in MODULE_SIGNALS.items():
-                seen[label] = seen[label] or any(finite(stats.get(n)) is not None for n in names)
-    if not modules:
+            seen = finite_stats.setdefault(str(mid), set())
+            seen.update(k for k, v in stats.items() if finite(v) is not None)
+            tr = stats.get(RESULT_KEY)
+            traced = traced or (isinstance(tr, Mapping) and (finite(tr.get("traces")) or 0) > 0)
+    if not finite_stats:
         out.append("learner numbers (learners/<module>/...): absent")
-    for mid, seen in sorted(modules.items()):
-        missing = [label for label, ok in seen.items() if not ok]
-        judged = judged or len(missing) < len(seen)
-        if len(missing) == len(seen):
-            out.append(f"module {mid}: no learner number is ever finite")
+    kinds = set()
+    for mid, seen in sorted(finite_stats.items()):
+        kind, signals = _kind(seen)
+        kinds.add(kind)
+        missing = [label for label, names in signals.items() if not seen & set(names)]
+        judged = judged or len(missing) < len(signals)
+        if len(missing) == len(signals):
+            out.append(f"module {mid} ({kind}): no learner number is ever finite")
         elif missing:
-            out.append(f"module {mid}: {', '.join(missing)} absent or never finite")
-    if action_space is None and judged:
+            out.append(f"module {mid} ({kind}): {', '.join(missing)} absent or never finite")
+    if finite_stats and not traced:
+        out.append(TRACED)
+        if kinds & {"SAC", "Q-learning"}:
+            out.append(TRACED_Q)
+    if action_space is None and judged and "policy gradient" in kinds:
         out.append("entropy / max entropy: no action space (name the env with --env); ENTROPY_COLLAPSE not judged")
     return out, judged
 

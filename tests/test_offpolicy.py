@@ -148,3 +148,45 @@ def test_an_epsilon_schedule_spent_before_learning_or_never_ending(epsilon, star
 def test_epsilon_at_interpolates_rllibs_schedule():
     assert epsilon_at([(0, 1.0), (10000, 0.05)], 5000) == pytest.approx(0.525)
     assert epsilon_at([(0, 1.0), (10000, 0.05)], 1e6) == 0.05 and epsilon_at([(0, 0.3)], 10) == 0.3
+
+
+@pytest.mark.parametrize("name, kind", [("dqn", "Q-learning"), ("sac", "SAC")])
+def test_flow1_diagnose_on_a_plain_dqn_or_sac_result_json_says_what_it_judged_and_what_it_cannot(
+        tmp_path, cli_env, name, kind):
+    """The recorded runs with flow1's own parts removed are what RLlib writes without flow1:
+    the Q, TD error and temperature rules run on them; what needs tracing is listed."""
+    import subprocess
+    import sys
+
+    plain = tmp_path / "result.json"
+    lines = []
+    for line in (CORPUS / name / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        r.pop("flow1", None)
+        for stats in r["learners"].values():
+            stats.pop("flow1", None)
+        lines.append(json.dumps(r))
+    plain.write_text("\n".join(lines) + "\n")
+    out = subprocess.run([sys.executable, "-m", "flow1_ray", "diagnose", str(plain), "--json", "-"],
+                         capture_output=True, text=True, env=cli_env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    gaps = report["not_assessable"]
+    assert any("not assessable without Flow1Callbacks" in g and "GRADIENT_ZERO" in g for g in gaps), gaps
+    assert any("Q_DIVERGENCE" in g and "episodes' returns" in g for g in gaps), gaps
+    # the learner's own signals are all there: no "absent" line for this module, and no PPO signal asked for
+    assert not [g for g in gaps if g.startswith("module ")], gaps
+    assert not any("entropy / max entropy" in g for g in gaps) and report["verdict"].startswith("PASS, but ")
+    # a diverging copy of the same file is judged: Q_DIVERGENCE from the returns' bound
+    sick = []
+    for i, line in enumerate(lines):
+        r = json.loads(line)
+        stats = r["learners"].get("default_policy")
+        if stats is not None and i >= len(lines) - 3:
+            stats.update(qf_max=1e5 * (i + 1), qf_min=-1e5, td_error_mean=1e4 * (i + 1))
+        sick.append(json.dumps(r))
+    plain.write_text("\n".join(sick) + "\n")
+    out = subprocess.run([sys.executable, "-m", "flow1_ray", "diagnose", str(plain), "--json", "-"],
+                         capture_output=True, text=True, env=cli_env, timeout=120)
+    assert out.returncode == 0 and "Q_DIVERGENCE" in out.stderr, out.stderr
+    assert [e["code"] for e in json.loads(out.stdout)["events"] if e["status"] != C.PASS] == [C.Q_DIVERGENCE], kind
