@@ -204,3 +204,31 @@ def test_a_learner_rules_signal_is_drawn_by_the_report_and_the_panel_from_its_vi
     titles = [a.text for a in policy_figure(f).layout.annotations]
     assert any("value function explained variance (VALUE_NOT_LEARNING)" in t for t in titles), titles
     assert [t.name for t in return_figure(f).data][-1] == "EMA (alpha 0.95 per episode)"
+
+
+def test_an_off_policy_runs_q_values_and_temperature_are_drawn_and_a_ppo_run_gets_no_empty_q_chart(tmp_path):
+    """Q_DIVERGENCE's View names three columns: one chart each, titled with the column; SAC's
+    alpha gets its own; a run without them (PPO) shows none of those charts."""
+    from flow1_ray.report.follow import RunFollower
+    from flow1_ray.report.panel import policy_figure
+
+    def titles(rows, name):
+        d = tmp_path / name
+        rec = RecorderCore(str(d), name, 3600, {"flush_interval_s": 3600})
+        rec.add_metrics({"iteration": 1, "episode_return_mean": -900.0})
+        rec.add_learner_rows([{"iteration": it, "module_id": "default_policy", "kind": "module", **row(it)}
+                              for it in (1, 2, 3) for row in [rows]])
+        rec.flush()
+        rec.close()
+        assert 'id="signals"' in render_html(load_run_report(d), d) or name == "ppo"
+        f = RunFollower(d)
+        f.poll(force=True)
+        return [a.text for a in policy_figure(f).layout.annotations]
+
+    sac = titles(lambda it: {"qf_mean": -5.0 * it, "qf_max": -1.0, "qf_min": -6.0 * it, "alpha_value": 0.9 ** it},
+                 "sac")
+    for col in ("qf_mean", "qf_max", "qf_min"):
+        assert f"Q values: {col} (Q_DIVERGENCE)" in sac, sac
+    assert "SAC temperature alpha (ALPHA_COLLAPSE, ALPHA_EXPLODING)" in sac
+    ppo = titles(lambda it: {"entropy_ratio": 0.9, "mean_kl_loss": 0.01}, "ppo")
+    assert not [t for t in ppo if "Q values" in t or "alpha" in t], ppo

@@ -45,7 +45,7 @@ class OffPolicyThresholds:
     alpha_window: int = 3            # ... on this many iterations, with the entropy below its target
 
 
-_Q = View(S.LEARNER_DIR, ("qf_mean", "qf_max", "qf_min"), "Q values (mean, max, min)")
+_Q = View(S.LEARNER_DIR, ("qf_mean", "qf_max", "qf_min"), "Q values")
 _ALPHA = View(S.LEARNER_DIR, ("alpha_value",), "SAC temperature alpha")
 
 RULES = (

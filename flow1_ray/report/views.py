@@ -170,8 +170,9 @@ def rule_signals() -> list[tuple[str, str, list[str]]]:
         if r.view is None or r.view.table != S.LEARNER_DIR:
             continue
         for col in r.view.columns:
-            if col not in CHARTED:
-                out.setdefault(col, (r.view.title, []))[1].append(code)
+            if col not in CHARTED:   # one chart per column: a View of several names each
+                title = f"{r.view.title}: {col}" if len(r.view.columns) > 1 else r.view.title
+                out.setdefault(col, (title, []))[1].append(code)
     return [(col, title, codes) for col, (title, codes) in out.items()]
 
 
