@@ -74,7 +74,8 @@ SAC_SIGNALS = {**Q_SIGNALS, "alpha": ("alpha_value",), "policy entropy (logps)":
                "target entropy": ("target_entropy",)}
 #: the rules that read what only flow1's learner tracing measures (Flow1Callbacks)
 TRACED = ("per-layer gradients and dormant units (GRADIENT_ZERO, GRADIENT_VANISHING, GRADIENT_EXPLODING, "
-          "DORMANT_UNITS, VALUE_DOMINATES): not assessable without Flow1Callbacks (they trace the Learner)")
+          "DORMANT_UNITS, VALUE_DOMINATES) and PPO's clip fraction (CLIP_FRACTION): not assessable without "
+          "Flow1Callbacks (they trace the Learner)")
 TRACED_Q = ("the Q range from the rewards (Q_DIVERGENCE): not assessable without Flow1Callbacks; bounded "
             "instead by the episodes' returns, which is looser")
 

@@ -231,3 +231,76 @@ def test_gradient_zero_names_the_loss_term_that_cuts_the_layer(reach, stats, kno
     if cause == "value_loss_clipped":
         (k,) = f.evidence["knobs"]
         assert (k["knob"], k["current"], k["value"]) == ("vf_clip_param", 10.0, 440000.0)
+
+
+def _ppo_traced(fractions, returns, kl=0.01, entropy=0.6, policy_loss=-0.02):
+    out = []
+    for i, (frac, ret) in enumerate(zip(fractions, returns)):
+        stats = {"entropy": entropy, "mean_kl_loss": kl, "policy_loss": policy_loss, "vf_loss": 1.0,
+                 "default_optimizer_learning_rate": 3e-4,
+                 "flow1": {"traces": 1, "clipped": frac * 1000, "ratios": 1000}}
+        out.append({"training_iteration": i + 1, "num_env_steps_sampled_lifetime": 1000 * (i + 1),
+                    "env_runners": {"episode_return_mean": ret, "num_episodes": 20},
+                    "learners": {"default_policy": stats}})
+    return out
+
+
+PPO_CFG = {"algo_class": "PPO", "lr": 3e-4, "clip_param": 0.2, "num_epochs": 30, "lambda": 0.95}
+FLAT = [60, 80, 100, 90, 70, 60, 58, 55, 57, 56]
+
+
+def test_a_saturated_clip_fraction_with_a_high_kl_is_clip_fraction_with_a_smaller_lr():
+    (f,) = [e for e in diagnose_curves(_ppo_traced([0.45] * 10, [20.0 + 30 * i for i in range(10)], kl=0.08),
+                                       config=PPO_CFG, action_space=gym.spaces.Discrete(2)) if e.code == C.CLIP_FRACTION]
+    assert f.evidence["case"] == "saturated" and f.evidence["clip_fraction"] == pytest.approx(0.45)
+    assert "45% of the probability ratios fall outside 1 +- clip_param (0.2)" in f.message and "KL 0.08" in f.message
+    assert [k["knob"] for k in f.evidence["knobs"]] == ["lr", "num_epochs"] and f.evidence["knobs"][1]["value"] == 10
+
+
+@pytest.mark.parametrize("fractions, returns, kl, algo", [
+    ([0.12] * 10, FLAT, 0.08, "PPO"),                                # a healthy clip fraction, whatever else
+    ([0.45] * 10, [20.0 + 30 * i for i in range(10)], 0.02, "PPO"),  # high but the KL in band, the return rising
+    ([0.45] * 10, FLAT, 0.08, "APPO"),                               # ratios against a lagging behaviour policy
+    ([0.0] * 10, [20.0 + 30 * i for i in range(10)], 0.001, "PPO"),  # never at the clip but learning
+])
+def test_the_clip_fraction_is_silent_without_its_second_signal(fractions, returns, kl, algo):
+    events = diagnose_curves(_ppo_traced(fractions, returns, kl=kl), config={**PPO_CFG, "algo_class": algo},
+                             action_space=gym.spaces.Discrete(2))
+    assert [e for e in events if e.code == C.CLIP_FRACTION] == []
+
+
+def test_a_clip_that_never_binds_on_a_stalled_exploring_policy_is_clip_fraction_with_a_larger_lr():
+    (f,) = [e for e in diagnose_curves(_ppo_traced([0.0] * 10, FLAT, kl=0.001), config=PPO_CFG,
+                                       action_space=gym.spaces.Discrete(2)) if e.code == C.CLIP_FRACTION]
+    assert f.evidence["case"] == "never_reached" and f.evidence["knobs"][0]["knob"] == "lr"
+    assert f.evidence["knobs"][0]["value"] > 3e-4
+
+
+def test_policy_loss_stuck_says_what_the_measured_clip_fraction_says():
+    def stuck(frac):
+        (f,) = [e for e in diagnose_curves(_ppo_traced([frac] * 8, FLAT, kl=1e-5, policy_loss=1e-5), config=PPO_CFG,
+                                           action_space=gym.spaces.Discrete(2)) if e.code == C.POLICY_LOSS_STUCK]
+        return f
+    clipped = stuck(0.8)
+    assert "clip fraction is 80%: most ratios sit past the clip" in clipped.message
+    assert clipped.evidence["knobs"][0]["knob"] == "lr" and clipped.evidence["knobs"][0]["value"] < 3e-4
+    flat = stuck(0.0)
+    assert "the clip is not what stops it: the advantages carry no signal" in flat.message
+
+
+def test_a_policy_collapsed_onto_one_action_is_the_cause_of_its_zero_gradient_not_the_forward():
+    """PPO CartPole lr=0.05 (measured): the entropy reaches 0 by iteration 2 and the actor's
+    layers get exact zeros; the critic's are judged apart."""
+    rules = LayerRules("default_policy", Knobs.from_config({"entropy_coeff": 0.0, "lr": 0.05}))
+    fired = []
+    for it in range(2):
+        fired += rules.add(it, {"flow1": {"traces": 1, "grad_norm": 1.0, "grad_nonfinite": 0,
+                                          "reach": {"encoder.actor_encoder.net.mlp.0": 0, "vf.net.mlp.0": 0},
+                                          "grad_rms": {"encoder.actor_encoder.net.mlp.0": 0.0, "vf.net.mlp.0": 0.0}}},
+                           entropy_ratio=1e-9)
+    by_cause = {f.evidence["cause"]: f for f in fired}
+    assert set(by_cause) == {"policy_collapsed", "zero_passed_back"}, [f.message for f in fired]
+    collapsed = by_cause["policy_collapsed"]
+    assert collapsed.evidence["layers"] == ["encoder.actor_encoder.net.mlp.0"] and "ENTROPY_COLLAPSE" in collapsed.message
+    assert collapsed.evidence["knobs"][0]["knob"] == "entropy_coeff"
+    assert by_cause["zero_passed_back"].evidence["layers"] == ["vf.net.mlp.0"]

@@ -62,6 +62,15 @@ def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_
     collapse = _one(events, C.ENTROPY_COLLAPSE)
     assert collapse["evidence"]["entropy_ratio"] < 0.2 and collapse["evidence"]["normalised_by"] == "discrete"
     assert _knob(collapse, "entropy_coeff")["value"] == 0.01 and "entropy_coeff=0.01" in collapse["message"]
+    # the traced updates measure the clip fraction: most ratios past clip_param, with the KL far above its band
+    clip = _one(events, C.CLIP_FRACTION)
+    assert clip["evidence"]["case"] == "saturated" and clip["evidence"]["clip_fraction"] > 0.3
+    assert clip["evidence"]["clip_param"] == 0.3 and _knob(clip, "lr")["value"] < 0.05
+    # a zero gradient of the collapsed policy's layers is named as the collapse, never "fix the forward"
+    for zero in [e for e in events if e["code"] == C.GRADIENT_ZERO]:
+        cause = json.loads(zero["evidence"])["cause"]
+        assert cause in ("policy_collapsed", "value_loss_clipped", "zero_passed_back"), zero["message"]
+        assert "no knob fixes this" not in zero["message"]
     # on_fail: a checkpoint beside the run directory, and every result from the FAIL on says done
     guard = _one(events, C.GUARD_ACTION)
     assert guard["evidence"]["finding"] == C.KL_SPIKE and Path(guard["evidence"]["checkpoint"]).is_dir()

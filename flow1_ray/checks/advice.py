@@ -233,7 +233,16 @@ def lr_floor_knobs(k: Knobs, lr_first: float, t_now: int | None) -> list[Knob]:
                  "keep 10-20% of the first lr at the end (cosine-like); a schedule to ~0 freezes the critic")]
 
 
-def stuck_knobs(k: Knobs, lr_now: float | None) -> list[Knob]:
+def stuck_knobs(k: Knobs, lr_now: float | None, clip_fraction: float | None = None) -> list[Knob]:
+    """No effective policy gradient: with most ratios past the clip (measured), the step is
+    too large for the region -- lr down, the region wider; otherwise the advantages (lambda)
+    or a step too small."""
+    if clip_fraction is not None and clip_fraction >= 0.5:
+        out = [x for x in [lower_lr(k, lr_now, KL_AIM * 4, "smaller steps keep the ratios inside the clip")] if x]
+        if k.clip_param is not None and k.clip_param < 0.3:
+            out.append(Knob("clip_param", k.clip_param, _round(min(0.3, k.clip_param * 1.5)),
+                            "a wider trust region"))
+        return out
     out = []
     if k.lambda_ is not None and k.lambda_ > 0.97:
         out.append(Knob("lambda_", k.lambda_, 0.95, "GAE lambda > 0.97 makes advantages too noisy to use"))

@@ -34,6 +34,7 @@ RULE_MODULES = (
     "flow1_ray.checks.reward",
     "flow1_ray.checks.reward_drop",
     "flow1_ray.checks.learner_curves",
+    "flow1_ray.checks.clip_fraction",
     "flow1_ray.checks.offpolicy",
     "flow1_ray.checks.exploration",
     "flow1_ray.checks.gradients",

@@ -11,6 +11,7 @@ and, where flow1 traced the Learner, per layer (:mod:`.gradients`). No Ray here.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from typing import Any, Iterable, Mapping
 
@@ -22,6 +23,7 @@ from .findings import Finding
 from .gradients import LayerRules
 from .learner_curves import ModuleCurves
 from .learner_reading import Reading, RunContext
+from .clip_fraction import ModuleClipping
 from .exploration import ExplorationRules
 from .offpolicy import ModuleOffPolicy
 from .reward_drop import RunReturnDrop
@@ -79,6 +81,7 @@ class CurveDiagnosis:
         self.modules: dict[str, ModuleCurves] = {}
         self.layers: dict[str, LayerRules] = {}
         self.offpolicy: dict[str, ModuleOffPolicy] = {}
+        self.clipping: dict[str, ModuleClipping] = {}
         self.exploration = ExplorationRules(self.knobs, _config_get(config, "epsilon"), self.th)
         self.return_abs_max: float | None = None
         self.dropped = False
@@ -123,13 +126,20 @@ class CurveDiagnosis:
             if off is None:
                 off = self.offpolicy[mid] = ModuleOffPolicy(mid, self.knobs, self.th, self._space(mid))
             findings += off.add(reading, run)
+            clipping = self.clipping.get(mid)
+            if clipping is None:
+                clipping = self.clipping[mid] = ModuleClipping(mid, self.knobs, self.th)
+            kls = list(curves.kls)[-self.th.kl_window:]
+            ratio = curves.ratios[-1] if curves.ratios and reading.entropy is not None else None
+            f = clipping.add(reading, run, statistics.median(kls) if kls and curves.kl_measured else None, ratio)
+            if f is not None:
+                findings.append(f)
             layers = self.layers.get(mid)
             if layers is None:
                 layers = self.layers[mid] = LayerRules(mid, self.knobs, self.th)
-            findings += layers.add(it, stats, mine, reading.lr)
-            ratio = curves.ratios[-1] if curves.ratios and reading.entropy is not None else None
+            findings += layers.add(it, stats, mine, reading.lr, ratio)
             self.last[mid] = {k: v for k, v in {
-                "entropy_ratio": ratio, "kl": reading.kl, "lr": reading.lr,
+                "entropy_ratio": ratio, "kl": reading.kl, "lr": reading.lr, "clip_fraction": reading.clip_fraction,
                 "grad_norm": reading.grad_norm, "vf_pi_trunk_ratio": reading.vf_pi_trunk_ratio}.items()
                 if v is not None}
         return [f.to_event(iteration=it) for f in findings]

@@ -92,14 +92,17 @@ class LayerRules:
     norms: deque = field(default_factory=lambda: deque(maxlen=32))
     reported: set = field(default_factory=set)
 
-    def add(self, iteration: int, stats: Mapping, extras: Mapping | None = None, lr: float | None = None) -> list[Finding]:
+    def add(self, iteration: int, stats: Mapping, extras: Mapping | None = None, lr: float | None = None,
+            entropy_ratio: float | None = None) -> list[Finding]:
+        """``entropy_ratio``: the policy's entropy as a share of its maximum this iteration
+        (a policy collapsed onto one action passes its layers no gradient)."""
         tr = stats.get(TRACE_KEY) if isinstance(stats, Mapping) else None
         if not isinstance(tr, Mapping) or not (_num(tr.get("traces")) or 0) > 0:
             return []
         out: list[Finding] = []
         rms = {k: _num(v) for k, v in (tr.get("grad_rms") or {}).items() if _num(v) is not None}
         reach = {k: _num(v) for k, v in (tr.get("reach") or {}).items() if _num(v) is not None}
-        out += self._zero(rms, reach, stats)
+        out += self._zero(rms, reach, stats, entropy_ratio)
         out += self._vanishing(rms)
         out += self._exploding(tr, lr)
         out += self._dormant(tr.get("dormant") or {}, lr)
@@ -111,25 +114,32 @@ class LayerRules:
         self.reported.add(key)
         return True
 
-    def _zero(self, rms: dict, reach: Mapping, stats: Mapping) -> list[Finding]:
+    def _zero(self, rms: dict, reach: Mapping, stats: Mapping, entropy_ratio: float | None) -> list[Finding]:
+        """One finding per group of zero layers with one cause: the value function's layers
+        and the others are cut by different loss terms (a clamped value loss, a collapsed
+        policy), so each group is judged on its own."""
         th, out = self.thresholds, []
         for layer, v in rms.items():
             self.zero_runs[layer] = self.zero_runs.get(layer, 0) + 1 if v == 0.0 else 0
         zero = sorted(layer for layer, n in self.zero_runs.items() if n >= th.grad_zero_traces)
-        if zero and self._once("zero:" + ",".join(zero)):
-            cause, why, knobs = self._zero_cause(zero, reach, stats)
-            them = "them" if len(zero) > 1 else "it"
+        value = [layer for layer in zero if _serves_value(layer)]
+        for group in (value, [layer for layer in zero if layer not in value]):
+            if not group or not self._once("zero:" + ",".join(group)):
+                continue
+            cause, why, knobs = self._zero_cause(group, reach, stats, entropy_ratio)
+            them = "them" if len(group) > 1 else "it"
             out.append(Finding(C.GRADIENT_ZERO, (
-                f"module {self.module_id!r}: the gradient of layer{'s' if len(zero) > 1 else ''} "
-                f"{', '.join(zero)} is exactly 0 on {th.grad_zero_traces} traced updates in a row while the "
+                f"module {self.module_id!r}: the gradient of layer{'s' if len(group) > 1 else ''} "
+                f"{', '.join(group)} is exactly 0 on {th.grad_zero_traces} traced updates in a row while the "
                 f"module trains; expected a non-zero gradient on every trained layer: "
                 + why.format(them=them) + A.advice_text(knobs)),
-                {"module_id": self.module_id, "layers": zero, "traces_in_a_row": th.grad_zero_traces,
-                 "layers_traced": len(rms), "cause": cause, "reach": {k: reach.get(k) for k in zero},
-                 "knobs": [k.as_dict() for k in knobs]}))
+                {"module_id": self.module_id, "layers": group, "traces_in_a_row": th.grad_zero_traces,
+                 "layers_traced": len(rms), "cause": cause, "reach": {k: reach.get(k) for k in group},
+                 "entropy_ratio": entropy_ratio, "knobs": [k.as_dict() for k in knobs]}))
         return out
 
-    def _zero_cause(self, zero: list[str], reach: Mapping, stats: Mapping) -> tuple[str, str, list[A.Knob]]:
+    def _zero_cause(self, zero: list[str], reach: Mapping, stats: Mapping,
+                    entropy_ratio: float | None) -> tuple[str, str, list[A.Knob]]:
         """Which loss term does not reach the layers, from the traced update's reach (does
         the loss's gradient arrive at the layer's output at all, and is it all 0?) and
         RLlib's loss stats. PPO on Pendulum with RLlib's defaults: the critic's layers are
@@ -152,6 +162,15 @@ class LayerRules:
                 "the loss reaches {them} but passes back exactly 0. They serve only the value function, and "
                 "vf_loss_coeff=0 weights the value loss by 0: the critic never learns"), [
                 A.Knob("vf_loss_coeff", 0.0, 1.0, "RLlib's default weight of the value loss")]
+        if not value_only and -1 not in got and entropy_ratio is not None \
+                and entropy_ratio < self.thresholds.entropy_collapse_fail_ratio:
+            knobs = A.entropy_knobs(self.knobs, _num(stats.get("curr_entropy_coeff")),
+                                    _num(stats.get("default_optimizer_learning_rate")))
+            return "policy_collapsed", (
+                f"the loss reaches {{them}} but passes back exactly 0: the policy has collapsed onto one action "
+                f"(entropy {entropy_ratio:.1%} of its maximum), its saturated distribution gives the log-probability "
+                f"no gradient, so the policy's layers stop learning -- the collapse is the cause "
+                f"(ENTROPY_COLLAPSE), not the model's forward"), knobs
         if got and all(g == 0 for g in got):
             return "zero_passed_back", (
                 "the loss reaches {them} but passes back exactly 0: something between these layers and the "

@@ -85,7 +85,8 @@ RULES = (
          knobs=("lr", "clip_param", "num_epochs", "grad_clip"), view=_KL),
     Rule("POLICY_LOSS_STUCK", C.TRAIN_CURVES, C.WARN,
          "|policy loss| < {policy_loss_zero:g} and KL < {kl_stuck:g} for {policy_loss_stuck_iters} iterations: no "
-         "effective policy gradient", CurveThresholds, evidence=("module_id", "policy_loss", "kl", "knobs"),
+         "effective policy gradient (the traced clip fraction says whether the clip or the advantages stop it)",
+         CurveThresholds, evidence=("module_id", "policy_loss", "kl", "clip_fraction", "knobs"),
          knobs=("lambda_", "clip_param", "lr"), view=View(S.LEARNER_DIR, ("policy_loss",), "policy loss")),
     Rule("VALUE_DOMINATES", C.TRAIN_CURVES, C.WARN,
          "shared trunk (vf_share_layers): the value head's gradient into the shared layers >= "
@@ -277,13 +278,21 @@ class ModuleCurves:
         self.stuck = self.stuck + 1 if flat else 0
         if not self._once("stuck", self._stuck_now(th)):
             return None
-        knobs = A.stuck_knobs(self.knobs, r.lr)
+        clip = r.clip_fraction
+        knobs = A.stuck_knobs(self.knobs, r.lr, clip)
+        if clip is None:
+            why = "every ratio is clipped or the advantages carry no signal (the clip fraction was not traced)"
+        elif clip >= 0.5:
+            why = f"the clip fraction is {clip:.0%}: most ratios sit past the clip, which passes no gradient"
+        else:
+            why = (f"the clip fraction is {clip:.0%}, so the clip is not what stops it: the advantages carry no "
+                   f"signal")
         return Finding(C.POLICY_LOSS_STUCK, (
             f"{self._where()}: |policy loss| < {th.policy_loss_zero:g} and KL < {th.kl_low / 10:g} on {self.stuck} "
             f"iterations in a row (now {r.policy_loss:.3g}, KL {r.kl:.3g}); expected a surrogate that moves: "
-            f"every ratio is clipped or the advantages carry no signal" + A.advice_text(knobs)),
+            + why + A.advice_text(knobs)),
             {"module_id": self.module_id, "policy_loss": r.policy_loss, "kl": r.kl, "iterations": self.stuck,
-             "knobs": [k.as_dict() for k in knobs]})
+             "clip_fraction": clip, "knobs": [k.as_dict() for k in knobs]})
 
     def _value(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
         """Only a shared trunk can be swamped: with separate networks Adam scales each

@@ -33,6 +33,7 @@ class Reading:
     entropy_coeff: float | None = None
     grad_norm: float | None = None
     vf_pi_trunk_ratio: float | None = None   # from flow1's learner tracing (shared trunk only)
+    clip_fraction: float | None = None       # share of traced ratios outside 1 +- clip_param (flow1's tracing)
     reward_min: float | None = None          # the traced train batch's reward range (flow1's tracing)
     reward_max: float | None = None
     stats: Mapping[str, float] = field(default_factory=dict)   # every finite number, by RLlib's name
@@ -61,7 +62,13 @@ class Reading:
                    grad_norm=f("gradients_default_optimizer_global_norm") or finite(extras.get("grad_norm")),
                    vf_pi_trunk_ratio=finite(extras.get("vf_pi_trunk_ratio")),
                    reward_min=finite(extras.get("reward_min")), reward_max=finite(extras.get("reward_max")),
+                   clip_fraction=_quotient(extras.get("clipped"), extras.get("ratios")),
                    stats={k: v for k, v in ((k, finite(x)) for k, x in stats.items()) if v is not None})
+
+
+def _quotient(num: Any, den: Any) -> float | None:
+    n, d = finite(num), finite(den)
+    return n / d if n is not None and d else None
 
 
 def max_entropy(action_space: Any) -> tuple[float | None, int, str]:

@@ -89,6 +89,10 @@ class Thresholds:
     lr_floor_ratio: float = 0.1
     value_ev_max: float = 0.0
     value_ev_window: int = 5
+    # flow1_ray.checks.clip_fraction.ClipThresholds
+    clip_saturated: float = 0.3
+    clip_never: float = 0.001
+    clip_window: int = 3
     # flow1_ray.checks.offpolicy.OffPolicyThresholds
     q_excess: float = 0.25
     q_window: int = 2

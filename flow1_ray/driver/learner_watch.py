@@ -175,7 +175,9 @@ class LearnerWatch:
             tr = stats.get(S.RESULT_KEY) or {}
             rows.append({**base, "layer": None, "kind": S.KIND_MODULE,
                          **{k: _f(stats.get(k)) for k in (S.ENTROPY, S.MEAN_KL, S.POLICY_LOSS, S.VF_LOSS,
-                                                          S.TOTAL_LOSS, S.LEARNING_RATE) + rule_columns()},
+                                                          S.TOTAL_LOSS, S.LEARNING_RATE)},
+                         # a rule's column: RLlib's stat by that name, else the number flow1 derived
+                         **{k: _f(stats.get(k)) if k in stats else _f(curves.get(k)) for k in rule_columns()},
                          S.ENTROPY_RATIO: _f(curves.get(S.ENTROPY_RATIO)),
                          **{k: _f(tr.get(k)) for k in (S.GRAD_NORM, S.VF_PI_TRUNK_RATIO, S.VF_PI_HEAD_RATIO)}})
             dormant = tr.get("dormant") or {}

@@ -12,8 +12,9 @@ activation layer's mean |activation| per unit and alias the inputs of the policy
 heads so that each head's gradient into the shared embedding is seen on its own, and hook each
 parameter layer's output to see whether the loss's gradient reaches it at all ("reach": 1 a
 non-zero gradient arrived, 0 only zeros arrived -- a clamp or a ``* 0`` between the layer and
-the loss --, -1 none arrived: the loss does not use the output); then each layer's gradient
-RMS is computed in one stacked reduction. The numbers go through the
+the loss --, -1 none arrived: the loss does not use the output), and count the update's
+probability ratios outside ``1 +- clip_param`` (PPO's clip fraction); then each layer's
+gradient RMS is computed in one stacked reduction. The numbers go through the
 Learner's own MetricsLogger (``result["learners"][module]["flow1"]``), so no extra RPC.
 Untraced updates pay one counter increment. Any error turns tracing off for that Learner;
 it never reaches RLlib.
@@ -97,6 +98,7 @@ class LearnerTracer:
         self.acts: dict[tuple[str, str], list] = {}    # (module, layer) -> [sum |h| per unit, rows]
         self.head_grads: dict[tuple[str, str], float] = {}
         self.reach: dict[tuple[str, str], list] = {}   # (module, layer) -> max |grad| of its output, per backward
+        self.clipped: dict[str, list] = {}   # module -> [ratios outside 1 +- clip_param, ratios] on the traced update
         self.last_batch: Any = None
         self.last_norms: dict[str, dict[str, float]] = {}
         self.trace_now = False
@@ -139,7 +141,7 @@ class LearnerTracer:
         """Forward hooks for the next update: activation statistics and head-input aliases."""
         import torch.nn as nn
 
-        self.acts, self.head_grads, self.reach = {}, {}, {}
+        self.acts, self.head_grads, self.reach, self.clipped = {}, {}, {}, {}
         for mid, m in self._modules().items():
             if not isinstance(m, nn.Module):
                 continue
@@ -230,7 +232,45 @@ class LearnerTracer:
         if batch is None and len(args) > 1:
             batch = args[1]
         self.last_batch = batch
-        return self._orig_losses(*args, **kwargs)
+        losses = self._orig_losses(*args, **kwargs)
+        if self.trace_now and self.enabled:
+            t0 = time.perf_counter()
+            try:
+                self._clip_fractions(kwargs.get("fwd_out"), batch)
+            except Exception:   # a learner without PPO's columns: no clip fraction
+                pass
+            self.spent_s += time.perf_counter() - t0
+        return losses
+
+    def _clip_fractions(self, fwd_out: Any, batch: Any) -> None:
+        """The share of the traced update's probability ratios outside ``1 +- clip_param``
+        (PPO's clip fraction; RLlib 2.60 does not log it): the new policy's log-probability of
+        the sampled actions, from this update's forward output, against the sampling one."""
+        import torch
+
+        if not isinstance(fwd_out, dict) or not isinstance(batch, dict):
+            return
+        for mid, out in fwd_out.items():
+            cols = batch.get(mid)
+            if not isinstance(out, dict) or not isinstance(cols, dict) or "action_logp" not in cols \
+                    or "action_dist_inputs" not in out:
+                continue
+            clip = getattr(self.learner.config.get_config_for_module(mid), "clip_param", None)
+            if not isinstance(clip, (int, float)) or clip <= 0:
+                continue
+            module = self._modules()[mid]
+            module = module.unwrapped() if hasattr(module, "unwrapped") else module
+            with torch.no_grad():
+                dist = module.get_train_action_dist_cls().from_logits(out["action_dist_inputs"].detach())
+                ratio = torch.exp(dist.logp(cols["actions"]) - cols["action_logp"])
+                mask = cols.get("loss_mask")
+                outside = (ratio - 1.0).abs() > clip
+                if mask is not None:
+                    outside, n = outside[mask.bool()], mask.sum()
+                else:
+                    n = torch.tensor(float(ratio.numel()))
+                got = self.clipped.setdefault(str(mid), [0, 0])
+                got[0], got[1] = got[0] + outside.sum(), got[1] + n
 
     def _compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
         grads = self._orig_grads(loss_per_module, **kwargs)
@@ -304,6 +344,9 @@ class LearnerTracer:
             share = float((mean <= self.tau * avg).float().mean()) if avg > 0 else 1.0
             out[mid].setdefault("dormant", {})[layer] = share
         self._rewards(out)
+        for mid, (k, n) in self.clipped.items():
+            if mid in out:
+                out[mid]["clipped"], out[mid]["ratios"] = float(k), float(n)
         reach = [(k, v) for k, v in self.reach.items() if k[0] in out]
         arrived = torch.stack([torch.stack(v).amax().float() for _, v in reach if v]).cpu().tolist() \
             if any(v for _, v in reach) else []
@@ -352,6 +395,9 @@ class LearnerTracer:
             for key in ("vf_pi_trunk_ratio", "vf_pi_head_ratio"):
                 if key in o:
                     m.log_value((mid, "flow1", key), o[key], window=1)
+            for key in ("clipped", "ratios"):   # per iteration: the clip fraction is their quotient
+                if key in o:
+                    m.log_value((mid, "flow1", key), o[key], reduce="sum")
             for key, how in (("reward_min", "min"), ("reward_max", "max")):   # across Learners too
                 if key in o:
                     m.log_value((mid, "flow1", key), o[key], reduce=how, window=1)
