@@ -37,6 +37,7 @@ RULE_MODULES = (
     "flow1_ray.checks.clip_fraction",
     "flow1_ray.checks.offpolicy",
     "flow1_ray.checks.exploration",
+    "flow1_ray.checks.eval_gap",
     "flow1_ray.checks.gradients",
     "flow1_ray.driver.learner_watch",
     "flow1_ray.checks.incidents",

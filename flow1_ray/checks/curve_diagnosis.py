@@ -24,6 +24,7 @@ from .gradients import LayerRules
 from .learner_curves import ModuleCurves
 from .learner_reading import Reading, RunContext
 from .clip_fraction import ModuleClipping
+from .eval_gap import EvalGap
 from .exploration import ExplorationRules
 from .offpolicy import ModuleOffPolicy
 from .reward_drop import RunReturnDrop
@@ -83,6 +84,7 @@ class CurveDiagnosis:
         self.offpolicy: dict[str, ModuleOffPolicy] = {}
         self.clipping: dict[str, ModuleClipping] = {}
         self.exploration = ExplorationRules(self.knobs, _config_get(config, "epsilon"), self.th)
+        self.eval_gap = EvalGap(config, self.th)
         self.return_abs_max: float | None = None
         self.dropped = False
         self.last: dict[str, dict] = {}
@@ -110,6 +112,7 @@ class CurveDiagnosis:
                          episode_len_mean=result_number(result, "env_runners", "episode_len_mean"))
         steps = result_number(result, "num_env_steps_sampled_lifetime")
         findings += self.exploration.add(it, steps, run)
+        findings += self.eval_gap.add(result)
         learners = result_section(result, "learners")
         extras = result_section(result_section(result, RESULT_KEY), "learner")
         self.last = {}

@@ -103,6 +103,10 @@ class Thresholds:
     # flow1_ray.checks.exploration.ExplorationThresholds
     epsilon_high: float = 0.5
     epsilon_late_factor: float = 20.0
+    # flow1_ray.checks.eval_gap.EvalGapThresholds
+    eval_gap: float = 0.3
+    eval_window: int = 3
+    eval_len_ratio: float = 0.7
     # flow1_ray.checks.gradients.GradientThresholds
     grad_vanishing_ratio: float = 0.001
     grad_exploding_factor: float = 100.0
