@@ -112,7 +112,8 @@ def test_an_unreachable_target_entropy_sends_alpha_up_and_the_knob_is_auto():
 @pytest.mark.parametrize("name", ["dqn", "sac", "ppo-default", "appo", "multi-agent-ppo"])
 def test_the_recorded_healthy_runs_are_silent_on_the_new_rules(name):
     results = [json.loads(line) for line in (CORPUS / name / "results.jsonl").read_text().splitlines()]
-    codes = {C.Q_DIVERGENCE, C.ALPHA_COLLAPSE, C.ALPHA_EXPLODING, C.EXPLORATION_OFF, C.EPSILON_SCHEDULE}
+    codes = {C.Q_DIVERGENCE, C.ALPHA_COLLAPSE, C.ALPHA_EXPLODING, C.EXPLORATION_OFF, C.EPSILON_SCHEDULE,
+             C.POLICY_LAG, C.CLIP_FRACTION, C.TRAIN_EVAL_GAP}
     assert [e.code for e in diagnose_curves(results) if e.code in codes] == []
     if name in ("dqn", "sac"):   # the signals are there
         assert any("qf_max" in s for r in results for s in r["learners"].values())
@@ -190,3 +191,32 @@ def test_flow1_diagnose_on_a_plain_dqn_or_sac_result_json_says_what_it_judged_an
                          capture_output=True, text=True, env=cli_env, timeout=120)
     assert out.returncode == 0 and "Q_DIVERGENCE" in out.stderr, out.stderr
     assert [e["code"] for e in json.loads(out.stdout)["events"] if e["status"] != C.PASS] == [C.Q_DIVERGENCE], kind
+
+
+#: measured, APPO CartPole (1 EnvRunner, 1 learner actor, 500-step batches, seed 0), per iteration:
+#: (mean_IS, lag in updates, entropy, return)
+APPO_HEALTHY = [(1.0, 2.5, 0.677, 24.3), (1.045, 5.62, 0.658, 37.9), (1.086, 5.58, 0.652, 47.5),
+                (1.129, 5.69, 0.635, 40.6), (1.138, 5.53, 0.647, 49.3), (1.121, 5.65, 0.662, 83.6),
+                (1.066, 5.63, 0.677, 92.3), (1.01, 5.66, 0.627, 140.2), (1.074, 5.7, 0.622, 147.5)]
+APPO_LR_005 = [(1.0, 2.5, 0.259, 17.8), (1.534, 5.65, 0.002, 10.1), (1.68, 5.6, 0.002, 13.5),
+               (1.786, 5.62, 0.003, 9.7), (1.815, 5.7, 0.015, 9.4)]
+
+
+def _appo(rows):
+    return [{"training_iteration": i + 1, "env_runners": {"episode_return_mean": ret, "num_episodes": 10},
+             "learners": {"default_policy": {"mean_IS": m, "var_IS": 0.05, "diff_num_grad_updates_vs_sampler_policy": lag,
+                                             "entropy": h, "mean_kl_loss": 0.0, "default_optimizer_learning_rate": 0.05}}}
+            for i, (m, lag, h, ret) in enumerate(rows)]
+
+
+def test_appo_with_a_large_lr_is_policy_lag_from_its_importance_ratios():
+    config = {"algo_class": "APPO", "lr": 0.05, "broadcast_interval": 1, "circular_buffer_iterations_per_batch": 2}
+    (f,) = _codes(_appo(APPO_LR_005), config, C.POLICY_LAG, space=gym.spaces.Discrete(2))
+    assert f.iteration == 3 and f.evidence["mean_IS"] == 1.68 and f.evidence["policy_lag"] == 5.6
+    assert "the entropy collapsing" in f.message and [k["knob"] for k in f.evidence["knobs"]] == ["lr"]
+    assert f.evidence["knobs"][0]["value"] == 0.005
+
+
+def test_healthy_appo_importance_ratios_are_silent():
+    assert _codes(_appo(APPO_HEALTHY), {"algo_class": "APPO", "lr": 5e-4}, C.POLICY_LAG,
+                  space=gym.spaces.Discrete(2)) == []

@@ -22,7 +22,7 @@ from .curves import result_number, result_section
 from .findings import Finding
 from .gradients import LayerRules
 from .learner_curves import ModuleCurves
-from .learner_reading import Reading, RunContext
+from .learner_reading import Reading, RunContext, least_squares_slope
 from .clip_fraction import ModuleClipping
 from .eval_gap import EvalGap
 from .exploration import ExplorationRules
@@ -128,12 +128,14 @@ class CurveDiagnosis:
             off = self.offpolicy.get(mid)
             if off is None:
                 off = self.offpolicy[mid] = ModuleOffPolicy(mid, self.knobs, self.th, self._space(mid))
-            findings += off.add(reading, run)
             clipping = self.clipping.get(mid)
             if clipping is None:
                 clipping = self.clipping[mid] = ModuleClipping(mid, self.knobs, self.th)
             kls = list(curves.kls)[-self.th.kl_window:]
             ratio = curves.ratios[-1] if curves.ratios and reading.entropy is not None else None
+            falling = len(curves.ratios) >= 2 and ratio is not None and least_squares_slope(
+                list(curves.ratios)[-self.th.entropy_slope_window:]) <= -self.th.entropy_collapse_slope
+            findings += off.add(reading, run, ratio, falling)
             f = clipping.add(reading, run, statistics.median(kls) if kls and curves.kl_measured else None, ratio)
             if f is not None:
                 findings.append(f)

@@ -43,10 +43,13 @@ class OffPolicyThresholds:
     alpha_floor: float = 1e-3        # ALPHA_COLLAPSE: SAC's alpha below this ...
     alpha_ceiling: float = 10.0      # ALPHA_EXPLODING: alpha above this x its initial value ...
     alpha_window: int = 3            # ... on this many iterations, with the entropy below its target
+    is_mean_high: float = 1.4        # POLICY_LAG (APPO): the mean IS ratio (RLlib clips it at 2) at or above this ...
+    is_window: int = 2               # ... on this many iterations, with the entropy collapsing or the return stalled
 
 
 _Q = View(S.LEARNER_DIR, ("qf_mean", "qf_max", "qf_min"), "Q values")
 _ALPHA = View(S.LEARNER_DIR, ("alpha_value",), "SAC temperature alpha")
+_LAG = View(S.LEARNER_DIR, ("diff_num_grad_updates_vs_sampler_policy", "mean_IS"), "policy lag and IS ratio")
 
 RULES = (
     Rule("Q_DIVERGENCE", C.TRAIN_CURVES, C.WARN,
@@ -66,6 +69,13 @@ RULES = (
          "stays below target_entropy: the target cannot be reached and the entropy term swamps the reward",
          OffPolicyThresholds, evidence=("module_id", "alpha", "entropy", "target_entropy", "knobs"),
          knobs=("target_entropy", "alpha_lr"), view=_ALPHA),
+    Rule("POLICY_LAG", C.TRAIN_CURVES, C.WARN,
+         "APPO: the mean importance ratio between the behaviour policy and the learner's target (RLlib's mean_IS, "
+         "clipped at 2) >= {is_mean_high:g} on {is_window} iterations, with the entropy collapsing or the return "
+         "stalled: the samples come from a policy too far behind the learner (its lag: "
+         "diff_num_grad_updates_vs_sampler_policy)", OffPolicyThresholds,
+         evidence=("module_id", "mean_IS", "var_IS", "policy_lag", "knobs"),
+         knobs=("lr", "broadcast_interval", "circular_buffer_iterations_per_batch"), view=_LAG),
 )
 
 
@@ -84,14 +94,16 @@ class ModuleOffPolicy:
     alphas: deque = field(default_factory=lambda: deque(maxlen=16))
     entropies: deque = field(default_factory=lambda: deque(maxlen=16))
     armed: dict = field(default_factory=dict)
+    is_high: int = 0
 
-    def add(self, r: Reading, run: RunContext) -> list[Finding]:
+    def add(self, r: Reading, run: RunContext, entropy_ratio: float | None = None,
+            entropy_falling: bool = False) -> list[Finding]:
         lo, hi = r.reward_min, r.reward_max
         if lo is not None and hi is not None:
             self.reward_lo = lo if self.reward_lo is None else min(self.reward_lo, lo)
             self.reward_hi = hi if self.reward_hi is None else max(self.reward_hi, hi)
-        out = [f for f in (self._q(r, run), self._alpha(r)) if f is not None]
-        return out
+        return [f for f in (self._q(r, run), self._alpha(r), self._lag(r, run, entropy_ratio, entropy_falling))
+                if f is not None]
 
     def _once(self, key: str, active: bool) -> bool:
         if not active:
@@ -196,6 +208,48 @@ class ModuleOffPolicy:
                 {"module_id": self.module_id, "alpha": alpha, "initial_alpha": initial, "entropy": -logps,
                  "target_entropy": target, "ceiling": th.alpha_ceiling, "knobs": [k.as_dict() for k in knobs]})
         return None
+
+
+    # -- APPO: samples from a policy far behind the learner ----------------------------------
+    def _lag(self, r: Reading, run: RunContext, entropy_ratio: float | None, falling: bool) -> Finding | None:
+        """RLlib's APPO weighs each sample by exp(behaviour - target) clipped to [0, 2]
+        (``mean_IS``, ``var_IS``). Measured, CartPole: healthy 1.0-1.18 with a lag of ~5.6
+        updates; ``lr=0.05`` drives it to 1.53-1.82 at the same lag, the entropy to 0.002."""
+        th = self.thresholds
+        mean_is = r.stat("mean_IS")
+        if mean_is is None:
+            return None
+        self.is_high = self.is_high + 1 if mean_is >= th.is_mean_high else 0
+        collapsing = falling or (entropy_ratio is not None and entropy_ratio < th.entropy_collapse_ratio)
+        second = collapsing or run.stalled is True or run.dropped
+        if not self._once("lag", self.is_high >= th.is_window and second):
+            return None
+        lag = r.stat("diff_num_grad_updates_vs_sampler_policy")
+        knobs = _lag_knobs(self.knobs, r.lr)
+        why = ("the entropy collapsing" if collapsing else
+               "the return " + ("dropped" if run.dropped else "stalled below its best"))
+        return Finding(C.POLICY_LAG, (
+            f"module {self.module_id!r}: the mean importance ratio behaviour / target policy is {mean_is:.3g} on "
+            f"{self.is_high} iterations (RLlib clips each at 2; expected near 1, healthy <= 1.2) with {why}"
+            f"{'' if lag is None else f', the samples {lag:.3g} updates behind the learner'}: each update moves the "
+            f"policy so far that the runners' samples no longer describe it, and the clipped ratios bias the "
+            f"update" + A.advice_text(knobs)),
+            {"module_id": self.module_id, "mean_IS": mean_is, "var_IS": r.stat("var_IS"), "policy_lag": lag,
+             "threshold": th.is_mean_high, "knobs": [k.as_dict() for k in knobs]})
+
+
+def _lag_knobs(k: A.Knobs, lr_now: float | None) -> list[A.Knob]:
+    out = []
+    lr = lr_now if lr_now is not None else k.lr
+    if lr:
+        out.append(A.Knob("lr", lr, A._round(lr / 10), "smaller steps keep the learner near its runners' policy"))
+    b = k.number("broadcast_interval")
+    if b is not None and b > 1:
+        out.append(A.Knob("broadcast_interval", int(b), 1, "send the runners new weights after every update"))
+    it = k.number("circular_buffer_iterations_per_batch")
+    if it is not None and it > 2:
+        out.append(A.Knob("circular_buffer_iterations_per_batch", int(it), 2, "fewer updates on each old batch"))
+    return out
 
 
 def _q_knobs(k: A.Knobs) -> list[A.Knob]:

@@ -100,6 +100,8 @@ class Thresholds:
     alpha_floor: float = 0.001
     alpha_ceiling: float = 10.0
     alpha_window: int = 3
+    is_mean_high: float = 1.4
+    is_window: int = 2
     # flow1_ray.checks.exploration.ExplorationThresholds
     epsilon_high: float = 0.5
     epsilon_late_factor: float = 20.0
