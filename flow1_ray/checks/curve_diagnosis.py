@@ -18,14 +18,14 @@ from typing import Any, Iterable, Mapping
 from ..events import Event
 from ..schema import ALL_MODULES, RESULT_KEY
 from .advice import Knobs
+from .clip_fraction import ModuleClipping
 from .curves import result_number, result_section
+from .eval_gap import EvalGap
+from .exploration import ExplorationRules
 from .findings import Finding
 from .gradients import LayerRules
 from .learner_curves import ModuleCurves
 from .learner_reading import Reading, RunContext, least_squares_slope
-from .clip_fraction import ModuleClipping
-from .eval_gap import EvalGap
-from .exploration import ExplorationRules
 from .offpolicy import ModuleOffPolicy
 from .reward_drop import RunReturnDrop
 from .thresholds import DEFAULT, Thresholds
