@@ -220,3 +220,11 @@ def test_appo_with_a_large_lr_is_policy_lag_from_its_importance_ratios():
 def test_healthy_appo_importance_ratios_are_silent():
     assert _codes(_appo(APPO_HEALTHY), {"algo_class": "APPO", "lr": 5e-4}, C.POLICY_LAG,
                   space=gym.spaces.Discrete(2)) == []
+
+
+def test_a_critic_swinging_in_and_out_of_range_is_one_incident():
+    swing = [(0.5, 1.0, 0.4), (-90, 80, 40), (-80, 70, 40), (5, 60, 30), (-70, 60, 40), (-75, 65, 45),
+             (1, 50, 30), (-60, 60, 40), (-60, 60, 40)]
+    assert len(_codes(_dqn(swing), DQN, C.Q_DIVERGENCE)) == 1
+    back = swing[:3] + [(1, 5, 0.5)] * 6 + [(-90, 80, 40)] * 2
+    assert len(_codes(_dqn(back), DQN, C.Q_DIVERGENCE)) == 2

@@ -90,6 +90,7 @@ class ModuleOffPolicy:
     reward_lo: float | None = None      # the traced train batches' reward range, running
     reward_hi: float | None = None
     outside: int = 0
+    inside: int = 0
     tds: deque = field(default_factory=lambda: deque(maxlen=64))
     alphas: deque = field(default_factory=lambda: deque(maxlen=16))
     entropies: deque = field(default_factory=lambda: deque(maxlen=16))
@@ -152,8 +153,14 @@ class ModuleOffPolicy:
         tds = list(self.tds)
         td_big = td is not None and abs(td) > th.q_td_share * width
         td_grew = len(tds) >= 6 and statistics.median(tds[-3:]) > 2 * statistics.median(tds[:3])
-        if not self._once("q", self.outside >= th.q_window and (td_big or td_grew)):
+        # one finding per incident: a critic back in range re-arms the rule only after 5
+        # iterations there (a diverging critic swings in and out of range: one incident)
+        self.inside = 0 if beyond else self.inside + 1
+        if self.inside >= 5:
+            self.armed["q"] = True
+        if not (self.outside >= th.q_window and (td_big or td_grew)) or not self.armed.get("q", True):
             return None
+        self.armed["q"] = False
         knobs = _q_knobs(self.knobs)
         side = (f"qf_min {qmin:.3g} < {lo:.3g}" if qmin < lo - th.q_excess * width else
                 f"qf_max {qmax:.3g} > {hi:.3g}")

@@ -30,6 +30,7 @@ from collections import deque
 from typing import Any
 
 from ..schema import ALL_MODULES, DEFAULT_MODULE_ID
+from .batch_measures import clip_counts, reward_range
 from ..watchers import error_line, traceback_text
 
 logger = logging.getLogger("flow1_ray")
@@ -236,41 +237,11 @@ class LearnerTracer:
         if self.trace_now and self.enabled:
             t0 = time.perf_counter()
             try:
-                self._clip_fractions(kwargs.get("fwd_out"), batch)
+                clip_counts(self.learner, self._modules(), kwargs.get("fwd_out"), batch, self.clipped)
             except Exception:   # a learner without PPO's columns: no clip fraction
                 pass
             self.spent_s += time.perf_counter() - t0
         return losses
-
-    def _clip_fractions(self, fwd_out: Any, batch: Any) -> None:
-        """The share of the traced update's probability ratios outside ``1 +- clip_param``
-        (PPO's clip fraction; RLlib 2.60 does not log it): the new policy's log-probability of
-        the sampled actions, from this update's forward output, against the sampling one."""
-        import torch
-
-        if not isinstance(fwd_out, dict) or not isinstance(batch, dict):
-            return
-        for mid, out in fwd_out.items():
-            cols = batch.get(mid)
-            if not isinstance(out, dict) or not isinstance(cols, dict) or "action_logp" not in cols \
-                    or "action_dist_inputs" not in out:
-                continue
-            clip = getattr(self.learner.config.get_config_for_module(mid), "clip_param", None)
-            if not isinstance(clip, (int, float)) or clip <= 0:
-                continue
-            module = self._modules()[mid]
-            module = module.unwrapped() if hasattr(module, "unwrapped") else module
-            with torch.no_grad():
-                dist = module.get_train_action_dist_cls().from_logits(out["action_dist_inputs"].detach())
-                ratio = torch.exp(dist.logp(cols["actions"]) - cols["action_logp"])
-                mask = cols.get("loss_mask")
-                outside = (ratio - 1.0).abs() > clip
-                if mask is not None:
-                    outside, n = outside[mask.bool()], mask.sum()
-                else:
-                    n = torch.tensor(float(ratio.numel()))
-                got = self.clipped.setdefault(str(mid), [0, 0])
-                got[0], got[1] = got[0] + outside.sum(), got[1] + n
 
     def _compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
         grads = self._orig_grads(loss_per_module, **kwargs)
@@ -343,7 +314,8 @@ class LearnerTracer:
             avg = float(mean.mean())
             share = float((mean <= self.tau * avg).float().mean()) if avg > 0 else 1.0
             out[mid].setdefault("dormant", {})[layer] = share
-        self._rewards(out)
+        for mid, (lo, hi) in reward_range(self.last_batch, out).items():
+            out[mid]["reward_min"], out[mid]["reward_max"] = lo, hi
         for mid, (k, n) in self.clipped.items():
             if mid in out:
                 out[mid]["clipped"], out[mid]["ratios"] = float(k), float(n)
@@ -365,20 +337,6 @@ class LearnerTracer:
         self._log(out)
         with self.lock:
             self.last_norms = {mid: dict(o["grad_rms"]) for mid, o in out.items()}
-
-    def _rewards(self, out: dict) -> None:
-        """The traced train batch's reward range per module: the off-policy rules bound the
-        Q-values with it (a replayed batch holds rewards from the whole buffer)."""
-        batch = self.last_batch
-        if not isinstance(batch, dict):
-            return
-        for mid in out:
-            cols = batch.get(mid)
-            rewards = cols.get("rewards") if isinstance(cols, dict) else None
-            if rewards is None or not hasattr(rewards, "detach") or rewards.numel() == 0:
-                continue
-            lo, hi = (float(x) for x in rewards.detach().float().aminmax())
-            out[mid]["reward_min"], out[mid]["reward_max"] = lo, hi
 
     def _log(self, out: dict) -> None:
         m = self.learner.metrics

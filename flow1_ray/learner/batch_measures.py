@@ -1,0 +1,58 @@
+"""What a traced update's train batch says beyond its gradients: PPO's clip fraction and the
+batch's reward range. Called by :mod:`.tracer` on traced updates only, inside its guard.
+
+RLlib 2.60 logs neither: the clip fraction (the share of probability ratios new / sampling
+policy outside ``1 +- clip_param``; ``checks/clip_fraction.py`` judges it) is computed from
+the update's own forward output, so it costs one log-probability of the batch's actions and
+no extra forward pass; the reward range bounds the Q-values an off-policy critic can take
+(``checks/offpolicy.py``: a replayed batch holds rewards from the whole buffer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def clip_counts(learner: Any, modules: dict[str, Any], fwd_out: Any, batch: Any, into: dict[str, list]) -> None:
+    """Add to ``into[module_id] = [ratios outside 1 +- clip_param, ratios]`` for every module
+    whose batch has the sampling log-probabilities and whose config has a ``clip_param``."""
+    import torch
+
+    if not isinstance(fwd_out, dict) or not isinstance(batch, dict):
+        return
+    for mid, out in fwd_out.items():
+        cols = batch.get(mid)
+        if not isinstance(out, dict) or not isinstance(cols, dict) or "action_logp" not in cols \
+                or "action_dist_inputs" not in out or mid not in modules:
+            continue
+        clip = getattr(learner.config.get_config_for_module(mid), "clip_param", None)
+        if not isinstance(clip, (int, float)) or clip <= 0:
+            continue
+        module = modules[mid]
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        with torch.no_grad():
+            dist = module.get_train_action_dist_cls().from_logits(out["action_dist_inputs"].detach())
+            ratio = torch.exp(dist.logp(cols["actions"]) - cols["action_logp"])
+            mask = cols.get("loss_mask")
+            outside = (ratio - 1.0).abs() > clip
+            if mask is not None:
+                outside, n = outside[mask.bool()], mask.sum()
+            else:
+                n = torch.tensor(float(ratio.numel()))
+            got = into.setdefault(str(mid), [0, 0])
+            got[0], got[1] = got[0] + outside.sum(), got[1] + n
+
+
+def reward_range(batch: Any, module_ids: Any) -> dict[str, tuple[float, float]]:
+    """``{module_id: (min reward, max reward)}`` of the batch's ``rewards`` column."""
+    out: dict[str, tuple[float, float]] = {}
+    if not isinstance(batch, dict):
+        return out
+    for mid in module_ids:
+        cols = batch.get(mid)
+        rewards = cols.get("rewards") if isinstance(cols, dict) else None
+        if rewards is None or not hasattr(rewards, "detach") or rewards.numel() == 0:
+            continue
+        lo, hi = (float(x) for x in rewards.detach().float().aminmax())
+        out[mid] = (lo, hi)
+    return out
