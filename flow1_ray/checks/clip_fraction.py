@@ -21,7 +21,7 @@ from .. import codes as C
 from .. import schema as S
 from . import advice as A
 from .findings import Finding
-from .learner_reading import Reading, RunContext
+from .learner_reading import Reading, RunContext, once
 from .rule import Rule, View
 from .thresholds import DEFAULT, Thresholds
 
@@ -75,7 +75,7 @@ class ModuleClipping:
         stalled = run.stalled is True or run.dropped
         kl_high = kl_median is not None and kl_median > th.kl_high
         high = med > th.clip_saturated and (kl_high or stalled)
-        if self._once("high", high):
+        if once(self.armed, "high", high):
             knobs = [x for x in [A.lower_lr(self.knobs, r.lr, max(kl_median or 0.0, A.KL_AIM * 4),
                                             "smaller steps keep the ratios inside the clip")] if x]
             if self.knobs.num_epochs is not None and self.knobs.num_epochs > 5:
@@ -91,7 +91,7 @@ class ModuleClipping:
                 self._evidence(window, med, clip, kl_median, "saturated", knobs))
         never = (max(window) < th.clip_never and run.stalled is True and entropy_ratio is not None
                  and entropy_ratio >= 0.5)
-        if self._once("never", never):
+        if once(self.armed, "never", never):
             knobs = [x for x in [A.raise_lr(self.knobs, r.lr, kl_median or 0.0, "steps large enough to move the "
                                                                               "ratios to the clip")] if x]
             return Finding(C.CLIP_FRACTION, (
@@ -106,12 +106,3 @@ class ModuleClipping:
     def _evidence(self, window, med, clip, kl, case, knobs) -> dict:
         return {"module_id": self.module_id, "clip_fraction": med, "window": window, "clip_param": clip, "kl": kl,
                 "case": case, "knobs": [k.as_dict() for k in knobs]}
-
-    def _once(self, key: str, active: bool) -> bool:
-        if not active:
-            self.armed[key] = True
-            return False
-        if self.armed.get(key, True):
-            self.armed[key] = False
-            return True
-        return False

@@ -26,7 +26,7 @@ from .. import codes as C
 from .. import schema as S
 from . import advice as A
 from .findings import Finding
-from .learner_reading import Reading, RunContext, least_squares_slope, max_entropy
+from .learner_reading import Reading, RunContext, least_squares_slope, max_entropy, once
 from .rule import Rule, View
 from .thresholds import DEFAULT, Thresholds
 
@@ -178,15 +178,6 @@ class ModuleCurves:
                 out.append(f)
         return out
 
-    def _once(self, key: str, active: bool) -> bool:
-        """True the first time ``active`` holds since it last did not (one finding per incident)."""
-        if not active:
-            self.armed[key] = True
-            return False
-        if self.armed.get(key, True):
-            self.armed[key] = False
-            return True
-        return False
 
     def _where(self) -> str:
         return f"module {self.module_id!r}"
@@ -197,7 +188,7 @@ class ModuleCurves:
             return None
         self.below = self.below + 1 if ratio < th.entropy_collapse_ratio else 0
         second = steep or run.dropped or bool(run.stalled)
-        if not self._once("entropy", self.below >= 2 and second):
+        if not once(self.armed, "entropy", self.below >= 2 and second):
             return None
         status = C.FAIL if ratio < th.entropy_collapse_fail_ratio else C.WARN
         knobs = A.entropy_knobs(self.knobs, r.entropy_coeff, r.lr)
@@ -229,7 +220,7 @@ class ModuleCurves:
         # KL_SPIKE: against the run's own median once it has one, before that against kl_target
         ref = statistics.median(previous) if len(previous) >= 3 else (self.knobs.kl_target or 0.01)
         spike = kl > th.kl_spike_factor * max(ref, 1e-12) and kl > th.kl_high
-        if self._once("kl_spike", spike):
+        if once(self.armed, "kl_spike", spike):
             knobs = A.spike_knobs(self.knobs, r.lr, kl, _median(self.grad_norms))
             basis = "the median of the previous iterations" if len(previous) >= 3 else "kl_target"
             return Finding(C.KL_SPIKE, (
@@ -245,7 +236,7 @@ class ModuleCurves:
             return None
         med = statistics.median(window)
         high = med > th.kl_high and (bool(run.stalled) or run.dropped or steep)
-        if self._once("kl_high", high):
+        if once(self.armed, "kl_high", high):
             knobs = A.kl_high_knobs(self.knobs, r.lr, med)
             return Finding(C.KL_TOO_HIGH, (
                 f"{self._where()}: median KL {med:.4g} over the last {len(window)} iterations; expected "
@@ -257,7 +248,7 @@ class ModuleCurves:
                  "return_stalled": run.stalled, "entropy_slope": slope, "knobs": [k.as_dict() for k in knobs]})
         low = (med < th.kl_low and ratio is not None and ratio >= th.entropy_high_ratio and run.stalled is True
                and not self._stuck_now(th))
-        if self._once("kl_low", low):
+        if once(self.armed, "kl_low", low):
             knobs = [x for x in [A.raise_lr(self.knobs, r.lr, med, "larger steps")] if x]
             return Finding(C.KL_TOO_LOW, (
                 f"{self._where()}: median KL {med:.4g} over the last {len(window)} iterations with the entropy "
@@ -276,7 +267,7 @@ class ModuleCurves:
             return None
         flat = abs(r.policy_loss) < th.policy_loss_zero and abs(r.kl) < th.kl_low / 10
         self.stuck = self.stuck + 1 if flat else 0
-        if not self._once("stuck", self._stuck_now(th)):
+        if not once(self.armed, "stuck", self._stuck_now(th)):
             return None
         clip = r.clip_fraction
         knobs = A.stuck_knobs(self.knobs, r.lr, clip)
@@ -309,7 +300,7 @@ class ModuleCurves:
             return None
         grad = statistics.median(list(self.trunk_ratios)[-n:])
         loss = statistics.median(list(self.value_ratios)[-n:])
-        if not self._once("value", grad >= th.value_grad_ratio and loss >= th.value_loss_ratio):
+        if not once(self.armed, "value", grad >= th.value_grad_ratio and loss >= th.value_loss_ratio):
             return None
         knobs = A.value_knobs(k, grad)
         return Finding(C.VALUE_DOMINATES, (
@@ -329,7 +320,7 @@ class ModuleCurves:
         stopped = (len(window) >= th.kl_window and statistics.median(window) < th.kl_low) if self.kl_measured \
             else bool(run.stalled)
         decayed = r.lr < th.lr_floor_ratio * self.lr_first and stopped and bool(run.stalled)
-        if not self._once("lr", decayed):
+        if not once(self.armed, "lr", decayed):
             return None
         knobs = A.lr_floor_knobs(self.knobs, self.lr_first, int(r.env_steps) if r.env_steps else None)
         return Finding(C.LR_DECAYED, (
@@ -350,7 +341,7 @@ class ModuleCurves:
         self.explained.append(ev)
         window = list(self.explained)[-th.value_ev_window:]
         flat = len(window) >= th.value_ev_window and max(window) <= th.value_ev_max
-        if not self._once("value_learning", flat and (run.stalled is True or run.dropped)):
+        if not once(self.armed, "value_learning", flat and (run.stalled is True or run.dropped)):
             return None
         clip, unclipped = self.knobs.number("vf_clip_param"), r.stat("vf_loss_unclipped")
         knobs = _value_learning_knobs(self.knobs, r, clip, unclipped)

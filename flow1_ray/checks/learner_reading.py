@@ -100,6 +100,18 @@ def max_entropy(action_space: Any) -> tuple[float | None, int, str]:
     return None, 0, ""
 
 
+def once(armed: dict, key: str, active: bool) -> bool:
+    """True the first time ``active`` holds since it last did not: one finding per incident,
+    re-armed when the signal is back in range (``armed`` is the rule's own dict)."""
+    if not active:
+        armed[key] = True
+        return False
+    if armed.get(key, True):
+        armed[key] = False
+        return True
+    return False
+
+
 def least_squares_slope(values: list[float]) -> float:
     """Least-squares slope per step of ``values`` (0 for fewer than 2)."""
     if len(values) < 2:

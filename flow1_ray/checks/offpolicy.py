@@ -28,7 +28,7 @@ from .. import codes as C
 from .. import schema as S
 from . import advice as A
 from .findings import Finding
-from .learner_reading import Reading, RunContext, least_squares_slope
+from .learner_reading import Reading, RunContext, least_squares_slope, once
 from .rule import Rule, View
 from .thresholds import DEFAULT, Thresholds
 
@@ -106,15 +106,6 @@ class ModuleOffPolicy:
         return [f for f in (self._q(r, run), self._alpha(r), self._lag(r, run, entropy_ratio, entropy_falling))
                 if f is not None]
 
-    def _once(self, key: str, active: bool) -> bool:
-        if not active:
-            self.armed[key] = True
-            return False
-        if self.armed.get(key, True):
-            self.armed[key] = False
-            return True
-        return False
-
     # -- Q-values ------------------------------------------------------------------------
     def q_range(self, run: RunContext) -> tuple[float, float, str] | None:
         """The interval a Q-value can take: the discounted sum of rewards in the reward range
@@ -191,7 +182,7 @@ class ModuleOffPolicy:
         frozen = max(alphas) - min(alphas) <= 1e-6 * max(abs(alphas[0]), 1e-12)
         falling = least_squares_slope(ents) < 0 and ents[-1] < ents[0]
         collapse = all(a < th.alpha_floor for a in alphas) and (below or (frozen and falling))
-        if self._once("alpha_low", collapse):
+        if once(self.armed, "alpha_low", collapse):
             knobs = _alpha_low_knobs(self.knobs, frozen)
             why = ("below its target" if below else "falling while alpha does not move (a fixed alpha: alpha_lr=0)")
             return Finding(C.ALPHA_COLLAPSE, (
@@ -204,7 +195,7 @@ class ModuleOffPolicy:
                  "knobs": [k.as_dict() for k in knobs]})
         initial = self.knobs.number("initial_alpha") or 1.0
         rising = all(b > a for a, b in zip(alphas, alphas[1:]))
-        if self._once("alpha_high", all(a > th.alpha_ceiling * initial for a in alphas) and rising and below):
+        if once(self.armed, "alpha_high", all(a > th.alpha_ceiling * initial for a in alphas) and rising and below):
             knobs = _alpha_high_knobs(self.knobs, r, _action_dims(self.action_space))
             return Finding(C.ALPHA_EXPLODING, (
                 f"module {self.module_id!r}: SAC's temperature alpha rose to {alpha:.3g}, "
@@ -229,7 +220,7 @@ class ModuleOffPolicy:
         self.is_high = self.is_high + 1 if mean_is >= th.is_mean_high else 0
         collapsing = falling or (entropy_ratio is not None and entropy_ratio < th.entropy_collapse_ratio)
         second = collapsing or run.stalled is True or run.dropped
-        if not self._once("lag", self.is_high >= th.is_window and second):
+        if not once(self.armed, "lag", self.is_high >= th.is_window and second):
             return None
         lag = r.stat("diff_num_grad_updates_vs_sampler_policy")
         knobs = _lag_knobs(self.knobs, r.lr)
