@@ -84,7 +84,7 @@ def test_a_live_ppo_run_evaluated_on_a_shorter_episode_limit_is_train_eval_gap(r
                           evaluation_config={"env_config": {"max_episode_steps": 20}}))
     algo = config.build_algo()
     try:
-        results = [algo.train() for _ in range(6)]
+        results = [algo.train() for _ in range(5)]
     finally:
         algo.stop()
     assert all(r["evaluation"]["env_runners"]["episode_len_mean"] <= 20 for r in results)

@@ -43,7 +43,7 @@ def test_dqn_with_a_huge_learning_rate_is_q_divergence_against_the_traced_reward
               .env_runners(num_env_runners=1, rollout_fragment_length=16, sample_timeout_s=20)
               .training(lr=0.5, train_batch_size_per_learner=32, num_steps_sampled_before_learning_starts=200)
               .reporting(min_sample_timesteps_per_iteration=500))
-    results, events, run_dir = _train(config, 5)
+    results, events, run_dir = _train(config, 4)
     (q,) = _found(events, C.Q_DIVERGENCE)
     assert q["status"] == C.WARN and q["evidence"]["q_range"] == pytest.approx([0.0, 100.0])
     assert "rewards in [1, 1] (traced train batches)" in q["message"]
@@ -63,7 +63,7 @@ def test_sac_with_a_fixed_tiny_alpha_is_alpha_collapse_with_alpha_lr_back(ray_se
               .training(initial_alpha=1e-4, alpha_lr=0.0, actor_lr=3e-3, train_batch_size_per_learner=64,
                         num_steps_sampled_before_learning_starts=100)
               .reporting(min_sample_timesteps_per_iteration=200))
-    results, events, run_dir = _train(config, 5)
+    results, events, run_dir = _train(config, 4)
     (a,) = _found(events, C.ALPHA_COLLAPSE)
     assert a["evidence"]["alpha"] == pytest.approx(1e-4) and a["evidence"]["alpha_frozen"] is True
     assert a["evidence"]["target_entropy"] == -1.0   # RLlib's "auto": -dim(actions)
