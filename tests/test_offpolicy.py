@@ -124,6 +124,8 @@ def test_explore_false_in_training_is_exploration_off_once():
     (f,) = _codes(results, {"algo_class": "PPO", "explore": False}, C.EXPLORATION_OFF)
     assert f.iteration == 1 and "config.env_runners(explore=True)" in f.message
     assert _codes(results, {"algo_class": "PPO", "explore": True}, C.EXPLORATION_OFF) == []
+    # offline RL (BC, MARWIL, CQL on recorded data): no runner samples for training, nothing to explore
+    assert _codes(results, {"algo_class": "BC", "explore": False, "input_": "/data/episodes"}, C.EXPLORATION_OFF) == []
 
 
 @pytest.mark.parametrize("epsilon, starts, stalled, found", [

@@ -83,7 +83,8 @@ class CurveDiagnosis:
         self.layers: dict[str, LayerRules] = {}
         self.offpolicy: dict[str, ModuleOffPolicy] = {}
         self.clipping: dict[str, ModuleClipping] = {}
-        self.exploration = ExplorationRules(self.knobs, _config_get(config, "epsilon"), self.th)
+        self.exploration = ExplorationRules(self.knobs, _config_get(config, "epsilon"), self.th,
+                                            online=_config_get(config, "input_") in (None, "sampler"))
         self.eval_gap = EvalGap(config, self.th)
         self.return_abs_max: float | None = None
         self.dropped = False

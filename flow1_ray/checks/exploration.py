@@ -75,10 +75,13 @@ class ExplorationRules:
     knobs: A.Knobs = field(default_factory=A.Knobs)
     epsilon: Any = None                 # the config's epsilon (a float or a schedule), None: not epsilon-greedy
     thresholds: Thresholds = DEFAULT
+    online: bool = True                 # False: offline RL (input_ is data, not "sampler"): nothing explores
     said: set = field(default_factory=set)
 
     def add(self, iteration: int, env_steps: float | None, run: RunContext) -> list[Finding]:
         out = []
+        if not self.online:
+            return out
         if self.knobs.flag("explore") is False and "off" not in self.said:
             self.said.add("off")
             knob = A.Knob("explore", False, True, "sample actions from the policy (and epsilon for DQN) while "
