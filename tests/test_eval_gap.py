@@ -54,6 +54,17 @@ def test_an_eval_task_that_is_easier_than_the_training_one_is_named_when_its_env
     assert f.evidence["knobs"][0]["value"] == {"env_config": {"difficulty": 3}}
 
 
+def test_a_gap_over_too_few_evaluation_episodes_is_noise():
+    """Measured on the set-up matrix's healthy run: 2 episodes an evaluation, 14 against 22."""
+    results = _results([22.0] * 6, [14.0] * 6)
+    for r in results:
+        r["evaluation"]["env_runners"]["num_episodes"] = 2
+    assert _gap(results, {"evaluation_config": {}}) == []
+    for r in results:
+        r["evaluation"]["env_runners"]["num_episodes"] = 5
+    assert len(_gap(results, {"evaluation_config": {}})) == 1
+
+
 def test_one_bad_evaluation_and_a_run_without_evaluation_are_silent():
     evals = list(GREEDY)
     evals[3] = 10.0

@@ -33,13 +33,15 @@ class EvalGapThresholds:
     eval_gap: float = 0.3            # TRAIN_EVAL_GAP: |eval - train| above this share of the larger |return| ...
     eval_window: int = 3             # ... on each of this many evaluations in a row
     eval_len_ratio: float = 0.7      # eval and train episode lengths differ when their ratio is below this (or above 1/this)
+    eval_min_episodes: int = 15      # ... and at least this many evaluation episodes over the window (where counted)
 
 
 RULES = (
     Rule("TRAIN_EVAL_GAP", C.TRAIN_CURVES, C.WARN,
          "the evaluation runners' return differs from the training runners' by more than {eval_gap:.0%} of the "
-         "larger on {eval_window} evaluations in a row -- below it whatever the cause, above it only when the eval "
-         "env is another task (its env or env_config differ) -- naming the config differences",
+         "larger on {eval_window} evaluations in a row (at least {eval_min_episodes} evaluation episodes in all) -- "
+         "below it whatever the cause, above it only when the eval env is another task (its env or env_config "
+         "differ) -- naming the config differences",
          EvalGapThresholds,
          evidence=("train_return", "eval_return", "gap", "train_len", "eval_len", "differences", "knobs"),
          knobs=("evaluation_config",)),
@@ -82,6 +84,7 @@ class EvalGap:
     config: Any = None
     thresholds: Thresholds = DEFAULT
     gaps: deque = field(default_factory=lambda: deque(maxlen=16))
+    episodes: deque = field(default_factory=lambda: deque(maxlen=16))
     armed: bool = True
 
     def add(self, result: Mapping) -> list[Finding]:
@@ -100,10 +103,15 @@ class EvalGap:
         scale = max(abs(ev_ret), abs(tr_ret), 1e-9)
         gap = (ev_ret - tr_ret) / scale
         self.gaps.append(gap)
+        self.episodes.append(result_number(result, "evaluation", "env_runners", "num_episodes"))
         window = list(self.gaps)[-th.eval_window:]
+        counted = [n for n in list(self.episodes)[-th.eval_window:] if n is not None]
+        # a mean of a few episodes is noise: PPO CartPole early on, 2 episodes an evaluation,
+        # read 14 against 22 three times in a row on a healthy run
+        enough = len(counted) < len(window) or sum(counted) >= th.eval_min_episodes
         below = all(g < -th.eval_gap for g in window)
         above = all(g > th.eval_gap for g in window) and other_task
-        active = len(window) >= th.eval_window and (below or above)
+        active = len(window) >= th.eval_window and (below or above) and enough
         if not active:
             self.armed = True
             return []

@@ -109,6 +109,7 @@ class Thresholds:
     eval_gap: float = 0.3
     eval_window: int = 3
     eval_len_ratio: float = 0.7
+    eval_min_episodes: int = 15
     # flow1_ray.checks.gradients.GradientThresholds
     grad_vanishing_ratio: float = 0.001
     grad_exploding_factor: float = 100.0
