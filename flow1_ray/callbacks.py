@@ -171,6 +171,14 @@ class Flow1Callbacks(RLlibCallback):
         iteration = int(result.get("training_iteration", 0))
         return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
         out = result[RESULT_KEY] = self._section(run, status, rec, states, t0)
+        try:  # DQN's and SAC's buffer lives in this process: its size against the memory left (REPLAY_MEMORY)
+            from .driver.replay_footprint import replay_footprint
+
+            replay = replay_footprint(algorithm)
+            if replay is not None:
+                out["replay"] = replay
+        except Exception as e:
+            self._internal_error("on_train_result(replay)", e)
         row = _metrics_row(result, iteration, return_mean, out, status)
         run.after_iteration(iteration, return_mean)
         if self._no_samples is not None:

@@ -76,6 +76,9 @@ SAC_SIGNALS = {**Q_SIGNALS, "alpha": ("alpha_value",), "policy entropy (logps)":
 TRACED = ("per-layer gradients and dormant units (GRADIENT_ZERO, GRADIENT_VANISHING, GRADIENT_EXPLODING, "
           "DORMANT_UNITS, VALUE_DOMINATES) and PPO's clip fraction (CLIP_FRACTION): not assessable without "
           "Flow1Callbacks (they trace the Learner)")
+REPLAY_UNMEASURED = ("the replay buffer's memory (REPLAY_MEMORY): not assessable without Flow1Callbacks (they measure "
+                     "the buffer's bytes per step in the driver, where it lives); its fill, capacity and replay ratio "
+                     "are read from result['replay_buffer']")
 TRACED_Q = ("the Q range from the rewards (Q_DIVERGENCE): not assessable without Flow1Callbacks; bounded "
             "instead by the episodes' returns, which is looser")
 
@@ -130,6 +133,9 @@ def not_assessable(results: list[Mapping], action_space: Any = None) -> tuple[li
         out.append(TRACED)
         if kinds & {"SAC", "Q-learning"}:
             out.append(TRACED_Q)
+    if any(result_section(r, "replay_buffer") for r in results) and not any(
+            result_section(result_section(r, RESULT_KEY), "replay") for r in results):
+        out.append(REPLAY_UNMEASURED)
     if action_space is None and judged and "policy gradient" in kinds:
         out.append("entropy / max entropy: no action space (name the env with --env); ENTROPY_COLLAPSE not judged")
     return out, judged

@@ -36,6 +36,7 @@ RULE_MODULES = (
     "flow1_ray.checks.learner_curves",
     "flow1_ray.checks.clip_fraction",
     "flow1_ray.checks.offpolicy",
+    "flow1_ray.checks.replay",
     "flow1_ray.checks.exploration",
     "flow1_ray.checks.eval_gap",
     "flow1_ray.checks.gradients",

@@ -27,6 +27,7 @@ from .gradients import LayerRules
 from .learner_curves import ModuleCurves
 from .learner_reading import Reading, RunContext, least_squares_slope
 from .offpolicy import ModuleOffPolicy
+from .replay import ReplayRules
 from .reward_drop import RunReturnDrop
 from .thresholds import DEFAULT, Thresholds
 
@@ -83,8 +84,9 @@ class CurveDiagnosis:
         self.layers: dict[str, LayerRules] = {}
         self.offpolicy: dict[str, ModuleOffPolicy] = {}
         self.clipping: dict[str, ModuleClipping] = {}
-        self.exploration = ExplorationRules(self.knobs, _config_get(config, "epsilon"), self.th,
-                                            online=_config_get(config, "input_") in (None, "sampler"))
+        online = _config_get(config, "input_") in (None, "sampler")
+        self.exploration = ExplorationRules(self.knobs, _config_get(config, "epsilon"), self.th, online=online)
+        self.replay = ReplayRules(config, self.knobs, self.th, online=online)
         self.eval_gap = EvalGap(config, self.th)
         self.return_abs_max: float | None = None
         self.dropped = False
@@ -114,6 +116,7 @@ class CurveDiagnosis:
         steps = result_number(result, "num_env_steps_sampled_lifetime")
         findings += self.exploration.add(it, steps, run)
         findings += self.eval_gap.add(result)
+        findings += self.replay.add(result, run)
         learners = result_section(result, "learners")
         extras = result_section(result_section(result, RESULT_KEY), "learner")
         self.last = {}
@@ -154,6 +157,8 @@ class CurveDiagnosis:
         """The numbers behind the rules, for ``result["flow1"]["learner"]`` (Tune passes them on)."""
         out: dict[str, Any] = {"return_ema": self.trend.ema, "return_stalled": self.trend.stalled()}
         out.update({mid: v for mid, v in self.last.items()})
+        if self.replay.values:
+            out["replay"] = dict(self.replay.values)
         return out
 
 

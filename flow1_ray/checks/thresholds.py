@@ -102,6 +102,13 @@ class Thresholds:
     alpha_window: int = 3
     is_mean_high: float = 1.4
     is_window: int = 2
+    # flow1_ray.checks.replay.ReplayThresholds
+    replay_min_batches: float = 50.0
+    replay_ratio_low: float = 16.0
+    replay_ratio_high: float = 32.0
+    replay_ratio_window: int = 3
+    replay_memory_share: float = 0.8
+    replay_rss_min_steps: int = 5000
     # flow1_ray.checks.exploration.ExplorationThresholds
     epsilon_high: float = 0.5
     epsilon_late_factor: float = 20.0
