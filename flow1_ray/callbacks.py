@@ -310,9 +310,11 @@ def _send(run: Any, kind: str, payload: Any) -> Any:
 
 def _metrics_row(result: dict, iteration: int, return_mean: float | None, out: dict, status: dict) -> dict:
     """The iteration's row of the metrics table: ``result["flow1"]`` flattened (``flow1/...``)."""
+    evaluated = _float(((result.get("evaluation") or {}).get("env_runners") or {}).get("episode_return_mean"))
     return {"iteration": iteration,
             "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
             "episode_return_mean": return_mean,
+            **({S.EVAL_RETURN: evaluated} if evaluated is not None and evaluated == evaluated else {}),
             **{metric(section, k): v for section in ("worker", "learners", "events", "states")
                for k, v in out[section].items()},
             **{metric("memory", k): v for k, v in (status.get("memory") or {}).items()},

@@ -31,6 +31,8 @@ SAMPLES_DROPPED = metric("samples_dropped")
 WATCHERS_OFF = metric("watchers_off")
 DRIVER_MS = metric("driver_ms")
 RETURN_EMA = metric("learner", "return_ema")
+#: RLlib's evaluation runners' mean return, in the iterations that evaluated (TRAIN_EVAL_GAP)
+EVAL_RETURN = "evaluation_return_mean"
 MEMORY_NODE_PERCENT = metric("memory", "node_percent")
 MEMORY_RUNNERS_RSS_MB = metric("memory", "runners_rss_mb")
 

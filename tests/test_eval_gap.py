@@ -104,3 +104,10 @@ def test_a_live_ppo_run_evaluated_on_a_shorter_episode_limit_is_train_eval_gap(r
     ev = json.loads(f["evidence"])
     assert ev["differences"] == {"env_config.max_episode_steps": [None, 20]} and ev["eval_return"] <= 20
     assert ev["knobs"][0]["line"] == "config.evaluation(evaluation_config={})"
+    # the evaluation return is in the metrics table beside the training return (the report's and the panel's curve)
+    from flow1_ray import load_metrics
+    from flow1_ray.schema import EVAL_RETURN
+
+    rows = load_metrics(Path(results[-1]["flow1"]["run_dir"])).to_pylist()
+    assert [r[EVAL_RETURN] for r in rows] == pytest.approx(
+        [r["evaluation"]["env_runners"]["episode_return_mean"] for r in results])

@@ -73,6 +73,26 @@ def test_entropy_is_normalised_by_the_action_space():
     h, d, kind = max_entropy(gym.spaces.Box(-2, 2, (3,)))
     assert kind == "box" and d == 3 and h == pytest.approx(3 * math.log(4))
     assert max_entropy(gym.spaces.Box(-math.inf, math.inf, (2,)))[0] is None
+    # RLlib's normalize_actions (its default): the Gaussian lives in [-1, 1] per dimension
+    h, d, kind = max_entropy(gym.spaces.Box(-100, 100, (3,)), normalized=True)
+    assert d == 3 and h == pytest.approx(3 * math.log(2)) and kind.startswith("box")
+
+
+def test_a_unit_gaussian_on_a_wide_box_is_judged_in_rllibs_normalized_action_space():
+    """A fresh Gaussian (std 1: entropy 1.419 a dimension) over a [-100, 100] box: 2 % of the
+    box's width, but RLlib's default normalize_actions samples it in [-1, 1] and unsquashes the
+    action -- the policy is at full width there: silent with the return stalled. With
+    normalize_actions=False the same entropy is a collapsed policy."""
+    gaussian = 0.5 * math.log(2 * math.pi * math.e)
+    pts = [{**p, "entropy": 3 * gaussian} for p in _healthy(12)]
+    box = gym.spaces.Box(-100, 100, (3,))
+    stalled = [20.0] * 12
+    assert C.ENTROPY_COLLAPSE not in _codes(diagnose_curves(_run(pts, returns=stalled), config=PPO, action_space=box))
+    raw = {**PPO, "normalize_actions": False}
+    (f,) = [e for e in diagnose_curves(_run(pts, returns=stalled), config=raw, action_space=box)
+            if e.code == C.ENTROPY_COLLAPSE]
+    assert f.evidence["normalised_by"] == "box" and f.evidence["entropy_ratio"] == pytest.approx(
+        math.sqrt(2 * math.pi * math.e) / 200, rel=1e-3)
 
 
 def test_kl_spike_is_a_fail_with_a_smaller_lr_computed_from_the_current_one():

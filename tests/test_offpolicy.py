@@ -230,3 +230,30 @@ def test_a_critic_swinging_in_and_out_of_range_is_one_incident():
     assert len(_codes(_dqn(swing), DQN, C.Q_DIVERGENCE)) == 1
     back = swing[:3] + [(1, 5, 0.5)] * 6 + [(-90, 80, 40)] * 2
     assert len(_codes(_dqn(back), DQN, C.Q_DIVERGENCE)) == 2
+
+
+def _impala(rows, traced_every=1):
+    """IMPALA logs no importance ratio: flow1's tracing sums the clamped ratios of its traced
+    updates (``flow1/is_sum``, ``flow1/is_n``); an iteration without a traced update has none."""
+    out = []
+    for i, (m, _lag, h, ret) in enumerate(rows):
+        stats = {"entropy": h, "default_optimizer_learning_rate": 0.05, "vf_loss": 1.0}
+        if i % traced_every == 0:
+            stats["flow1"] = {"traces": 1, "is_sum": m * 500, "is_n": 500.0}
+        out.append({"training_iteration": i + 1, "env_runners": {"episode_return_mean": ret, "num_episodes": 10},
+                    "learners": {"default_policy": stats}})
+    return out
+
+
+def test_impala_lag_is_measured_by_the_tracing_and_judged_as_appos():
+    config = {"algo_class": "IMPALA", "lr": 0.05, "broadcast_interval": 1}
+    (f,) = _codes(_impala(APPO_LR_005), config, C.POLICY_LAG, space=gym.spaces.Discrete(2))
+    assert f.iteration == 3 and f.evidence["mean_IS"] == pytest.approx(1.68)
+    assert f.evidence["measured_by"] == "flow1 tracing" and "measured on traced updates" in f.message
+    assert f.evidence["knobs"][0]["value"] == 0.005
+    # untraced iterations in between neither count nor reset the run of high ratios
+    (g,) = _codes(_impala(APPO_LR_005 + APPO_LR_005[-1:] * 3, traced_every=2), config, C.POLICY_LAG,
+                  space=gym.spaces.Discrete(2))
+    assert g.iteration == 5 and g.evidence["mean_IS"] == pytest.approx(1.815)   # traced at 1, 3, 5: 1.0, 1.68, 1.815
+    assert _codes(_impala(APPO_HEALTHY), {"algo_class": "IMPALA", "lr": 5e-4}, C.POLICY_LAG,
+                  space=gym.spaces.Discrete(2)) == []

@@ -232,3 +232,29 @@ def test_an_off_policy_runs_q_values_and_temperature_are_drawn_and_a_ppo_run_get
     assert "SAC temperature alpha (ALPHA_COLLAPSE, ALPHA_EXPLODING)" in sac
     ppo = titles(lambda it: {"entropy_ratio": 0.9, "mean_kl_loss": 0.01}, "ppo")
     assert not [t for t in ppo if "Q values" in t or "alpha" in t], ppo
+
+
+def test_the_evaluation_return_is_drawn_beside_the_training_return_where_a_run_evaluated(tmp_path):
+    """RLlib's evaluation runners' return (metrics column evaluation_return_mean, TRAIN_EVAL_GAP's
+    signal) is a second curve of the return chart in the panel and the page; a run that never
+    evaluated has none."""
+    from flow1_ray.report.follow import RunFollower
+    from flow1_ray.report.panel import return_figure
+    from flow1_ray.schema import EVAL_RETURN
+
+    def names(rows, name):
+        d = tmp_path / name
+        rec = RecorderCore(str(d), name, 3600, {"flush_interval_s": 3600})
+        for row in rows:
+            rec.add_metrics(row)
+        rec.flush()
+        rec.close()
+        assert 'id="curves"' in render_html(load_run_report(d), d)
+        f = RunFollower(d)
+        f.poll(force=True)
+        return {t.name: list(t.y) for t in return_figure(f).data}
+
+    got = names([{"iteration": it, "episode_return_mean": 100.0 + it, **({EVAL_RETURN: 20.0} if it % 2 else {})}
+                 for it in (1, 2, 3, 4)], "evaluated")
+    assert got["evaluation return"] == [20.0, 20.0]
+    assert "evaluation return" not in names([{"iteration": 1, "episode_return_mean": 5.0}], "not-evaluated")

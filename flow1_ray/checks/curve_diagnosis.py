@@ -149,6 +149,7 @@ class CurveDiagnosis:
             findings += layers.add(it, stats, mine, reading.lr, ratio)
             self.last[mid] = {k: v for k, v in {
                 "entropy_ratio": ratio, "kl": reading.kl, "lr": reading.lr, "clip_fraction": reading.clip_fraction,
+                "is_mean": reading.is_mean,
                 "grad_norm": reading.grad_norm, "vf_pi_trunk_ratio": reading.vf_pi_trunk_ratio}.items()
                 if v is not None}
         return [f.to_event(iteration=it) for f in findings]

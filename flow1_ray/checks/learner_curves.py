@@ -135,7 +135,8 @@ class ModuleCurves:
 
     def __post_init__(self) -> None:
         if self.entropy_max is None:
-            self.entropy_max, self.entropy_dims, self.entropy_kind = max_entropy(self.action_space)
+            self.entropy_max, self.entropy_dims, self.entropy_kind = max_entropy(
+                self.action_space, normalized=self.knobs.flag("normalize_actions") is not False)
 
     # -- the entropy ratio ---------------------------------------------------------------
     def entropy_ratio(self, h: float) -> float | None:
@@ -152,7 +153,7 @@ class ModuleCurves:
                 self.entropy_kind = "unknown"
         if self.entropy_max is None:
             return None
-        if self.entropy_kind == "box":
+        if self.entropy_kind.startswith("box"):
             return min(1.0, math.exp((h - self.entropy_max) / max(1, self.entropy_dims)))
         return max(0.0, h / self.entropy_max)
 

@@ -34,6 +34,7 @@ class Reading:
     grad_norm: float | None = None
     vf_pi_trunk_ratio: float | None = None   # from flow1's learner tracing (shared trunk only)
     clip_fraction: float | None = None       # share of traced ratios outside 1 +- clip_param (flow1's tracing)
+    is_mean: float | None = None             # mean behaviour / learner ratio clamped to [0, 2] (flow1's tracing, IMPALA)
     reward_min: float | None = None          # the traced train batch's reward range (flow1's tracing)
     reward_max: float | None = None
     stats: Mapping[str, float] = field(default_factory=dict)   # every finite number, by RLlib's name
@@ -63,6 +64,7 @@ class Reading:
                    vf_pi_trunk_ratio=finite(extras.get("vf_pi_trunk_ratio")),
                    reward_min=finite(extras.get("reward_min")), reward_max=finite(extras.get("reward_max")),
                    clip_fraction=_quotient(extras.get("clipped"), extras.get("ratios")),
+                   is_mean=_quotient(extras.get("is_sum"), extras.get("is_n")),
                    stats={k: v for k, v in ((k, finite(x)) for k, x in stats.items()) if v is not None})
 
 
@@ -71,11 +73,14 @@ def _quotient(num: Any, den: Any) -> float | None:
     return n / d if n is not None and d else None
 
 
-def max_entropy(action_space: Any) -> tuple[float | None, int, str]:
+def max_entropy(action_space: Any, normalized: bool = False) -> tuple[float | None, int, str]:
     """The entropy a policy over ``action_space`` has at most, with the number of action
     dimensions and how it is normalised: ``"discrete"`` (ratio = H / log n) or ``"box"``
     (ratio = exp((H - H_max) / d): the action distribution's width per dimension as a share
     of the box's -- a Gaussian has no maximum entropy, the box it is clipped to has).
+    ``normalized``: the policy acts in RLlib's normalized action space (``normalize_actions``,
+    True by default: the Gaussian lives in [-1, 1] per dimension, unsquashed into the box
+    after sampling), so each bounded dimension is 2 wide whatever the env's box.
     (None, 0, "") when the space has no finite maximum."""
     if action_space is None:
         return None, 0, ""
@@ -94,6 +99,8 @@ def max_entropy(action_space: Any) -> tuple[float | None, int, str]:
             width = np.asarray(action_space.high, dtype=float) - np.asarray(action_space.low, dtype=float)
             if not np.all(np.isfinite(width)) or np.any(width <= 0):
                 return None, 0, ""
+            if normalized:
+                return float(width.size * math.log(2.0)), int(width.size), "box (normalized to [-1, 1])"
             return float(np.sum(np.log(width))), int(width.size), "box"
     except Exception:
         return None, 0, ""

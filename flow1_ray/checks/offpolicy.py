@@ -33,6 +33,10 @@ from .rule import Rule, View
 from .thresholds import DEFAULT, Thresholds
 
 
+#: IMPALA's mean importance ratio as flow1's tracing measures it (APPO's is RLlib's mean_IS)
+IS_MEAN = "is_mean"
+
+
 @dataclass(frozen=True)
 class OffPolicyThresholds:
     """TRAIN_CURVES of Q-learning and SAC: the Q range the rewards allow and SAC's temperature."""
@@ -49,7 +53,7 @@ class OffPolicyThresholds:
 
 _Q = View(S.LEARNER_DIR, ("qf_mean", "qf_max", "qf_min"), "Q values")
 _ALPHA = View(S.LEARNER_DIR, ("alpha_value",), "SAC temperature alpha")
-_LAG = View(S.LEARNER_DIR, ("diff_num_grad_updates_vs_sampler_policy", "mean_IS"), "policy lag and IS ratio")
+_LAG = View(S.LEARNER_DIR, ("diff_num_grad_updates_vs_sampler_policy", "mean_IS", IS_MEAN), "policy lag and IS ratio")
 
 RULES = (
     Rule("Q_DIVERGENCE", C.TRAIN_CURVES, C.WARN,
@@ -70,10 +74,11 @@ RULES = (
          OffPolicyThresholds, evidence=("module_id", "alpha", "entropy", "target_entropy", "knobs"),
          knobs=("target_entropy", "alpha_lr"), view=_ALPHA),
     Rule("POLICY_LAG", C.TRAIN_CURVES, C.WARN,
-         "APPO: the mean importance ratio between the behaviour policy and the learner's target (RLlib's mean_IS, "
-         "clipped at 2) >= {is_mean_high:g} on {is_window} iterations, with the entropy collapsing or the return "
-         "stalled: the samples come from a policy too far behind the learner (its lag: "
-         "diff_num_grad_updates_vs_sampler_policy)", OffPolicyThresholds,
+         "APPO, IMPALA: the mean importance ratio between the behaviour policy and the learner's (APPO: RLlib's "
+         "mean_IS; IMPALA, which logs none: measured on traced updates the same way; each clipped at 2) >= "
+         "{is_mean_high:g} on {is_window} iterations, with the entropy collapsing or the return stalled: the samples "
+         "come from a policy too far behind the learner (its lag: diff_num_grad_updates_vs_sampler_policy)",
+         OffPolicyThresholds,
          evidence=("module_id", "mean_IS", "var_IS", "policy_lag", "knobs"),
          knobs=("lr", "broadcast_interval", "circular_buffer_iterations_per_batch"), view=_LAG),
 )
@@ -208,13 +213,16 @@ class ModuleOffPolicy:
         return None
 
 
-    # -- APPO: samples from a policy far behind the learner ----------------------------------
+    # -- APPO, IMPALA: samples from a policy far behind the learner ---------------------------
     def _lag(self, r: Reading, run: RunContext, entropy_ratio: float | None, falling: bool) -> Finding | None:
         """RLlib's APPO weighs each sample by exp(behaviour - target) clipped to [0, 2]
-        (``mean_IS``, ``var_IS``). Measured, CartPole: healthy 1.0-1.18 with a lag of ~5.6
+        (``mean_IS``, ``var_IS``); IMPALA logs no such number, so flow1's tracing computes the
+        same mean from the traced update's own forward output (``is_mean``). Measured, CartPole: healthy 1.0-1.18 with a lag of ~5.6
         updates; ``lr=0.05`` drives it to 1.53-1.82 at the same lag, the entropy to 0.002."""
         th = self.thresholds
-        mean_is = r.stat("mean_IS")
+        mean_is, traced = r.stat("mean_IS"), False
+        if mean_is is None and r.is_mean is not None:   # IMPALA: flow1's tracing measured it
+            mean_is, traced = r.is_mean, True
         if mean_is is None:
             return None
         self.is_high = self.is_high + 1 if mean_is >= th.is_mean_high else 0
@@ -228,11 +236,13 @@ class ModuleOffPolicy:
                "the return " + ("dropped" if run.dropped else "stalled below its best"))
         return Finding(C.POLICY_LAG, (
             f"module {self.module_id!r}: the mean importance ratio behaviour / target policy is {mean_is:.3g} on "
-            f"{self.is_high} iterations (RLlib clips each at 2; expected near 1, healthy <= 1.2) with {why}"
+            f"{self.is_high} iterations ({'measured on traced updates, ' if traced else ''}each clipped at 2; "
+            f"expected near 1, healthy <= 1.2) with {why}"
             f"{'' if lag is None else f', the samples {lag:.3g} updates behind the learner'}: each update moves the "
             f"policy so far that the runners' samples no longer describe it, and the clipped ratios bias the "
             f"update" + A.advice_text(knobs)),
-            {"module_id": self.module_id, "mean_IS": mean_is, "var_IS": r.stat("var_IS"), "policy_lag": lag,
+            {"module_id": self.module_id, "mean_IS": mean_is, "measured_by": "flow1 tracing" if traced else "RLlib",
+             "var_IS": r.stat("var_IS"), "policy_lag": lag,
              "threshold": th.is_mean_high, "knobs": [k.as_dict() for k in knobs]})
 
 

@@ -100,6 +100,7 @@ class LearnerTracer:
         self.head_grads: dict[tuple[str, str], float] = {}
         self.reach: dict[tuple[str, str], list] = {}   # (module, layer) -> max |grad| of its output, per backward
         self.clipped: dict[str, list] = {}   # module -> [ratios outside 1 +- clip_param, ratios] on the traced update
+        self.importance: dict[str, list] = {}   # module -> [sum of clamped behaviour / learner ratios, ratios] (IMPALA)
         self.last_batch: Any = None
         self.last_norms: dict[str, dict[str, float]] = {}
         self.trace_now = False
@@ -142,7 +143,7 @@ class LearnerTracer:
         """Forward hooks for the next update: activation statistics and head-input aliases."""
         import torch.nn as nn
 
-        self.acts, self.head_grads, self.reach, self.clipped = {}, {}, {}, {}
+        self.acts, self.head_grads, self.reach, self.clipped, self.importance = {}, {}, {}, {}, {}
         for mid, m in self._modules().items():
             if not isinstance(m, nn.Module):
                 continue
@@ -237,7 +238,8 @@ class LearnerTracer:
         if self.trace_now and self.enabled:
             t0 = time.perf_counter()
             try:
-                clip_counts(self.learner, self._modules(), kwargs.get("fwd_out"), batch, self.clipped)
+                clip_counts(self.learner, self._modules(), kwargs.get("fwd_out"), batch, self.clipped,
+                            self.importance)
             except Exception:   # a learner without PPO's columns: no clip fraction
                 pass
             self.spent_s += time.perf_counter() - t0
@@ -319,6 +321,9 @@ class LearnerTracer:
         for mid, (k, n) in self.clipped.items():
             if mid in out:
                 out[mid]["clipped"], out[mid]["ratios"] = float(k), float(n)
+        for mid, (k, n) in self.importance.items():
+            if mid in out:
+                out[mid]["is_sum"], out[mid]["is_n"] = float(k), float(n)
         reach = [(k, v) for k, v in self.reach.items() if k[0] in out]
         arrived = torch.stack([torch.stack(v).amax().float() for _, v in reach if v]).cpu().tolist() \
             if any(v for _, v in reach) else []
@@ -353,7 +358,7 @@ class LearnerTracer:
             for key in ("vf_pi_trunk_ratio", "vf_pi_head_ratio"):
                 if key in o:
                     m.log_value((mid, "flow1", key), o[key], window=1)
-            for key in ("clipped", "ratios"):   # per iteration: the clip fraction is their quotient
+            for key in ("clipped", "ratios", "is_sum", "is_n"):   # per iteration: the fractions are their quotients
                 if key in o:
                     m.log_value((mid, "flow1", key), o[key], reduce="sum")
             for key, how in (("reward_min", "min"), ("reward_max", "max")):   # across Learners too

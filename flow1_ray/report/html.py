@@ -148,6 +148,9 @@ def _curves(d: Location) -> str | None:
     axes[0].plot(it, [_num(r.get("episode_return_mean")) for r in rows], label="return (mean of 100 episodes)")
     if any(S.RETURN_EMA in r for r in rows):
         axes[0].plot(it, [_num(r.get(S.RETURN_EMA)) for r in rows], label=ema_label(d))
+    evaluated = [(r["iteration"], _num(r.get(S.EVAL_RETURN))) for r in rows if r.get(S.EVAL_RETURN) is not None]
+    if evaluated:   # the evaluation runners' return beside the training runners' (TRAIN_EVAL_GAP)
+        axes[0].plot(*zip(*evaluated), "o-", markersize=3, label="evaluation return")
     axes[0].set_title("episode return")
     axes[0].legend(fontsize=7)
     for mid in sorted({r["module_id"] for r in learner}):

@@ -160,6 +160,10 @@ def return_figure(f: RunFollower) -> Any:
     if any(S.RETURN_EMA in r for r in rows):
         fig.add_scatter(x=it, y=[r.get(S.RETURN_EMA) for r in rows], mode="lines",
                         name=esc(ema_label(f.dir)))
+    evaluated = [r for r in rows if r.get(S.EVAL_RETURN) is not None]
+    if evaluated:   # the evaluation runners' return beside the training runners' (TRAIN_EVAL_GAP)
+        fig.add_scatter(x=[r["iteration"] for r in evaluated], y=[r[S.EVAL_RETURN] for r in evaluated],
+                        mode="lines+markers", name="evaluation return")
     _iterations_axis(fig, it)
     fig.update_layout(title={"text": "episode return", "font": {"size": 13}})
     return _layout(fig, 250)
