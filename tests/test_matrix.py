@@ -40,7 +40,9 @@ def _appo_like(name):
         return (cls().environment("CartPole-v1").callbacks(cb)
                 .env_runners(num_env_runners=1, sample_timeout_s=20)   # its Learner actor takes the other CPU
                 .learners(num_learners=1)
-                .training(train_batch_size_per_learner=500))
+                .training(train_batch_size_per_learner=500)
+                # RLlib's IMPALA iterations last >= 10 s; 4 s holds several updates of 500 steps
+                .reporting(min_time_s_per_iteration=4))
     return make
 
 
@@ -49,8 +51,9 @@ def _dqn(cb):
 
     return (DQNConfig().environment("CartPole-v1").callbacks(cb)
             .env_runners(num_env_runners=2, sample_timeout_s=20)
-            .training(train_batch_size_per_learner=32, num_steps_sampled_before_learning_starts=200)
-            .reporting(min_sample_timesteps_per_iteration=500))
+            .training(train_batch_size_per_learner=32, num_steps_sampled_before_learning_starts=100)
+            # an update per sampling round of 2 steps: 250 steps an iteration is ~125 updates
+            .reporting(min_sample_timesteps_per_iteration=250))
 
 
 def _sac(cb):

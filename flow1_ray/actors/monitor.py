@@ -24,6 +24,9 @@ from .nodes import NodeWatch
 
 GCS_LOOKUP_TRIES = 5
 GCS_LOOKUP_WAIT_S = 0.1
+#: the most a death waits for Ray's exit detail in all: a GCS that is slow to answer (a long
+#: session's worker table, a busy head) delays the detail, never the WORKER_DIED itself
+GCS_LOOKUP_DEADLINE_S = 2.0
 
 
 #: how often the monitor compares the probed nodes with the cluster's alive nodes
@@ -178,16 +181,42 @@ class MonitorService(MonitorCore):
                 while not self._deaths.empty():
                     batch.append(self._deaths.get_nowait())
                 pids = {ch["pid"] for _, ch, _ in batch}
-                details: dict[int, dict] = {}
-                for _ in range(GCS_LOOKUP_TRIES):
-                    details.update(ray_exit_details(pids - set(details)))
-                    if pids <= set(details):
-                        break
-                    time.sleep(GCS_LOOKUP_WAIT_S)
+                details = self._exit_details(pids)
                 self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
                             for _, ch, where in batch])
             except Exception as e:  # this batch's deaths are reported bare; the loop goes on
                 self.off(PROBE, "deaths being reported", e, "the exit detail of some deaths")
+
+    def _exit_details(self, pids: set[int]) -> dict[int, dict]:
+        """Ray's exit detail of ``pids``, retried while the GCS has not recorded them yet, on a
+        thread of its own bounded by :data:`GCS_LOOKUP_DEADLINE_S` (a lookup still running
+        from an earlier death is not doubled: those deaths are reported without the detail)."""
+        details: dict[int, dict] = {}
+        lock = threading.Lock()
+
+        def lookup() -> None:
+            for _ in range(GCS_LOOKUP_TRIES):
+                with lock:
+                    missing = pids - set(details)
+                found = ray_exit_details(missing)
+                with lock:
+                    details.update(found)
+                    if pids <= set(details):
+                        return
+                time.sleep(GCS_LOOKUP_WAIT_S)
+
+        prev = getattr(self, "_lookup", None)
+        if prev is not None and prev.is_alive():
+            return {pid: {"ray_exit_lookup_error": "the GCS has not answered an earlier lookup"} for pid in pids}
+        self._lookup = threading.Thread(target=lookup, daemon=True, name="flow1-exit-detail")
+        self._lookup.start()
+        self._lookup.join(GCS_LOOKUP_DEADLINE_S)
+        with lock:
+            got = dict(details)
+        for pid in pids - set(got):
+            if self._lookup.is_alive():
+                got[pid] = {"ray_exit_lookup_error": f"no answer from the GCS within {GCS_LOOKUP_DEADLINE_S:g} s"}
+        return got
 
     def _node_loop(self) -> None:
         """Nodes whose probe fell silent and whose raylet is unreachable are NODE_LOST at
