@@ -236,6 +236,15 @@ def test_the_recorded_healthy_runs_stay_silent(name, space):
     ({"vf.net.mlp.0": -1}, {"vf_loss": 10.0, "vf_loss_unclipped": 2.2e5}, {"vf_clip_param": 10.0},
      "not_in_loss", "no loss term uses it"),
     ({}, {}, {}, "unknown", "the model's forward does"),
+    # PPO Pendulum, lr=0.05 (measured): the critic's tanh layers pinned at +-1, vf_clip_param out of the way
+    ({"vf.net.mlp.0": 0}, {"vf_loss": 3.0, "vf_loss_unclipped": 3.0, "saturated": {"vf.net.mlp.0": 1.0}},
+     {"vf_clip_param": 1e6, "lr": 0.05}, "activations_saturated", "sits at its bounds on 100%"),
+    ({"vf.net.mlp.0": 0}, {"vf_loss": 3.0, "vf_loss_unclipped": 3.0, "saturated": {"vf.net.mlp.0": 0.4}},
+     {"vf_clip_param": 1e6}, "zero_passed_back", "passes back exactly 0"),
+    # ... and a layer below a saturated one of its own stack: cut by it (measured: the critic's first layer)
+    ({"encoder.critic_encoder.net.mlp.0": 0, "encoder.critic_encoder.net.mlp.2": 0},
+     {"vf_loss": 3.0, "saturated": {"encoder.critic_encoder.net.mlp.0": 0.0, "encoder.critic_encoder.net.mlp.2": 1.0}},
+     {"vf_clip_param": 1e6, "lr": 0.05}, "activations_saturated", "after encoder.critic_encoder.net.mlp.2 sits"),
 ])
 def test_gradient_zero_names_the_loss_term_that_cuts_the_layer(reach, stats, knobs, cause, says):
     """Which cause is named follows from where the gradient stops: exact zeros arriving at a
@@ -243,11 +252,17 @@ def test_gradient_zero_names_the_loss_term_that_cuts_the_layer(reach, stats, kno
     is an output the loss never uses (a detach), never the clip."""
     rules = LayerRules("default_policy", Knobs.from_config(knobs))
     fired = []
+    stats = dict(stats)
+    saturated = stats.pop("saturated", {})
     for it in range(2):
         fired += rules.add(it, {**stats, "flow1": {"traces": 1, "grad_norm": 1.0, "grad_nonfinite": 0, "reach": reach,
-                                                   "grad_rms": {"vf.net.mlp.0": 0.0, "pi.net.mlp.0": 0.1}}})
+                                                   "grad_rms": {**({k: 0.0 for k in reach} or {"vf.net.mlp.0": 0.0}),
+                                                                "pi.net.mlp.0": 0.1},
+                                                   "saturated": saturated}})
     (f,) = fired
     assert f.code == C.GRADIENT_ZERO and f.evidence["cause"] == cause and says in f.message, f.message
+    if cause == "activations_saturated":
+        assert [(k["knob"], k["value"]) for k in f.evidence["knobs"]] == [("lr", 0.005), ("grad_clip", 0.5)]
     if cause == "value_loss_clipped":
         (k,) = f.evidence["knobs"]
         assert (k["knob"], k["current"], k["value"]) == ("vf_clip_param", 10.0, 440000.0)

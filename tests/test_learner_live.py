@@ -69,7 +69,8 @@ def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_
     # a zero gradient of the collapsed policy's layers is named as the collapse, never "fix the forward"
     for zero in [e for e in events if e["code"] == C.GRADIENT_ZERO]:
         cause = json.loads(zero["evidence"])["cause"]
-        assert cause in ("policy_collapsed", "value_loss_clipped", "zero_passed_back"), zero["message"]
+        assert cause in ("policy_collapsed", "value_loss_clipped", "activations_saturated", "zero_passed_back"), \
+            zero["message"]
         assert "no knob fixes this" not in zero["message"]
     # on_fail: a checkpoint beside the run directory, and every result from the FAIL on says done
     guard = _one(events, C.GUARD_ACTION)
@@ -125,9 +126,32 @@ def test_ppo_on_pendulum_with_rllibs_defaults_names_the_value_clip_that_cuts_the
     unclipped = max(r["learners"]["default_policy"]["vf_loss_unclipped"] for r in results)
     assert knob["current"] == 10.0 and 1e4 < knob["value"] <= 2.1 * unclipped
     _, events, run_dir = _train(config(options("fixed"), vf_clip_param=knob["value"]), 2)
-    assert not [e for e in events if e["code"] == C.GRADIENT_ZERO]
+    # a healthy Gaussian policy: its entropy is judged in RLlib's normalized action space, silent
+    assert [(e["code"], e["message"][:160]) for e in events if e["status"] != C.PASS] == []
     rows = [r for r in load_learner(run_dir).to_pylist() if r["kind"] == "grad" and r["layer"].startswith("vf.")]
     assert rows and all(r["grad_rms"] > 0 for r in rows)
+
+
+def test_ppo_on_pendulum_with_a_huge_lr_names_the_gaussians_collapse_and_the_saturated_critic(ray_session, tmp_path):
+    """lr=0.05 (measured): KL 1199 at iteration 1, the Gaussian's entropy -1.05 (std ~0.08 of
+    the normalized [-1, 1] box) by 5, and the critic's tanh pinned at +-1: its layers get
+    exactly 0 -- the saturated activation is named with the lr, never "fix the forward"."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, grad_every=10,
+                                     state_actions=False)
+    config = (PPOConfig().environment("Pendulum-v1").callbacks(cb).debugging(seed=0)
+              .env_runners(num_env_runners=1, sample_timeout_s=20)
+              .training(train_batch_size_per_learner=1000, minibatch_size=250, num_epochs=10, lr=0.05,
+                        vf_clip_param=1e6))
+    _, events, _ = _train(config, 5)
+    assert _one(events, C.KL_SPIKE)["iteration"] == 1
+    collapse = _one(events, C.ENTROPY_COLLAPSE)
+    assert collapse["evidence"]["normalised_by"] == "box (normalized to [-1, 1])"
+    assert collapse["evidence"]["entropy_max"] == pytest.approx(np.log(2.0))
+    zero = _one(events, C.GRADIENT_ZERO)
+    assert zero["evidence"]["cause"] == "activations_saturated", zero["message"]
+    assert max(zero["evidence"]["saturated"].values()) >= 0.95 and _knob(zero, "lr")["value"] == 0.005
 
 
 def test_a_value_loss_swamping_a_shared_trunk_is_value_dominates(ray_session, tmp_path):

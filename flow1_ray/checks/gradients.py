@@ -34,6 +34,7 @@ class GradientThresholds:
     grad_zero_traces: int = 2                # GRADIENT_ZERO needs this many traces in a row
     dormant_tau: float = 0.025               # a unit is dormant when its normalised mean |activation| <= tau
     dormant_share: float = 0.5               # DORMANT_UNITS: more than this share of a layer's units
+    grad_saturated_share: float = 0.95       # GRADIENT_ZERO's cause activations_saturated: the tanh/sigmoid after the layer at a bound on this share of its outputs
 
 
 RULES = (
@@ -63,6 +64,12 @@ def _stack(layer: str) -> str:
     (``a.fc_out``) -> ``a``."""
     head, _, last = layer.rpartition(".")
     return head or layer
+
+
+def _index(layer: str) -> int:
+    """A layer's position in its stack (``...mlp.2`` -> 2; 0 when it has none)."""
+    last = layer.rsplit(".", 1)[-1]
+    return int(last) if last.isdigit() else 0
 
 
 def _serves_value(layer: str) -> bool:
@@ -102,7 +109,8 @@ class LayerRules:
         out: list[Finding] = []
         rms = {k: _num(v) for k, v in (tr.get("grad_rms") or {}).items() if _num(v) is not None}
         reach = {k: _num(v) for k, v in (tr.get("reach") or {}).items() if _num(v) is not None}
-        out += self._zero(rms, reach, stats, entropy_ratio)
+        saturated = {k: _num(v) for k, v in (tr.get("saturated") or {}).items() if _num(v) is not None}
+        out += self._zero(rms, reach, stats, entropy_ratio, saturated)
         out += self._vanishing(rms)
         out += self._exploding(tr, lr)
         out += self._dormant(tr.get("dormant") or {}, lr)
@@ -114,7 +122,8 @@ class LayerRules:
         self.reported.add(key)
         return True
 
-    def _zero(self, rms: dict, reach: Mapping, stats: Mapping, entropy_ratio: float | None) -> list[Finding]:
+    def _zero(self, rms: dict, reach: Mapping, stats: Mapping, entropy_ratio: float | None,
+              saturated: Mapping | None = None) -> list[Finding]:
         """One finding per group of zero layers with one cause: the value function's layers
         and the others are cut by different loss terms (a clamped value loss, a collapsed
         policy), so each group is judged on its own."""
@@ -126,7 +135,7 @@ class LayerRules:
         for group in (value, [layer for layer in zero if layer not in value]):
             if not group or not self._once("zero:" + ",".join(group)):
                 continue
-            cause, why, knobs = self._zero_cause(group, reach, stats, entropy_ratio)
+            cause, why, knobs = self._zero_cause(group, reach, stats, entropy_ratio, saturated or {})
             them = "them" if len(group) > 1 else "it"
             out.append(Finding(C.GRADIENT_ZERO, (
                 f"module {self.module_id!r}: the gradient of layer{'s' if len(group) > 1 else ''} "
@@ -135,11 +144,12 @@ class LayerRules:
                 + why.format(them=them) + A.advice_text(knobs)),
                 {"module_id": self.module_id, "layers": group, "traces_in_a_row": th.grad_zero_traces,
                  "layers_traced": len(rms), "cause": cause, "reach": {k: reach.get(k) for k in group},
+                 "saturated": {k: (saturated or {}).get(k) for k in group if (saturated or {}).get(k) is not None},
                  "entropy_ratio": entropy_ratio, "knobs": [k.as_dict() for k in knobs]}))
         return out
 
-    def _zero_cause(self, zero: list[str], reach: Mapping, stats: Mapping,
-                    entropy_ratio: float | None) -> tuple[str, str, list[A.Knob]]:
+    def _zero_cause(self, zero: list[str], reach: Mapping, stats: Mapping, entropy_ratio: float | None,
+                    saturated: Mapping) -> tuple[str, str, list[A.Knob]]:
         """Which loss term does not reach the layers, from the traced update's reach (does
         the loss's gradient arrive at the layer's output at all, and is it all 0?) and
         RLlib's loss stats. PPO on Pendulum with RLlib's defaults: the critic's layers are
@@ -171,6 +181,22 @@ class LayerRules:
                 f"(entropy {entropy_ratio:.1%} of its maximum), its saturated distribution gives the log-probability "
                 f"no gradient, so the policy's layers stop learning -- the collapse is the cause "
                 f"(ENTROPY_COLLAPSE), not the model's forward"), knobs
+        share = self.thresholds.grad_saturated_share
+        pinned = [layer for layer in zero if (saturated.get(layer) or 0.0) >= share]
+        # a layer below a saturated activation of its own stack gets nothing through it either
+        cut = all(any(_stack(p) == _stack(layer) and _index(layer) <= _index(p) for p in pinned) for layer in zero)
+        if got and all(g == 0 for g in got) and pinned and cut:
+            shares = [saturated[p] for p in pinned]
+            lr = _num(stats.get("default_optimizer_learning_rate")) or self.knobs.lr
+            knobs = [A.Knob("lr", lr, A._round(lr / 10), "smaller steps keep the weights in the activation's "
+                                                          "working range")] if lr else []
+            if self.knobs.grad_clip is None and self.knobs.known:
+                knobs.append(A.Knob("grad_clip", None, 0.5, "a bounded step per update"))
+            return "activations_saturated", (
+                f"the loss reaches {{them}} but passes back exactly 0: the activation (tanh, sigmoid) after "
+                f"{', '.join(pinned)} sits at its bounds on {min(shares):.0%} or more of its outputs, where its "
+                f"derivative is exactly 0 in float32 -- the pre-activations grew far past the activation's range "
+                f"(weights blown up by steps too large), so nothing flows back through it to the layers below"), knobs
         if got and all(g == 0 for g in got):
             return "zero_passed_back", (
                 "the loss reaches {them} but passes back exactly 0: something between these layers and the "

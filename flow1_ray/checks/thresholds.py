@@ -124,6 +124,7 @@ class Thresholds:
     grad_zero_traces: int = 2
     dormant_tau: float = 0.025
     dormant_share: float = 0.5
+    grad_saturated_share: float = 0.95
     # flow1_ray.actors.contention.ContentionThresholds
     contention_ratio: float = 3.0
     contention_min_workers: int = 3

@@ -39,6 +39,10 @@ ATTR = "_flow1_tracer"
 #: activation modules whose outputs are the "units" of the dormant-neuron measure
 _ACTIVATIONS = ("ReLU", "Tanh", "ELU", "LeakyReLU", "SiLU", "GELU", "Sigmoid", "Softplus", "Mish", "SELU",
                 "CELU", "Hardtanh", "ReLU6", "PReLU", "Swish")
+#: activations whose gradient is exactly 0 where they saturate (float32 tanh is +-1 past |x| ~ 9):
+#: the share of their outputs there, named by the parameter layer that feeds them
+_SATURATING = {"Tanh": lambda h: h.abs() >= 1.0, "Sigmoid": lambda h: (h <= 0.0) | (h >= 1.0),
+               "Hardtanh": lambda h: h.abs() >= 1.0}
 SNAPSHOT_COLUMNS = ("obs", "actions", "rewards", "advantages", "value_targets", "terminateds", "truncateds")
 
 
@@ -101,6 +105,7 @@ class LearnerTracer:
         self.reach: dict[tuple[str, str], list] = {}   # (module, layer) -> max |grad| of its output, per backward
         self.clipped: dict[str, list] = {}   # module -> [ratios outside 1 +- clip_param, ratios] on the traced update
         self.importance: dict[str, list] = {}   # module -> [sum of clamped behaviour / learner ratios, ratios] (IMPALA)
+        self.saturated: dict[tuple[str, str], list] = {}   # (module, layer) -> [outputs of its activation at a bound, outputs]
         self.last_batch: Any = None
         self.last_norms: dict[str, dict[str, float]] = {}
         self.trace_now = False
@@ -144,14 +149,19 @@ class LearnerTracer:
         import torch.nn as nn
 
         self.acts, self.head_grads, self.reach, self.clipped, self.importance = {}, {}, {}, {}, {}
+        self.saturated = {}
         for mid, m in self._modules().items():
             if not isinstance(m, nn.Module):
                 continue
+            feeding = None   # the last parameter layer in module order: what feeds the next activation
             for name, sub in m.named_modules():
-                if type(sub).__name__ in _ACTIVATIONS:
-                    self.hooks.append(sub.register_forward_hook(self._act_hook(mid, name)))
+                kind = type(sub).__name__
+                if kind in _ACTIVATIONS:
+                    self.hooks.append(sub.register_forward_hook(self._act_hook(mid, name, feeding, kind)))
+                    feeding = None
                 elif name and next(sub.parameters(recurse=False), None) is not None:
                     self.hooks.append(sub.register_forward_hook(self._reach_hook(mid, name)))
+                    feeding = name
             for head in ("pi", "vf"):
                 sub = getattr(m, head, None)
                 if isinstance(sub, nn.Module):
@@ -167,11 +177,16 @@ class LearnerTracer:
         self.hooks = []
         self.trace_now = False
 
-    def _act_hook(self, mid: str, layer: str):
+    def _act_hook(self, mid: str, layer: str, feeding: str | None = None, kind: str = ""):
+        saturates = _SATURATING.get(kind) if feeding is not None else None
+
         def hook(module: Any, inputs: Any, output: Any) -> None:
             t0 = time.perf_counter()
             try:
                 h = output.detach()
+                if saturates is not None:   # [outputs where the activation passes back exactly 0, outputs]
+                    sat = self.saturated.setdefault((mid, feeding), [0, 0])
+                    sat[0], sat[1] = sat[0] + saturates(h).sum(), sat[1] + h.numel()
                 if h.dim() < 2:
                     return
                 unit = 1 if h.dim() == 4 else h.dim() - 1   # conv channels, else the last axis
@@ -316,6 +331,9 @@ class LearnerTracer:
             avg = float(mean.mean())
             share = float((mean <= self.tau * avg).float().mean()) if avg > 0 else 1.0
             out[mid].setdefault("dormant", {})[layer] = share
+        for (mid, layer), (k, n) in self.saturated.items():
+            if mid in out and n:
+                out[mid].setdefault("saturated", {})[layer] = float(k) / n
         for mid, (lo, hi) in reward_range(self.last_batch, out).items():
             out[mid]["reward_min"], out[mid]["reward_max"] = lo, hi
         for mid, (k, n) in self.clipped.items():
@@ -355,6 +373,8 @@ class LearnerTracer:
                 m.log_value((mid, "flow1", "dormant", layer), v, window=1)
             for layer, v in o.get("reach", {}).items():
                 m.log_value((mid, "flow1", "reach", layer), v, window=1)
+            for layer, v in o.get("saturated", {}).items():
+                m.log_value((mid, "flow1", "saturated", layer), v, window=1)
             for key in ("vf_pi_trunk_ratio", "vf_pi_head_ratio"):
                 if key in o:
                     m.log_value((mid, "flow1", key), o[key], window=1)
