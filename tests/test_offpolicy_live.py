@@ -6,24 +6,14 @@ config. The healthy DQN and SAC runs are the set-up matrix's (tests/test_matrix.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from flow1_ray import Flow1Callbacks, load_events, load_learner
+from flow1_ray import Flow1Callbacks, load_learner
 from flow1_ray import codes as C
+from test_learner_live import _train
 
 pytestmark = pytest.mark.slow
-
-
-def _train(config, iterations: int) -> tuple[list[dict], list[dict], Path]:
-    algo = config.build_algo()
-    try:
-        results = [algo.train() for _ in range(iterations)]
-    finally:
-        algo.stop()
-    run_dir = Path(results[-1]["flow1"]["run_dir"])
-    return results, load_events(run_dir).to_pylist(), run_dir
 
 
 def _found(events: list[dict], code: str) -> list[dict]:
