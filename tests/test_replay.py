@@ -222,3 +222,26 @@ def test_flow1_diagnose_on_a_plain_result_json_reads_the_buffer_and_says_what_it
     assert C.REPLAY_RATIO in {e["code"] for e in report["events"]}, report
     assert any("REPLAY_MEMORY" in line and "not assessable without Flow1Callbacks" in line
                for line in report["not_assessable"]), report["not_assessable"]
+
+
+def test_the_footprint_measures_a_real_rllib_buffer_and_bounds_a_long_list():
+    """RLlib's own EpisodeReplayBuffer with real episodes (no cluster needed): the bytes per
+    stored step are at least the observation's; a 100,000-item list is sampled, not walked."""
+    from types import SimpleNamespace
+
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+    from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
+
+    from flow1_ray.driver.replay_footprint import _nbytes, replay_footprint
+
+    buf = EpisodeReplayBuffer(capacity=10_000)
+    for _ in range(3):
+        eps = SingleAgentEpisode(observations=[np.zeros(256, np.float32)], len_lookback_buffer=0)
+        for t in range(20):
+            eps.add_env_step(np.full(256, t, np.float32), 1, 1.0, terminated=t == 19)
+        buf.add([eps.to_numpy()])
+    foot = replay_footprint(SimpleNamespace(local_replay_buffer=buf))
+    assert foot["capacity"] == 10_000 and foot["stored"] == 60
+    assert 1024 <= foot["bytes_per_step"] < 1024 * 1.2, foot     # 256 float32 a step, plus a few numbers
+    assert foot["available"] > 0 and replay_footprint(SimpleNamespace()) is None
+    assert _nbytes([np.zeros(4, np.float32)] * 100_000) == 1_600_000

@@ -20,6 +20,8 @@ import numpy as np
 
 #: episodes measured each iteration (the newest): enough for a stable per-step size, cheap
 EPISODES_MEASURED = 3
+#: items of a list measured at most (a strided sample of a longer one, scaled)
+SAMPLED_ITEMS = 256
 
 
 def replay_footprint(algorithm: Any) -> dict | None:
@@ -72,6 +74,9 @@ def _nbytes(x: Any) -> int:
     if isinstance(x, dict):
         return sum(_nbytes(v) for v in x.values())
     if isinstance(x, (list, tuple)):
+        if len(x) > SAMPLED_ITEMS:   # a long unfinalized episode: a strided sample, scaled (bounded cost)
+            step = len(x) / SAMPLED_ITEMS
+            return int(sum(_nbytes(x[int(i * step)]) for i in range(SAMPLED_ITEMS)) * step)
         return sum(_nbytes(v) for v in x)
     if isinstance(x, (int, float, np.generic, bool)):
         return int(np.asarray(x).nbytes)
