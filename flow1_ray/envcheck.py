@@ -216,6 +216,8 @@ def _judge(instance: gym.Env, steps: int, seed: int, th: Thresholds, findings: l
         findings.append(ending)
     summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
                     "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
+    if drv.masked_steps:   # the random actions honoured the env's action mask (RLlib's convention)
+        summary["action_mask_steps"] = drv.masked_steps
 
 
 def build_report(name: str, findings: list[Finding], summary: dict, run_id: str) -> Report:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import gymnasium as gym
 
 from . import codes as C
+from .checks.action_mask import mask_of, valid_actions
 from .checks.env_spec import crash_finding, long_episode_advisory, never_ends_finding
 from .checks.findings import Finding
 from .checks.import_resolve import old_api_finding
@@ -135,6 +136,8 @@ class _DriverBase:
         self.first_end: int | None = None  # the step at which the first episode ended
         self.extension_stop = ""           # "steps" or "time": which cap ended the extension
         self._consecutive = 0               # step() crashes in a row
+        self.last_obs: Any = None           # the observation the next action answers (its action mask)
+        self.masked_steps = 0               # actions drawn from the observation's action mask
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
         """Reset, tolerating the old API; None when reset raised (or called sys.exit)."""
@@ -149,6 +152,7 @@ class _DriverBase:
                 self.stopped_early = f"reset() called sys.exit({e.code!r})"
             return None
         self.watch.leave()
+        self.last_obs = out[0] if isinstance(out, tuple) and out else out
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
             return out
         self.rc.record(old_api_finding("reset", "a bare observation" if not isinstance(out, tuple)
@@ -181,11 +185,16 @@ class _DriverBase:
         self.rc.on_reset(*second)
         return True
 
-    def _step_crashed(self, exc: Exception) -> bool:
-        """step() raised: an ENV_CRASHED finding, then a new episode; False to stop the run."""
+    def _step_crashed(self, exc: Exception, masked: bool = False) -> bool:
+        """step() raised: an ENV_CRASHED finding, then a new episode; False to stop the run.
+        ``masked``: the action was one the observation's action mask declared valid."""
         self.crashes += 1
         self._consecutive += 1
-        self.rc.record(crash_finding("step", exc, self.rc.steps + 1, self.rc.episodes), f"step:{type(exc).__name__}")
+        found = crash_finding("step", exc, self.rc.steps + 1, self.rc.episodes)
+        if masked:
+            found.message += "; the action was one obs['action_mask'] declared valid: the mask and the env disagree"
+            found.evidence["action_valid_by_mask"] = True
+        self.rc.record(found, f"step:{type(exc).__name__}")
         if self._consecutive >= MAX_CONSECUTIVE_CRASHES:
             self.stopped_early = f"step() raised {self._consecutive} times in a row"
             return False
@@ -224,6 +233,7 @@ class _DriverBase:
         The watch's "step" call covers the action's sampling too (a custom space's code)."""
         w = self.watch
         w.enter("step", self.rc.steps, self.rc.episodes)
+        before = self.masked_steps
         action = self._action()
         t0 = time.perf_counter()
         try:
@@ -236,7 +246,7 @@ class _DriverBase:
             return False
         except Exception as e:
             w.leave()
-            return self._step_crashed(e)
+            return self._step_crashed(e, masked=self.masked_steps > before)
         dt = time.perf_counter() - t0
         w.leave()
         self._consecutive = 0
@@ -334,10 +344,20 @@ class _Driver(_DriverBase):
             self.probe.restore()
 
     def _action(self) -> Any:
-        return self.env.action_space.sample()
+        """A random action; from the valid ones where the observation carries RLlib's action
+        mask (the env rejects the others by design)."""
+        space, mask = self.env.action_space, mask_of(self.last_obs)
+        if mask is not None:   # a mask that cannot mask is the checker's ACTION_MASK_INVALID
+            valid, _ = valid_actions(mask, space)
+            if valid is not None:
+                self.masked_steps += 1
+                return space.sample(mask=valid)
+        return space.sample()
 
     def _judge_step(self, action: Any, out: Any, dt: float) -> bool:
         rc, probe = self.rc, self.probe
+        if isinstance(out, tuple) and out:
+            self.last_obs = out[0]
         if type(out) is tuple and len(out) == 5:
             obs, reward, terminated, truncated, info = out
         elif isinstance(out, tuple) and len(out) == 4:
@@ -387,12 +407,23 @@ class _MultiAgentDriver(_DriverBase):
         return True
 
     def _action(self) -> Any:
-        return {aid: self.act_spaces[aid].sample() for aid in self.rc.agents_to_act()}
+        """Each acting agent's random action, from its valid ones where its observation carries
+        an action mask."""
+        obs = self.last_obs if isinstance(self.last_obs, dict) else {}
+        out = {}
+        for aid in self.rc.agents_to_act():
+            space, mask = self.act_spaces[aid], mask_of(obs.get(aid))
+            valid = valid_actions(mask, space)[0] if mask is not None else None
+            if valid is not None:
+                self.masked_steps += 1
+            out[aid] = space.sample(mask=valid) if valid is not None else space.sample()
+        return out
 
     def _judge_step(self, actions: Any, out: Any, dt: float) -> bool:
         rc = self.rc
         if not (type(out) is tuple and len(out) == 5):
             return self._unreadable_step(out)
+        self.last_obs = out[0]
         return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
                                         lambda: _all_done(out[2], out[3])))
 

@@ -26,6 +26,7 @@ from gymnasium import spaces
 
 from .. import codes as C
 from . import env_spec as es
+from .action_mask import mask_message, mask_of, valid_actions
 from .action_pipe import action_cast_error, check_action_batch
 from .findings import Finding, FindingLog
 from .obs_flow import check_obs_batch, drift_features, reset_drift
@@ -103,6 +104,7 @@ class RolloutChecker:
         self._drift_looks = 0            # live: reset-drift tests taken so far
         self._next_drift_at = 2 * thresholds.drift_min_episodes
         self.obs_space = observation_space
+        self.action_space = action_space
         self.flush_every = flush_every
         self.log = log if log is not None else FindingLog()
         self.obs_path = obs_path
@@ -222,12 +224,23 @@ class RolloutChecker:
                 buf.values, buf.steps = [], []
 
     # -- the stream ----------------------------------------------------------------------
+    def _check_mask(self, obs: Any, step: int) -> None:
+        """ACTION_MASK_INVALID: an observation carrying RLlib's action mask that cannot mask."""
+        mask = mask_of(obs)
+        if mask is None:
+            return
+        _, problem = valid_actions(mask, self.action_space)
+        if problem is not None:
+            self.log.hit(C.ACTION_MASK_INVALID, problem[:40],
+                         lambda: mask_message(problem, mask, self.action_space, step, self.obs_path), env_step=step)
+
     def on_reset(self, obs: Any, info: Any) -> None:
         """After each reset: the reset observation and info."""
         self._flush()
         self._info.reset()
         self._check_alias(self.steps)
         self._observe(obs, self.steps, reset=True)
+        self._check_mask(obs, self.steps)
         self._check_info(info, self.steps)
         if self._buffered >= self.batch_rows:
             self._flush()
@@ -241,6 +254,7 @@ class RolloutChecker:
         self._check_alias(step)
         self._record_action(action, received_action, step)
         self._observe(obs, step, reset=False)
+        self._check_mask(obs, step)
         self._record_reward(reward, step)
         if not (es.is_bool(terminated) and es.is_bool(truncated)):
             bad = terminated if not es.is_bool(terminated) else truncated

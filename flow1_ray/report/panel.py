@@ -436,12 +436,38 @@ def _page(runs: Runs) -> Any:
         ])])
 
 
+def warm_up() -> None:
+    """Pay what the first figure and the first table read of a process cost (plotly builds
+    its validators, the rule catalogue imports its modules: ~2 s here, several on a machine busy with the
+    training it watches) before a browser asks -- not on the draw that shows the run's first
+    metrics or learner rows, which would hold back the events shown with them."""
+    import plotly.graph_objects as go
+    import pyarrow.dataset  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    from plotly.subplots import make_subplots
+
+    from ..checks.catalogue import rules
+
+    rules()   # every rule module (an event row names its rule; scipy.stats alone is ~1.4 s cold)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["a", "b"])
+    fig.add_trace(go.Scatter(x=[0], y=[0], name="a", legendgroup="a", mode="lines+markers"), row=1, col=1)
+    _iterations_axis(fig, [0])
+    fig.update_annotations(font_size=12)
+    timeline = go.Figure()
+    timeline.add_scatter(x=[0.0], y=["a"], mode="markers", name="a", marker={"size": 12, "color": "red"},
+                         text=["a"], hoverinfo="text+x")
+    timeline.update_yaxes(type="category", categoryorder="category ascending")
+    for f in (fig, timeline):
+        _layout(f, 100).to_plotly_json()
+
+
 def make_app(path: "str | os.PathLike | Location") -> Any:
     """The Dash app of a run directory or an output directory of runs (Flow1InputError when
     ``path`` holds no run)."""
     from dash import Dash, Input, Output, State
 
     runs = Runs(path)
+    warm_up()
     app = Dash(__name__, title=esc(f"flow1: {runs.path.name}"), update_title=None, serve_locally=True,
                assets_folder=os.path.join(os.path.dirname(__file__), "no-assets"), assets_ignore=".*",
                index_string=INDEX)
