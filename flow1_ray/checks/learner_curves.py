@@ -241,8 +241,7 @@ class ModuleCurves:
             knobs = A.kl_high_knobs(self.knobs, r.lr, med)
             return Finding(C.KL_TOO_HIGH, (
                 f"{self._where()}: median KL {med:.4g} over the last {len(window)} iterations; expected "
-                f"{th.kl_low:g}-{th.kl_high:g} (0.01-0.03 ideal), with the return "
-                f"{'dropped' if run.dropped else 'stalled' if run.stalled else 'rising'}"
+                f"{th.kl_low:g}-{th.kl_high:g} (0.01-0.03 ideal), with the return {_trend(run)}"
                 f"{' and the entropy falling fast' if steep else ''}: each update moves the policy too far"
                 + A.advice_text(knobs)),
                 {"module_id": self.module_id, "kl_median": med, "window": len(window), "kl_high": th.kl_high,
@@ -374,6 +373,13 @@ def _value_learning_knobs(k: A.Knobs, r: Reading, clip: float | None, unclipped:
     lr = r.lr if r.lr is not None else k.lr
     return [A.Knob("lr", lr, float(f"{lr * 3:.2g}"), "the critic's steps are too small to fit the returns")] \
         if lr else []
+
+def _trend(run: RunContext) -> str:
+    """What the return did, as the cross-check read it (None: too few iterations to say)."""
+    if run.dropped:
+        return "dropped"
+    return {True: "stalled", False: "rising"}.get(run.stalled, "not yet judged (too few iterations)")
+
 
 def _median(values) -> float | None:
     vals = [v for v in values if v is not None]
