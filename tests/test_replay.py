@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -152,9 +153,6 @@ def test_offline_rl_and_on_policy_runs_are_silent():
 
 
 # -- live ----------------------------------------------------------------------------------
-import gymnasium as gym  # noqa: E402
-
-
 class WideObs(gym.Env):
     """16 KiB float32 observations (4,096 numbers), two actions, 50-step episodes."""
 
