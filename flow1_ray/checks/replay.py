@@ -21,6 +21,7 @@ capacity / (steps added per update) updates.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -223,7 +224,8 @@ class ReplayRules:
              "knobs": [k.as_dict() for k in knobs]})
 
     def _added_per_update(self, batch: int) -> float | None:
-        med = _median(list(self.ratios)[-self.thresholds.replay_ratio_window:])
+        window = list(self.ratios)[-self.thresholds.replay_ratio_window:]
+        med = statistics.median(window) if window else None
         return batch / med if med else None
 
     # -- the replay ratio ------------------------------------------------------------------
@@ -233,7 +235,7 @@ class ReplayRules:
         window = list(self.ratios)[-th.replay_ratio_window:]
         if key is None or len(window) < th.replay_ratio_window:
             return None
-        ref, ratio = REFERENCE_RATIO[key], _median(window)
+        ref, ratio = REFERENCE_RATIO[key], statistics.median(window)
         low, high = ratio < ref / th.replay_ratio_low, ratio > ref * th.replay_ratio_high
         if not once(self.armed, "ratio", (low or high) and run.stalled is True):
             return None
@@ -303,14 +305,6 @@ def _floor2(n: int) -> int:
     """``n`` rounded down to two significant digits (a capacity that still fits)."""
     scale = 10 ** max(0, len(str(int(n))) - 2)
     return int(n) // scale * scale
-
-
-def _median(values: list[float]) -> float | None:
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    mid = len(vals) // 2
-    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
 
 def _size(n: float) -> str:
