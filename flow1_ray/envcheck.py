@@ -218,6 +218,20 @@ def _judge(instance: gym.Env, steps: int, seed: int, th: Thresholds, findings: l
                     "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
     if drv.masked_steps:   # the random actions honoured the env's action mask (RLlib's convention)
         summary["action_mask_steps"] = drv.masked_steps
+    if drv.mask_probe:
+        summary["action_mask_probe"] = drv.mask_probe
+        env_stats = summary["modules"].setdefault(C.ENV_SPEC, {})
+        env_stats.setdefault("notes", []).append(_mask_probe_note(**drv.mask_probe))
+
+
+def _mask_probe_note(tried: int, rejected: int) -> str:
+    """What the env did with the masked-out actions sent to it after the run: rejecting them is
+    the convention; accepting them is a design (the mask advises, the env does not enforce it),
+    said so the user knows an unmasked policy will take them."""
+    if rejected == tried:
+        return f"step() rejected {rejected}/{tried} masked-out actions: the env enforces its action mask"
+    return (f"step() accepted {tried - rejected}/{tried} masked-out actions: the env does not enforce its "
+            f"action mask, only a masking policy keeps to it")
 
 
 def build_report(name: str, findings: list[Finding], summary: dict, run_id: str) -> Report:

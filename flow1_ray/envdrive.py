@@ -18,6 +18,7 @@ import traceback
 from typing import Any, Callable
 
 import gymnasium as gym
+import numpy as np
 
 from . import codes as C
 from .checks.action_mask import mask_of, valid_actions
@@ -31,6 +32,8 @@ from .checks.thresholds import Thresholds
 from .checks.values import values_equal
 
 MAX_CONSECUTIVE_CRASHES = 3
+#: fresh episodes that each send one masked-out action after the run (does the env reject it?)
+MASK_PROBES = 3
 TRACEBACK_TAIL_CHARS = 1500
 
 
@@ -138,6 +141,7 @@ class _DriverBase:
         self._consecutive = 0               # step() crashes in a row
         self.last_obs: Any = None           # the observation the next action answers (its action mask)
         self.masked_steps = 0               # actions drawn from the observation's action mask
+        self.mask_probe: dict[str, int] = {}  # masked-out actions sent after the run: tried, rejected
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
         """Reset, tolerating the old API; None when reset raised (or called sys.exit)."""
@@ -274,6 +278,8 @@ class _DriverBase:
                     return
             if self.first_end is None:
                 self._extend()
+            if self.masked_steps and not self.stopped_early:
+                self._probe_mask()
         finally:
             self._cleanup()
 
@@ -293,6 +299,11 @@ class _DriverBase:
                 return
             if self.first_end is not None:
                 return
+
+    def _probe_mask(self) -> None:
+        """After the judged run: does the env really reject what its mask excludes? A few fresh
+        episodes each send one masked-out action; raising is the rejection (RLlib's examples
+        raise ValueError). Nothing of it is judged: the episodes are the probe's, not the run's."""
 
     def episode_finding(self) -> Finding | None:
         """EPISODE_NEVER_ENDS: a WARN when none ended even within the extension, an
@@ -353,6 +364,35 @@ class _Driver(_DriverBase):
                 self.masked_steps += 1
                 return space.sample(mask=valid)
         return space.sample()
+
+    def _probe_mask(self) -> None:
+        space = self.env.action_space
+        rng = np.random.default_rng(self.seed)
+        tried = rejected = 0
+        for i in range(MASK_PROBES):
+            self.watch.enter("reset", self.rc.steps, self.rc.episodes)
+            try:
+                out = self.env.reset(seed=self.seed + 1 + i)
+            except (Exception, SystemExit):
+                return
+            finally:
+                self.watch.leave()
+            obs = out[0] if isinstance(out, tuple) and out else out
+            valid, _ = valid_actions(mask_of(obs), space) if mask_of(obs) is not None else (None, None)
+            masked_out = np.flatnonzero(valid == 0) if valid is not None else ()
+            if not len(masked_out):
+                continue
+            action = space.start + int(rng.choice(masked_out))
+            tried += 1
+            self.watch.enter("step", self.rc.steps, self.rc.episodes)
+            try:
+                self.env.step(action)
+            except (Exception, SystemExit):
+                rejected += 1
+            finally:
+                self.watch.leave()
+        if tried:
+            self.mask_probe = {"tried": tried, "rejected": rejected}
 
     def _judge_step(self, action: Any, out: Any, dt: float) -> bool:
         rc, probe = self.rc, self.probe

@@ -17,6 +17,10 @@ def _loud(report) -> list[tuple[str, str]]:
     return [(e.code, e.message[:200]) for e in report.events if e.status != C.PASS]
 
 
+def _messages(report) -> str:
+    return "\n".join(e.message for e in report.events)
+
+
 def test_rllibs_action_mask_env_is_driven_by_its_mask_and_judged_right():
     """RLlib's ActionMaskEnv raises on a masked action; with RLlib's own example config
     (Discrete(100), the mask a random 0/1 vector) every random action is a valid one."""
@@ -36,6 +40,7 @@ def test_rllibs_parametric_actions_cartpole_is_judged_right():
 
     report = check_env(ParametricActionsCartPole(10), steps=300)
     assert report.summary["crashes"] == 0 and report.summary["action_mask_steps"] >= 300
+    assert report.summary["action_mask_probe"] == {"tried": 3, "rejected": 3}
     assert not [e for e in report.events if e.code in (C.ENV_CRASHED, C.ACTION_MASK_INVALID)], _loud(report)
 
 
@@ -47,8 +52,8 @@ class MaskedEnv(gym.Env):
     observation_space = gym.spaces.Dict({"obs": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
                                          "action_mask": gym.spaces.Box(0, 1, (4,), np.int8)})
 
-    def __init__(self, bad=None, liar=False):
-        self.bad, self.liar, self.t = bad, liar, 0
+    def __init__(self, bad=None, liar=False, lenient=False):
+        self.bad, self.liar, self.lenient, self.t = bad, liar, lenient, 0
 
     def _obs(self):
         mask = np.array([0, 1, 0, 1], np.int8)
@@ -62,7 +67,7 @@ class MaskedEnv(gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        if action not in (1, 3) or (self.liar and action == 3):
+        if (action not in (1, 3) and not self.lenient) or (self.liar and action == 3):
             raise ValueError(f"invalid action {action}")
         self.t += 1
         return self._obs(), 0.0, False, self.t >= 20, {}
@@ -71,6 +76,16 @@ class MaskedEnv(gym.Env):
 def test_a_masking_env_that_rejects_what_its_mask_excludes_is_silent():
     report = check_env(MaskedEnv(), steps=200)
     assert _loud(report) == [] and report.summary["action_mask_steps"] == 200
+    # the probe after the run: masked-out actions sent on purpose, each rejected
+    assert report.summary["action_mask_probe"] == {"tried": 3, "rejected": 3}
+    assert "step() rejected 3/3 masked-out actions: the env enforces its action mask" in _messages(report)
+
+
+def test_an_env_that_accepts_masked_out_actions_is_said_so_and_silent():
+    """A mask that advises (the env would take any action) is a design, not a fault: a note."""
+    report = check_env(MaskedEnv(lenient=True), steps=200)
+    assert _loud(report) == [] and report.summary["action_mask_probe"] == {"tried": 3, "rejected": 0}
+    assert "step() accepted 3/3 masked-out actions: the env does not enforce its action mask" in _messages(report)
 
 
 @pytest.mark.parametrize("bad, says", [
