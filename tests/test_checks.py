@@ -11,7 +11,7 @@ from flow1_ray import codes as C
 from flow1_ray.checks.action_pipe import action_cast_error, check_action_batch
 from flow1_ray.checks.env_spec import membership_error, step_time_findings
 from flow1_ray.checks.obs_flow import reset_drift
-from flow1_ray.checks.reward import reward_findings, reward_stats
+from flow1_ray.checks.reward import Episodes, reward_findings, reward_stats
 from flow1_ray.checks.reward_drop import ReturnTracker
 from flow1_ray.checks.space_contract import validate_space
 from flow1_ray.checks.spaces import leaves
@@ -111,10 +111,13 @@ def test_reward_rules():
     acro = -np.ones(1000)
     acro[500] = 0.0
     assert codes(reward_findings(acro, TH)) == set()
-    # a rare large penalty among small steps: 1000x the usual magnitude, 92 % of the |reward|
+    # one isolated large penalty among small steps: 10000x the usual magnitude, 91 % of the |reward|
     pen = np.full(1000, -0.1)
-    pen[::97] = -100.0
+    pen[500] = -1000.0
     assert codes(reward_findings(pen, TH)) == {C.REWARD_SPIKES}
+    # the same penalty every 97 steps is a level of the env, paid again and again: its design
+    pen[::97] = -1000.0
+    assert codes(reward_findings(pen, TH)) == set()
     sparse = np.zeros(1000)
     sparse[10] = 1.0
     (f,) = reward_findings(sparse, TH)
@@ -142,23 +145,66 @@ def test_point_and_goal_rewards_are_not_spikes(seed):
         assert C.REWARD_SPIKES not in codes(reward_findings(r, TH)), reward_stats(r)
 
 
+def _episodes(lengths, terminated=True) -> Episodes:
+    ends = np.cumsum(lengths)
+    return Episodes(ends, np.full(ends.size, terminated))
+
+
 @pytest.mark.parametrize("seed", range(5))
-def test_outsized_rewards_are_spikes(seed):
+def test_designed_reward_levels_are_not_spikes(seed):
+    """An env's own outsized values, however large: they recur, or they are the outcome an
+    episode ends on (RLlib's SimpleCorridor, WheelBanditEnv, GuessTheNumberGame have them)."""
     rng = np.random.default_rng(seed)
+    steps = np.arange(1, 5001)
+    collision = np.where(rng.random(5000) < 0.01, -100.0, -0.1)    # a collision penalty among -0.1 steps
+    bonus = rng.normal(1, 0.1, 5000) + np.where(rng.random(5000) < 0.2, 50.0, 0.0)   # a bonus arm
+    for r in (collision, bonus):
+        assert C.REWARD_SPIKES not in codes(reward_findings(r, TH, steps, episodes=_episodes([50] * 100))), \
+            reward_stats(r)
+        assert C.REWARD_SPIKES not in codes(reward_findings(r, TH)), reward_stats(r)   # episodes unknown
+    # a corridor: -0.01 a step, +1 on the step that reaches the goal, random walks of 20-400 steps
+    lengths = rng.integers(20, 400, 30)
+    corridor = np.full(int(lengths.sum()), -0.01)
+    corridor[np.cumsum(lengths) - 1] = 1.0
+    s = np.arange(1, corridor.size + 1)
+    assert C.REWARD_SPIKES not in codes(reward_findings(corridor, TH, s, episodes=_episodes(lengths)))
+    # a game won once in the whole run, for 100, at its end: an outcome, not a spike
+    game = rng.normal(0, 0.5, 2000)
+    game[999] = 100.0
+    s = np.arange(1, 2001)
+    st = reward_stats(game, 10.0, s, _episodes([100] * 20))
+    assert st["isolated"] == 0 and st["levels"][0]["at_episode_end"] is True
+    assert C.REWARD_SPIKES not in codes(reward_findings(game, TH, s, episodes=_episodes([100] * 20)))
+    # ... but the same 100 mid-episode, once, is an isolated spike
+    game[999], game[950] = 0.0, 100.0
+    assert C.REWARD_SPIKES in codes(reward_findings(game, TH, s, episodes=_episodes([100] * 20)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_isolated_outsized_rewards_are_spikes(seed):
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, 5001)
+    eps = _episodes([200] * 25)
     rare_penalty = _points(5000, 0.02, [1.0], rng)
-    rare_penalty[250::500] = -1000.0                                # one in 500, among rare +1 points
-    collision = np.where(rng.random(5000) < 0.01, -100.0, -0.1)    # among -0.1 step penalties
-    bonus = rng.normal(1, 0.1, 5000) + np.where(rng.random(5000) < 0.2, 50.0, 0.0)
-    for r in (rare_penalty, collision, bonus):
-        (f,) = [f for f in reward_findings(r, TH) if f.code == C.REWARD_SPIKES]
-        assert f.status == C.WARN and f.evidence["outsized_mass"] > TH.reward_spike_mass
+    rare_penalty[2250] = -1000.0                                    # once, among rare +1 points
+    dense = rng.normal(1, 0.1, 5000)
+    dense[[1234, 3456]] = [1e4, -5e3]                               # twice, two values, two episodes
+    for r in (rare_penalty, dense):
+        for kw in ({}, {"episodes": eps}):
+            (f,) = [f for f in reward_findings(r, TH, steps, **kw) if f.code == C.REWARD_SPIKES]
+            assert f.status == C.WARN and f.evidence["isolated_mass"] > TH.reward_spike_mass, f.message
+    (f,) = [f for f in reward_findings(dense, TH, steps, episodes=eps) if f.code == C.REWARD_SPIKES]
+    assert f.message.startswith("2 isolated reward(s) in 2 episode(s) beyond 10x the usual magnitude 1")
+    assert "largest 1e+04 at step 1235" in f.message and f.env_step == 1235
 
 
 def test_spike_thresholds_move_the_verdict():
     r = np.full(1000, -0.1)
-    r[::97] = -100.0
+    r[500] = -200.0
+    assert C.REWARD_SPIKES in codes(reward_findings(r, TH))
     assert C.REWARD_SPIKES not in codes(reward_findings(r, TH.with_overrides({"reward_spike_ratio": 2000.0})))
     assert C.REWARD_SPIKES not in codes(reward_findings(r, TH.with_overrides({"reward_spike_mass": 0.95})))
+    assert C.REWARD_SPIKES not in codes(reward_findings(r, TH.with_overrides({"reward_level_min_recurrences": 1})))
     nan = np.ones(50)
     nan[7] = np.inf
     (f,) = reward_findings(nan, TH)

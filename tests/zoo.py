@@ -312,17 +312,27 @@ class RarePenaltySpike(Base):
 
 
 class CollisionPenalty(Base):
-    """-0.1 per step and a -100 collision on about 1 % of the steps."""
+    """-0.1 per step and a -100 collision on about 1 % of the steps: a recurring level of the
+    env, its design (the agent learns to avoid it), not a spike."""
 
     def _reward(self):
         return -100.0 if self.np_random.random() < 0.01 else -0.1
 
 
 class SpikyReward(Base):
-    """A +50 bonus on about 20 % of the steps."""
+    """A +50 bonus on about 20 % of the steps: a level the env pays again and again (a bandit's
+    best arm), not a spike."""
 
     def _reward(self):
         return super()._reward() + (50.0 if self.np_random.random() < 0.2 else 0.0)
+
+
+class IsolatedBonus(Base):
+    """Dense rewards ~ N(1, 0.1) and, once in the whole run, mid-episode, a +5000 (a bonus typed
+    with too many zeros): it makes its episode's return 250 times what the others are."""
+
+    def _reward(self):
+        return 5000.0 if self.total == 333 else super()._reward()
 
 
 class TinyReward(Base):

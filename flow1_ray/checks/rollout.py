@@ -30,7 +30,7 @@ from .action_mask import mask_message, mask_of, valid_actions
 from .action_pipe import action_cast_error, check_action_batch
 from .findings import Finding, FindingLog
 from .obs_flow import check_obs_batch, drift_features, reset_drift
-from .reward import reward_findings, reward_stats
+from .reward import Episodes, reward_findings, reward_stats
 from .reward_drop import ReturnTracker
 from .rule import Rule
 from .series import Series
@@ -77,6 +77,16 @@ class _Buffer:
     def __init__(self) -> None:
         self.values: list[Any] = []
         self.steps: list[int] = []
+
+
+def _truthy(flag: Any) -> bool:
+    """A done flag as RLlib would read it; False for one that has no truth value."""
+    if flag is True or flag is False:
+        return flag
+    try:
+        return bool(np.any(flag))
+    except (TypeError, ValueError):
+        return False
 
 
 class RolloutChecker:
@@ -133,6 +143,7 @@ class RolloutChecker:
         self.rewards = Series(cap, window, seed=1)
         self.durations = Series(cap, window, seed=2)
         self.reset_features = Series(cap, window, seed=3)
+        self.ends = Series(cap, window, seed=4)   # each episode's end: 1.0 terminated, 0.0 truncated, at its step
         self.steps = 0
         self.episodes = 0
         self._ep_len_total = 0
@@ -268,7 +279,7 @@ class RolloutChecker:
         self._ep_len += 1
         if terminated is True or truncated is True or not (terminated is False and truncated is False) and (
                 bool(np.any(terminated)) or bool(np.any(truncated))):
-            self.end_episode()
+            self.end_episode(terminated=_truthy(terminated))
             return True
         if self._ep_len % self.flush_every == 0 or self._buffered >= self.batch_rows:
             self._flush()
@@ -326,8 +337,9 @@ class RolloutChecker:
             msg, ev = problem
             self.log.hit(C.INFO_MUTATION_DETECTED, ev["kind"], lambda: (msg, ev), env_step=step)
 
-    def end_episode(self) -> None:
-        """An episode ended (terminated or truncated)."""
+    def end_episode(self, terminated: bool = False) -> None:
+        """An episode ended: ``terminated`` (its outcome, a goal or a loss) or truncated."""
+        self.ends.append(1.0 if terminated else 0.0, self.steps)
         self.episodes += 1
         self._ep_len_total += self._ep_len
         self.returns.add(self._ep_return)
@@ -344,7 +356,8 @@ class RolloutChecker:
         r, r_steps = self.rewards.rows()
         sampled = self.rewards.sampled
         self.log.extend(reward_findings(r, self.th, r_steps, seen=self.rewards.seen if sampled else None,
-                                        non_finite=self.rewards.non_finite if sampled else None))
+                                        non_finite=self.rewards.non_finite if sampled else None,
+                                        episodes=self._episodes()))
         d, d_steps = self.durations.rows()
         self.log.extend(es.step_time_findings(d, self.th, min_stalls=3 if self.live else 1, steps=d_steps))
         feats = self.reset_features
@@ -355,6 +368,14 @@ class RolloutChecker:
         drop = None if self.live else self.returns.check()
         if drop is not None:
             self.log.add(drop)
+
+    def _episodes(self) -> Episodes | None:
+        """Where the episodes of the reward rows ended; None where the ends were sampled (a
+        reward could then not be placed in its episode)."""
+        if self.ends.sampled:
+            return None
+        v, e_steps = self.ends.rows()
+        return Episodes(e_steps, v > 0.5)
 
     def _drift(self, feats: np.ndarray) -> Finding | None:
         """OBS_DISTRIBUTION_DRIFT: once over the whole stream (``flow1 check``), or, live, at
@@ -396,7 +417,9 @@ class RolloutChecker:
                      if self.batch_rows < self.flush_every else []) + _sample_note("reset observations",
                                                                                     self.reset_features)
         reward_notes = _sample_note("rewards", self.rewards) + _sample_note("episode returns", self.returns.series)
-        stats = reward_stats(r, self.th.reward_spike_ratio)
+        r_rows, r_steps = self.rewards.rows()
+        stats = reward_stats(r_rows, self.th.reward_spike_ratio, r_steps, self._episodes(),
+                             self.th.reward_level_min_recurrences)
         if self.rewards.sampled:
             stats.update({"steps": self.rewards.seen, "non_finite": self.rewards.non_finite,
                           "steps_judged": int(r.size)})

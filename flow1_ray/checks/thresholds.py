@@ -62,6 +62,7 @@ class Thresholds:
     reward_spike_cv: float = 0.5
     reward_spike_ratio: float = 10.0
     reward_spike_mass: float = 0.5
+    reward_level_min_recurrences: int = 3
     reward_scale_min: float = 0.001
     # flow1_ray.checks.reward_drop.RewardDropThresholds
     reward_drop_ratio: float = 0.7
