@@ -336,6 +336,7 @@ class _Driver(_DriverBase):
     def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds) -> None:
         super().__init__(env, steps, seed, th, RolloutChecker(env.observation_space, env.action_space, th))
         self.probe: _ActionProbe | None = None
+        self.rc.action_map.wrappers = action_wrappers(env)
 
     def _prepare(self) -> bool:
         """Random actions come from ``action_space.sample()``, for any space that has one."""
@@ -410,6 +411,20 @@ class _Driver(_DriverBase):
         return self._ended(self._judged(
             lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received),
             lambda: terminated is True or truncated is True))
+
+
+def action_wrappers(env: Any) -> list[str]:
+    """The wrappers an action passes through, outermost first: the ones that act on actions
+    (gymnasium's ActionWrapper, or any that defines ``action``), else every wrapper."""
+    chain, w = [], env
+    for _ in range(64):
+        inner = getattr(w, "env", None)
+        if inner is None or inner is w:
+            break
+        chain.append(w)
+        w = inner
+    acting = [x for x in chain if isinstance(x, gym.ActionWrapper) or callable(getattr(type(x), "action", None))]
+    return [type(x).__name__ for x in (acting or chain)]
 
 
 def is_multi_agent(env: Any) -> bool:

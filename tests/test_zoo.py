@@ -48,7 +48,6 @@ FAULTS = [
     (zoo.RewardDecaysAcrossEpisodes, C.REWARD_DROP, C.WARN, "episode return mean of the last 10 episodes"),
     (zoo.cast_actions_env, C.ACTION_CAST_WARNING, C.WARN, "dtype changed on the way to env.step: expected float32, "
                                                            "actual float64"),
-    (zoo.rescaled_actions_env, C.ACTION_CAST_WARNING, C.WARN, "values changed on the way to env.step"),
 ]
 
 

@@ -7,7 +7,7 @@ rescaling nobody meant)?
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,18 +31,22 @@ def _describe(x: Any) -> str:
     return type(x).__name__
 
 
-def action_cast_error(sent: Any, received: Any, path: str = "action") -> tuple[str, dict] | None:
+def action_cast_error(sent: Any, received: Any, path: str = "action",
+                      on_values: Callable[[str, np.ndarray, np.ndarray], None] | None = None
+                      ) -> tuple[str, dict] | None:
     """(message, evidence) when the action that reached the env differs from the one sent.
 
     An integer that only changes its Python type (np.int64 -> int) is fine; an array whose
-    dtype, shape or values change is not.
+    dtype, shape or values change is not. ``on_values``: a numeric array whose values alone
+    changed goes there instead (:class:`~.action_map.ActionMapWatch` tells a rescale from a
+    loss over many such pairs).
     """
     if isinstance(sent, dict):
         if not isinstance(received, dict) or received.keys() != sent.keys():
             return (f"{path}: expected dict with keys {sorted(sent)}, actual {_describe(received)}",
                     {"path": path, "expected": "dict", "actual": _describe(received)})
         for k in sent:
-            err = action_cast_error(sent[k], received[k], f"{path}[{k!r}]")
+            err = action_cast_error(sent[k], received[k], f"{path}[{k!r}]", on_values)
             if err:
                 return err
         return None
@@ -51,7 +55,7 @@ def action_cast_error(sent: Any, received: Any, path: str = "action") -> tuple[s
             return (f"{path}: expected tuple of {len(sent)}, actual {_describe(received)}",
                     {"path": path, "expected": f"tuple of {len(sent)}", "actual": _describe(received)})
         for i, (s, r) in enumerate(zip(sent, received)):
-            err = action_cast_error(s, r, f"{path}[{i}]")
+            err = action_cast_error(s, r, f"{path}[{i}]", on_values)
             if err:
                 return err
         return None
@@ -66,6 +70,9 @@ def action_cast_error(sent: Any, received: Any, path: str = "action") -> tuple[s
             return (f"{path}: shape changed on the way to env.step: expected {sent.shape}, actual {received.shape}",
                     {"path": path, "expected": str(sent.shape), "actual": str(received.shape)})
         if not values_equal(sent, received):
+            if on_values is not None and sent.dtype.kind in "fiu":
+                on_values(path, sent, received)
+                return None
             try:
                 diff = float(np.nanmax(np.abs(sent.astype(np.float64) - received.astype(np.float64))))
             except (TypeError, ValueError):  # object or string actions: no numeric difference

@@ -31,6 +31,7 @@ RULE_MODULES = (
     "flow1_ray.checks.multi_agent_contract",
     "flow1_ray.checks.obs_flow",
     "flow1_ray.checks.action_pipe",
+    "flow1_ray.checks.action_map",
     "flow1_ray.checks.action_mask",
     "flow1_ray.checks.reward",
     "flow1_ray.checks.reward_drop",

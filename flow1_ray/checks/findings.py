@@ -91,6 +91,11 @@ class FindingLog:
         else:
             f.count += finding.count
 
+    def put(self, finding: Finding, key: str = "") -> None:
+        """Record a finding that is re-judged from the whole stream each time (replacing the
+        last judgement, where ``add`` would add the counts up)."""
+        self._items[(finding.code, key)] = finding
+
     def extend(self, findings: list[Finding]) -> None:
         for f in findings:
             self.add(f, key=str(f.evidence.get("path", "")))

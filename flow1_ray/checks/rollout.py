@@ -27,6 +27,7 @@ from gymnasium import spaces
 from .. import codes as C
 from . import env_spec as es
 from .action_mask import mask_message, mask_of, valid_actions
+from .action_map import ActionMapWatch
 from .action_pipe import action_cast_error, check_action_batch
 from .findings import Finding, FindingLog
 from .obs_flow import check_obs_batch, drift_features, reset_drift
@@ -143,6 +144,7 @@ class RolloutChecker:
         self.rewards = Series(cap, window, seed=1)
         self.durations = Series(cap, window, seed=2)
         self.reset_features = Series(cap, window, seed=3)
+        self.action_map = ActionMapWatch()        # actions whose values a wrapper changed: a map or a loss
         self.ends = Series(cap, window, seed=4)   # each episode's end: 1.0 terminated, 0.0 truncated, at its step
         self.steps = 0
         self.episodes = 0
@@ -305,7 +307,8 @@ class RolloutChecker:
                 buf.steps.append(step)
         if received is not None:
             self.cast_checked += 1
-            err = None if received is action else action_cast_error(action, received)
+            err = None if received is action else action_cast_error(
+                action, received, on_values=lambda path, a, b: self.action_map.add(path, a, b, step))
             if err is not None:
                 msg, ev = err
                 self.log.hit(C.ACTION_CAST_WARNING, ev["path"], lambda: (
@@ -365,6 +368,8 @@ class RolloutChecker:
             f = self._drift(feats.values().reshape(len(feats.values()), -1))
             if f is not None:
                 self.log.add(f)
+        for f in self.action_map.findings(self.cast_checked):
+            self.log.put(f, f"map:{f.evidence.get('path')}")
         drop = None if self.live else self.returns.check()
         if drop is not None:
             self.log.add(drop)
