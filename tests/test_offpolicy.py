@@ -12,6 +12,7 @@ import pytest
 
 from flow1_ray import codes as C
 from flow1_ray import diagnose_curves
+from flow1_ray.checks.curve_diagnosis import CurveDiagnosis
 from flow1_ray.checks.exploration import epsilon_at
 
 CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
@@ -228,8 +229,14 @@ def test_a_critic_swinging_in_and_out_of_range_is_one_incident():
     swing = [(0.5, 1.0, 0.4), (-90, 80, 40), (-80, 70, 40), (5, 60, 30), (-70, 60, 40), (-75, 65, 45),
              (1, 50, 30), (-60, 60, 40), (-60, 60, 40)]
     assert len(_codes(_dqn(swing), DQN, C.Q_DIVERGENCE)) == 1
+    # back in range for 6 iterations, then out again: a second incident, counted on the same row
     back = swing[:3] + [(1, 5, 0.5)] * 6 + [(-90, 80, 40)] * 2
-    assert len(_codes(_dqn(back), DQN, C.Q_DIVERGENCE)) == 2
+    assert len(_codes(_dqn(back), DQN, C.Q_DIVERGENCE)) == 1
+    diag = CurveDiagnosis(config=DQN)
+    for r in _dqn(back):
+        diag.add(r)
+    assert diag.repeats["Q_DIVERGENCE:default_policy"] == {"count": 2, "first_iteration": 3, "last_iteration": 11}
+    assert diag.values()["repeats"] == {"Q_DIVERGENCE:default_policy": 2}
 
 
 def _impala(rows, traced_every=1):

@@ -62,7 +62,11 @@ class ModuleClipping:
     fractions: deque = field(default_factory=lambda: deque(maxlen=32))
     armed: dict = field(default_factory=dict)
 
-    def add(self, r: Reading, run: RunContext, kl_median: float | None, entropy_ratio: float | None) -> Finding | None:
+    def add(self, r: Reading, run: RunContext, kl_median: float | None, entropy_ratio: float | None,
+            nothing_to_learn: bool = False) -> Finding | None:
+        """``nothing_to_learn``: nothing shows the return is learnable yet
+        (:meth:`~.learner_curves.ModuleCurves.nothing_to_learn_seen`): then a ratio that
+        never reaches the clip says nothing about the step size."""
         th = self.thresholds
         if r.clip_fraction is None or (self.knobs.algo or "") in OFF_POLICY_RATIOS:
             return None
@@ -90,7 +94,7 @@ class ModuleClipping:
                 f"the trust region, and a clipped sample gives the policy no gradient" + A.advice_text(knobs)),
                 self._evidence(window, med, clip, kl_median, "saturated", knobs))
         never = (max(window) < th.clip_never and run.stalled is True and entropy_ratio is not None
-                 and entropy_ratio >= 0.5)
+                 and entropy_ratio >= 0.5 and not nothing_to_learn)
         if once(self.armed, "never", never):
             knobs = [x for x in [A.raise_lr(self.knobs, r.lr, kl_median or 0.0, "steps large enough to move the "
                                                                               "ratios to the clip")] if x]

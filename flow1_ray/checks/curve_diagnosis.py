@@ -28,7 +28,7 @@ from .learner_curves import ModuleCurves
 from .learner_reading import Reading, RunContext, least_squares_slope
 from .offpolicy import ModuleOffPolicy
 from .replay import ReplayRules
-from .reward_drop import RunReturnDrop
+from .reward_drop import ReturnNoise, RunReturnDrop
 from .thresholds import DEFAULT, Thresholds
 
 
@@ -78,7 +78,8 @@ class CurveDiagnosis:
         self.knobs = Knobs.from_config(config)
         self.action_space = action_space
         window = return_window or _config_get(config, "metrics_num_episodes_for_smoothing") or 100
-        self.drop = RunReturnDrop(self.th, window=int(window)) if judge_return else None
+        self.noise = ReturnNoise(int(window))
+        self.drop = RunReturnDrop(self.th, window=int(window), noise=self.noise) if judge_return else None
         self.trend = ReturnTrend(self.th)
         self.modules: dict[str, ModuleCurves] = {}
         self.layers: dict[str, LayerRules] = {}
@@ -91,6 +92,8 @@ class CurveDiagnosis:
         self.return_abs_max: float | None = None
         self.dropped = False
         self.last: dict[str, dict] = {}
+        self.learned = False                 # the return once rose beyond its noise
+        self.repeats: dict[str, dict] = {}   # "CODE:module": each finding's count, first and last iteration
 
     def _space(self, module_id: str) -> Any:
         if isinstance(self.action_space, Mapping):
@@ -101,6 +104,9 @@ class CurveDiagnosis:
         it = int(result_number(result, "training_iteration") or 0)
         ret = result_number(result, "env_runners", "episode_return_mean")
         self.trend.add(ret, result_number(result, "env_runners", "num_episodes"))
+        self.noise.add(result_number(result, "env_runners", "episode_return_min"),
+                       result_number(result, "env_runners", "episode_return_max"),
+                       result_number(result, "env_runners", "num_episodes_lifetime"))
         findings: list[Finding] = []
         if self.drop is not None:
             f = self.drop.add(it, ret, result_number(result, "env_runners", "num_episodes_lifetime"))
@@ -111,7 +117,11 @@ class CurveDiagnosis:
             v = result_number(result, "env_runners", key)
             if v is not None:
                 self.return_abs_max = max(abs(v), self.return_abs_max or 0.0)
+        gained = None if self.trend.best is None else self.trend.best - self.trend.first
+        learned = self.noise.beyond(gained, self.th.return_noise_z) if gained is not None else None
+        self.learned = self.learned or bool(learned)
         run = RunContext(stalled=self.trend.stalled(), dropped=self.dropped, return_abs_max=self.return_abs_max,
+                         learned=True if self.learned else learned, noise=self.noise.sigma,
                          episode_len_mean=result_number(result, "env_runners", "episode_len_mean"))
         steps = result_number(result, "num_env_steps_sampled_lifetime")
         findings += self.exploration.add(it, steps, run)
@@ -140,7 +150,8 @@ class CurveDiagnosis:
             falling = len(curves.ratios) >= 2 and ratio is not None and least_squares_slope(
                 list(curves.ratios)[-self.th.entropy_slope_window:]) <= -self.th.entropy_collapse_slope
             findings += off.add(reading, run, ratio, falling)
-            f = clipping.add(reading, run, statistics.median(kls) if kls and curves.kl_measured else None, ratio)
+            f = clipping.add(reading, run, statistics.median(kls) if kls and curves.kl_measured else None, ratio,
+                             curves.nothing_to_learn_seen(run, reading))
             if f is not None:
                 findings.append(f)
             layers = self.layers.get(mid)
@@ -152,7 +163,22 @@ class CurveDiagnosis:
                 "is_mean": reading.is_mean,
                 "grad_norm": reading.grad_norm, "vf_pi_trunk_ratio": reading.vf_pi_trunk_ratio}.items()
                 if v is not None}
-        return [f.to_event(iteration=it) for f in findings]
+        return [f.to_event(iteration=it) for f in self._first_of_each(findings, it)]
+
+    def _first_of_each(self, findings: list[Finding], iteration: int) -> list[Finding]:
+        """One row per finding: a rule that fires again for the same module (its signal left
+        the range and came back, as a noisy signal does) adds to its count, not a row."""
+        out = []
+        for f in findings:
+            key = f"{f.code}:{f.evidence.get('module_id', '')}"
+            seen = self.repeats.get(key)
+            if seen is None:
+                self.repeats[key] = {"count": 1, "first_iteration": iteration, "last_iteration": iteration}
+                out.append(f)
+            else:
+                seen["count"] += 1
+                seen["last_iteration"] = iteration
+        return out
 
     def values(self) -> dict[str, Any]:
         """The numbers behind the rules, for ``result["flow1"]["learner"]`` (Tune passes them on)."""
@@ -160,6 +186,9 @@ class CurveDiagnosis:
         out.update({mid: v for mid, v in self.last.items()})
         if self.replay.values:
             out["replay"] = dict(self.replay.values)
+        again = {k: v["count"] for k, v in self.repeats.items() if v["count"] > 1}
+        if again:
+            out["repeats"] = again
         return out
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from .. import codes as C
 from .. import schema as S
 from . import advice as A
-from .findings import Finding
+from .findings import Finding, advisory
 from .learner_reading import Reading, RunContext, least_squares_slope, max_entropy, once
 from .rule import Rule, View
 from .thresholds import DEFAULT, Thresholds
@@ -54,6 +54,8 @@ class CurveThresholds:
     lr_floor_ratio: float = 0.1              # LR_DECAYED: lr below this share of its first value
     value_ev_max: float = 0.0                # VALUE_NOT_LEARNING: vf_explained_var at or below this ...
     value_ev_window: int = 5                 # ... on each of this many iterations, the return not rising
+    value_ev_signal: float = 0.1             # KL_TOO_LOW: an explained variance above this shows a learnable return
+    value_ev_worse: float = -0.05            # VALUE_NOT_LEARNING where nothing is learnable yet: EV below this
 
     @property
     def kl_stuck(self) -> float:
@@ -73,7 +75,9 @@ RULES = (
          knobs=("entropy_coeff", "lr"), view=View(S.LEARNER_DIR, ("entropy_ratio",), "entropy / its maximum")),
     Rule("KL_TOO_LOW", C.TRAIN_CURVES, C.WARN,
          "median KL < {kl_low:g} over {kl_window} iterations while the entropy stays >= {entropy_high_ratio:.0%} of "
-         "its maximum and the return does not rise: updates do not move the policy", CurveThresholds,
+         "its maximum and the return does not rise: updates do not move the policy (an advisory while nothing shows "
+         "the return is learnable: it never rose beyond return_noise_z sigmas of its noise and the value "
+         "function never explained > {value_ev_signal:g} of it)", CurveThresholds,
          evidence=("module_id", "kl_median", "entropy_ratio", "knobs"), knobs=("lr",), view=_KL),
     Rule("KL_TOO_HIGH", C.TRAIN_CURVES, C.WARN,
          "median KL > {kl_high:g} over {kl_window} iterations, with the return stalled or the entropy falling "
@@ -250,6 +254,8 @@ class ModuleCurves:
                and not self._stuck_now(th))
         if once(self.armed, "kl_low", low):
             knobs = [x for x in [A.raise_lr(self.knobs, r.lr, med, "larger steps")] if x]
+            if self.nothing_to_learn_seen(run, r):
+                return self._nothing_to_learn(med, ratio, run, knobs)
             return Finding(C.KL_TOO_LOW, (
                 f"{self._where()}: median KL {med:.4g} over the last {len(window)} iterations with the entropy "
                 f"still at {ratio:.0%} of its maximum and the return not rising; expected KL >= {th.kl_low:g}: "
@@ -257,6 +263,29 @@ class ModuleCurves:
                 {"module_id": self.module_id, "kl_median": med, "entropy_ratio": ratio, "kl_low": th.kl_low,
                  "return_stalled": run.stalled, "knobs": [k.as_dict() for k in knobs]})
         return None
+
+    def nothing_to_learn_seen(self, run: RunContext, r: Reading) -> bool:
+        """Whether nothing so far shows the return can be learnt: it never rose beyond its own
+        noise (measured, and not zero) and the value function never explained a share of it.
+        An env whose rewards are noise by design looks like this, and so does a run whose
+        steps are too small to move anything yet: a rule must not then say which."""
+        if run.learned is not False or not run.noise:
+            return False
+        evs = [e for e in list(self.explained) + [r.stat("vf_explained_var")] if e is not None]
+        return not any(e > self.thresholds.value_ev_signal for e in evs)
+
+    def _nothing_to_learn(self, med: float, ratio: float, run: RunContext, knobs: list) -> Finding:
+        th = self.thresholds
+        return advisory(C.KL_TOO_LOW, (
+            f"{self._where()}: median KL {med:.4g} over the last {th.kl_window} iterations with the entropy at "
+            f"{ratio:.0%} of its maximum, but the return never rose beyond {th.return_noise_z:g}x its noise (sigma "
+            f"{run.noise:.3g} of the smoothed mean) and the value function never explained more than "
+            f"{th.value_ev_signal:.0%} of it: nothing shows a learnable return yet -- rewards that do not depend on "
+            f"the observations and actions (by design, or a bug in the reward), or steps too small to tell; if the "
+            f"env is meant to be learnable, check the reward first" + A.advice_text(knobs)),
+            {"module_id": self.module_id, "kl_median": med, "entropy_ratio": ratio, "kl_low": th.kl_low,
+             "return_noise_sigma": run.noise, "value_ev_signal": th.value_ev_signal, "nothing_to_learn": True,
+             "knobs": [k.as_dict() for k in knobs]})
 
     def _stuck_now(self, th: Thresholds) -> bool:
         return self.stuck >= th.policy_loss_stuck_iters
@@ -340,7 +369,10 @@ class ModuleCurves:
             return None
         self.explained.append(ev)
         window = list(self.explained)[-th.value_ev_window:]
-        flat = len(window) >= th.value_ev_window and max(window) <= th.value_ev_max
+        # where nothing shows the return is learnable (noise by design), the best critic predicts
+        # its mean: EV ~ 0 is then right, and only a critic doing worse than the mean is wrong
+        ceiling = th.value_ev_worse if self.nothing_to_learn_seen(run, r) else th.value_ev_max
+        flat = len(window) >= th.value_ev_window and max(window) <= ceiling
         if not once(self.armed, "value_learning", flat and (run.stalled is True or run.dropped)):
             return None
         clip, unclipped = self.knobs.number("vf_clip_param"), r.stat("vf_loss_unclipped")

@@ -134,5 +134,7 @@ class RunContext:
 
     stalled: bool | None = None
     dropped: bool = False
+    learned: bool | None = None              # the return ever rose beyond its noise (None: noise not known yet)
+    noise: float | None = None               # sigma of the smoothed return by chance (ReturnNoise)
     return_abs_max: float | None = None      # the largest |episode return| seen so far (bounds Q without tracing)
     episode_len_mean: float | None = None

@@ -36,6 +36,7 @@ class RewardDropThresholds:
     reward_drop_p_value: float = 0.001       # flow1 check: Mann-Whitney, best block vs recent, Bonferroni
     reward_drop_min_iters: int = 3           # a run's drop must last this many iterations (and a window)
     reward_drop_best_of: int = 5             # a run's best = the best median of this many iterations
+    return_noise_z: float = 3.0              # a change of the run's return is real beyond this many noise sigmas
 
     @property
     def lost_share(self) -> float:
@@ -51,6 +52,49 @@ RULES = (
          RewardDropThresholds,
          evidence=("best", "current", "ratio_threshold")),
 )
+
+
+class ReturnNoise:
+    """How much RLlib's smoothed return moves by chance alone, from the spread of the episodes
+    it averages.
+
+    ``episode_return_mean`` is the mean of the last ``window`` episodes; RLlib reports their
+    ``episode_return_min`` and ``_max`` too. The range of n episodes is about
+    ``2 z(1 - 0.5 / n)`` of their standard deviation (5.15 at n = 100, for normal returns), so
+    one reading's chance error is ``sigma = range / (2 z(1 - 0.5 / n) sqrt(n))``. The spread of
+    the episodes, not the change between iterations: a run that learns changes a lot, and
+    that change is the signal, not noise. The median over the last readings; None before the
+    first full window (or where RLlib logged no min/max: the rules then judge as before).
+    """
+
+    KEEP = 10
+
+    def __init__(self, window: int = 100) -> None:
+        self.window = max(1, int(window))
+        self._sigmas: deque[float] = deque(maxlen=self.KEEP)
+
+    def add(self, return_min: float | None, return_max: float | None, episodes_lifetime: float | None) -> None:
+        if return_min is None or return_max is None or episodes_lifetime is None:
+            return
+        n = int(min(self.window, episodes_lifetime))
+        if n < min(self.window, 20) or not return_max >= return_min:
+            return   # a handful of episodes: their range says little
+        self._sigmas.append((return_max - return_min) / (2.0 * _z(1.0 - 0.5 / n) * math.sqrt(n)))
+
+    @property
+    def sigma(self) -> float | None:
+        return float(statistics.median(self._sigmas)) if self._sigmas else None
+
+    def beyond(self, change: float, z: float) -> bool | None:
+        """Whether ``change`` exceeds ``z`` noise sigmas (None while the noise is unknown)."""
+        s = self.sigma
+        return None if s is None else change > z * s
+
+
+def _z(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(p))
 
 
 @dataclass
@@ -81,6 +125,7 @@ class RunReturnDrop:
 
     thresholds: Thresholds = DEFAULT
     window: int = 100                  # RLlib's metrics_num_episodes_for_smoothing
+    noise: ReturnNoise | None = None   # the return's chance movement (fed by the caller)
     start: float | None = None
     best: _Point | None = None
     began: _Point | None = None
@@ -98,7 +143,8 @@ class RunReturnDrop:
 
     def add(self, iteration: int, return_mean: float | None, episodes_lifetime: float | None) -> Finding | None:
         """One iteration's smoothed return and lifetime episode count; a Finding when a
-        sustained drop is first established."""
+        sustained drop is first established, by more than ``return_noise_z`` sigmas of the
+        return's own noise (:class:`ReturnNoise`)."""
         if return_mean is None or episodes_lifetime is None or episodes_lifetime < self.window:
             return None
         p = _Point(iteration, float(return_mean), float(episodes_lifetime))
@@ -123,6 +169,9 @@ class RunReturnDrop:
         if self.reported or self.iters_below < th.reward_drop_min_iters or \
                 p.episodes - self.began.episodes < self.window:
             return None
+        real = self.noise.beyond(self.best.value - p.value, th.return_noise_z) if self.noise is not None else None
+        if real is False:   # within what the episodes' spread alone moves the mean
+            return None
         self.reported = True
         best, began = self.best, self.began
         return Finding(C.REWARD_DROP, (
@@ -131,13 +180,19 @@ class RunReturnDrop:
             f"to {p.value:.4g} and stayed below "
             f"{line:.4g} for {self.iters_below} iterations and {int(p.episodes - began.episodes)} episodes "
             f"(since iteration {began.iteration}); expected >= best - {1 - th.reward_drop_ratio:.0%} of the gain "
-            f"since the first window ({self.start:.4g} -> {best.value:.4g}): a sustained drop, not noise -- "
+            f"since the first window ({self.start:.4g} -> {best.value:.4g}) and {th.return_noise_z:g}x the "
+            f"return's noise ({self._sigma_text()}): a sustained drop, not noise -- "
             f"look at entropy, KL and the learning rate around iteration {began.iteration}"),
             {"best": best.value, "best_iteration": best.iteration, "current": p.value, "line": line,
              "first_window_return": self.start, "drop_began_iteration": began.iteration,
              "iterations_below": self.iters_below, "episodes_below": int(p.episodes - began.episodes),
              "ratio_threshold": th.reward_drop_ratio, "min_iterations": th.reward_drop_min_iters, "best_of": k,
-             "window_episodes": self.window, "scope": "run"})
+             "window_episodes": self.window, "scope": "run",
+             "noise_sigma": self.noise.sigma if self.noise is not None else None, "noise_z": th.return_noise_z})
+
+    def _sigma_text(self) -> str:
+        s = self.noise.sigma if self.noise is not None else None
+        return "not measured" if s is None else f"sigma {s:.3g} of the {self.window}-episode mean"
 
 
 class ReturnTracker:

@@ -70,6 +70,7 @@ class Thresholds:
     reward_drop_p_value: float = 0.001
     reward_drop_min_iters: int = 3
     reward_drop_best_of: int = 5
+    return_noise_z: float = 3.0
     # flow1_ray.checks.learner_curves.CurveThresholds
     return_ema_alpha: float = 0.99
     return_stall_window: int = 5
@@ -90,6 +91,8 @@ class Thresholds:
     lr_floor_ratio: float = 0.1
     value_ev_max: float = 0.0
     value_ev_window: int = 5
+    value_ev_signal: float = 0.1
+    value_ev_worse: float = -0.05
     # flow1_ray.checks.clip_fraction.ClipThresholds
     clip_saturated: float = 0.3
     clip_never: float = 0.001
