@@ -149,9 +149,10 @@ class Flow1Callbacks(RLlibCallback):
 
             run.hub.add_events.remote([watcher_off(DRIVER_WATCH, "the driver", self._watch_error,
                                                    "a build, train() or stop() that never returns").to_dict()])
-        from .checks.sampling import NoSamples
+        from .checks.sampling import DiscardedSamples, NoSamples
 
         self._no_samples = NoSamples()
+        self._discarded = DiscardedSamples(getattr(algorithm, "config", None))
         logger.info("flow1: run %s writing to %s", run.run_id, run.run_dir)
 
     @_guarded
@@ -182,7 +183,8 @@ class Flow1Callbacks(RLlibCallback):
         row = _metrics_row(result, iteration, return_mean, out, status)
         run.after_iteration(iteration, return_mean)
         if self._no_samples is not None:
-            found = self._no_samples.add(result, iteration)
+            found = self._no_samples.add(result, iteration, rec.get("sampling"))
+            found += self._discarded.add(result, rec.get("sampling") or {}, iteration)
             if found:
                 run.hub.add_events.remote([e.to_dict() for e in found])
         if self._learner is not None:

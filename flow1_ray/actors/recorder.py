@@ -71,6 +71,7 @@ class RecorderCore:
         self._writing_off = False             # a WATCHER_OFF for the Recorder is out (until a write works)
         self._soon = threading.Event()        # a WARN/FAIL or a metric row: flush without waiting the interval
         self._internal_n = 0
+        self.sampling: dict[int, dict] = {}     # worker index -> its sample() timing (SampleTimes.as_dict)
         self.events_written = 0               # rows in events/ (the heartbeat says it: a reader can tell parts missing)
 
     # -- intake --------------------------------------------------------------------------
@@ -294,7 +295,8 @@ class RecorderCore:
                     "by_status_code": dict(self.by_status_code), "dropped_rows": self.dropped_rows,
                     "samples_dropped": sum(self.samples_dropped.values()), "flushes": self.flushes,
                     "snapshots": self.snapshots, "heatmaps": self.heatmaps.status(), "run_dir": str(self.run_dir),
-                    "watchers_off": list(self.watchers_off), "write_failures": self.write_failures}
+                    "watchers_off": list(self.watchers_off), "write_failures": self.write_failures,
+                    "sampling": {str(k): dict(v) for k, v in self.sampling.items()}}
 
 
 class RecorderService(RecorderCore):
@@ -335,6 +337,9 @@ class RecorderService(RecorderCore):
             self.add_events(batch["events"])
         if "dropped" in batch:
             self.note_dropped(str(batch.get("source")), int(batch["dropped"]), batch.get("worker_index"))
+        if isinstance(batch.get("sampling"), dict) and batch.get("worker_index") is not None:
+            with self._lock:   # each runner's own sample() timing, the latest (RUNNER_SAMPLES_DISCARDED)
+                self.sampling[int(batch["worker_index"])] = dict(batch["sampling"])
 
     def close(self, how: str = "algo.stop()", clean: bool = True) -> dict:
         self._stop.set()

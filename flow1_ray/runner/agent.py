@@ -27,6 +27,7 @@ from .. import codes as C
 from ..checks.env_spec import crash_finding
 from ..checks.findings import Finding, FindingLog
 from ..checks.rollout import RolloutChecker
+from ..checks.sampling import SampleTimes
 from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
 from ..schema import DEFAULT_MODULE_ID
@@ -38,6 +39,7 @@ from .states import StateSampler
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
+SAMPLE_TIMES_EVERY_S = 2.0    # a runner's sample() timing goes to the hub this often (a late call at once)
 WATCHDOG_TICK_S = 0.25        # the watchdog writes the heartbeat and checks for a stall this often
 
 
@@ -77,6 +79,9 @@ class RunnerAgent:
         self._internal_sent: set[str] = set()
         self.node_id = ctx.get_node_id()
         self.sender = Sender(self.key, self._lookup_recorder, self.index)
+        timeout = getattr(env_runner.config, "sample_timeout_s", None) if self.kind == "train" else None
+        self.sample_times = SampleTimes(timeout)
+        self._times_sent = 0.0
         self.states: StateSampler | None = None
         self._lock = threading.Lock()
         self.env_runner = env_runner
@@ -94,10 +99,12 @@ class RunnerAgent:
 
         def wrapped_sample(*args, **kwargs):
             lv.busy()
+            t0, s0 = time.monotonic(), getattr(lv, "steps", 0)
             try:
                 return sample(*args, **kwargs)
             finally:
                 lv.idle()
+                self._sampled(time.monotonic() - t0, getattr(lv, "steps", 0) - s0)
 
         def wrapped_stop(*args, **kwargs):
             lv.close()
@@ -111,6 +118,19 @@ class RunnerAgent:
 
         env_runner.sample = wrapped_sample
         env_runner.stop = wrapped_stop
+
+    def _sampled(self, seconds: float, steps: int) -> None:
+        """One sample() call timed: its numbers go to the hub when it was late (a synchronous
+        algorithm discarded it: RUNNER_SAMPLES_DISCARDED) and every SAMPLE_TIMES_EVERY_S (the
+        runners' steps are the whole the waste is a share of); fire-and-forget."""
+        try:
+            late = self.sample_times.add(seconds, steps)
+            now = time.monotonic()
+            if late or now - self._times_sent >= SAMPLE_TIMES_EVERY_S:
+                self._times_sent = now
+                self.sender.call({"events": [], "sampling": self.sample_times.as_dict()})
+        except Exception as e:
+            self.report_internal("sample() timing", e)
 
     def attach_env(self, env: Any) -> None:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created.
