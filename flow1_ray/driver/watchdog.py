@@ -41,7 +41,16 @@ RULES = (
     Rule("ACTOR_UNPLACEABLE", C.RESOURCE, C.FAIL,
          "the Algorithm's build waited > 15 s for actors the cluster cannot place now (who waits for what, who "
          "holds it), or its config asks for more than the cluster has"),
+    Rule("SLOW_START", C.RESOURCE, C.PASS,
+         "advisory: the build waited > startup_timeout_s for actors that are placed and still in their "
+         "constructor (an env with a long init, a busy machine); a WARN once that lasts "
+         "10x startup_timeout_s", evidence=("waited_s", "constructing")),
 )
+
+#: a build whose placed actors are still constructing after this x startup_timeout_s is a WARN
+SLOW_START_FACTOR = 10
+#: the driver's CPU share (of one core) over a quiet train() that counts as working
+BUSY_CPU_SHARE = 0.2
 
 logger = logging.getLogger("flow1_ray")
 
@@ -61,7 +70,10 @@ def job_actors(job_id_hex: str) -> list[dict]:
             continue
         out.append({"class": a.class_name, "state": gcs_pb2.ActorTableData.ActorState.Name(a.state),
                     "resources": {k: float(v) for k, v in a.required_resources.items()},
-                    "node_id": a.address.node_id.hex(), "actor_id": a.actor_id.hex()})
+                    "node_id": a.address.node_id.hex(), "actor_id": a.actor_id.hex(),
+                    # a pending actor with a worker process is placed and inside its constructor
+                    # (measured: pid and worker id set; an unplaced one has neither)
+                    "pid": int(a.pid), "constructing": bool(a.address.worker_id) and a.pid > 0})
     return out
 
 
@@ -69,8 +81,8 @@ def explain_pending(actors: list[dict], totals: dict[str, float], available: dic
     """One sentence per class of pending actor: what it waits for and who holds it.
     Pure: the lists come from :func:`job_actors` and ``ray.cluster_resources()`` /
     ``ray.available_resources()``."""
-    pending = [a for a in actors if a["state"] in PENDING_STATES]
-    alive = [a for a in actors if a["state"] == "ALIVE"]
+    pending = [a for a in actors if a["state"] in PENDING_STATES and not a.get("constructing")]
+    alive = [a for a in actors if a["state"] == "ALIVE" or a.get("constructing")]
     lines = []
     for (cls, res), n in Counter((a["class"], tuple(sorted(a["resources"].items()))) for a in pending).items():
         need = dict(res)
@@ -93,6 +105,24 @@ def explain_pending(actors: list[dict], totals: dict[str, float], available: dic
     return lines
 
 
+def explain_constructing(actors: list[dict]) -> list[str]:
+    """One sentence per class of actor placed but still in its constructor (an env with a
+    long init, a busy machine): a slow start, not a missing resource."""
+    slow = [a for a in actors if a["state"] in PENDING_STATES and a.get("constructing")]
+    lines = []
+    for cls, group in _by_class(slow).items():
+        pids = ", ".join(str(a["pid"]) for a in group[:4]) + (", ..." if len(group) > 4 else "")
+        lines.append(f"{len(group)} {cls} actor(s) placed and still in their constructor (pid {pids})")
+    return lines
+
+
+def _by_class(actors: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for a in actors:
+        out.setdefault(a["class"], []).append(a)
+    return out
+
+
 def config_needs(config: Any) -> dict[str, float]:
     """CPUs and GPUs the Algorithm's actors ask for (EnvRunners, evaluation runners,
     Learner actors); the driver's own share is already held."""
@@ -111,6 +141,16 @@ def config_needs(config: Any) -> dict[str, float]:
         cpus += learners * (g("num_cpus_per_learner", 1.0) if g("num_gpus_per_learner") == 0 else 0.0)
         gpus += learners * g("num_gpus_per_learner")
     return {"CPU": cpus, "GPU": gpus}
+
+
+def _cpu_seconds() -> float | None:
+    try:
+        import psutil
+
+        t = psutil.Process().cpu_times()
+        return float(t.user + t.system)
+    except Exception:
+        return None
 
 
 def thread_stack(ident: int | None) -> str:
@@ -133,7 +173,14 @@ class DriverWatch:
         self.last_result = None
         self.durations: deque = deque(maxlen=20)
         self.reported_startup = False
+        self.reported_slow = 0                   # SLOW_START said: 1 the advisory, 2 the WARN
+        self.last_startup_look = 0.0
         self.reported_stall_at: float | None = None
+        self.last_progress = 0.0                 # when the run was last seen moving during a silent train()
+        self.progress_seen = ""
+        self._digest: int | None = None
+        self._cpu: float | None = None
+        self._tick_at: float | None = None
         self.stop_began: float | None = None
         self.stop_thread: int | None = None
         self.failed = False
@@ -158,6 +205,7 @@ class DriverWatch:
         self.last_result = now
         self.thread_id = threading.get_ident()
         self.reported_stall_at = None
+        self._digest = self._cpu = self._tick_at = None
 
     def on_stop_begin(self) -> None:
         """``algo.stop()`` began (in this thread): watched until :meth:`stop`."""
@@ -174,7 +222,8 @@ class DriverWatch:
                 if self.stop_began is not None:
                     self._stop_stall()
                 elif not self.initialized.is_set():
-                    if not self.reported_startup and time.time() - self.started >= self.opts.startup_timeout_s:
+                    if not self.reported_startup and time.time() - self.started >= self.opts.startup_timeout_s \
+                            and self.reported_slow < 2:
                         self._startup()
                 else:
                     self._train_stall()
@@ -202,7 +251,7 @@ class DriverWatch:
             f"unreachable runner blocks it: see WORKER_STALLED / NODE_LOST above; ray.shutdown() ends it"),
             {"waited_s": round(waited, 1), "stack": stack, "top_frame": top}))
 
-    def _pending(self) -> tuple[list[str], dict, dict]:
+    def _actors(self) -> tuple[list[dict], dict, dict]:
         import ray
 
         totals, free = ray.cluster_resources(), ray.available_resources()
@@ -212,34 +261,110 @@ class DriverWatch:
         for a in actors:
             if "_WrappedExecutable" in a["class"]:
                 a["class"] = learner
+        return actors, totals, free
+
+    def _pending(self) -> tuple[list[str], dict, dict]:
+        actors, totals, free = self._actors()
         return explain_pending(actors, totals, free), totals, free
 
     def _startup(self) -> None:
-        lines, totals, free = self._pending()
-        waited = time.time() - self.started
+        """After startup_timeout_s, every few ticks until the build returns: actors the cluster
+        cannot place are ACTOR_UNPLACEABLE (FAIL); actors placed and still constructing are a
+        slow start (an advisory, a WARN after SLOW_START_FACTOR x the timeout)."""
+        now = time.time()
+        if now - self.last_startup_look < 5 * self.tick_s:
+            return
+        self.last_startup_look = now
+        actors, totals, free = self._actors()
+        lines = explain_pending(actors, totals, free)
+        waited = now - self.started
         needs = config_needs(getattr(self.algorithm, "config", None))
         short = {k: (v, totals.get(k, 0.0)) for k, v in needs.items() if v > totals.get(k, 0.0)}
         if not lines and not short:
-            return  # slow, not stuck: actors still starting, envs still being made
+            self._slow_start(explain_constructing(actors), waited)
+            return
         self.reported_startup = True
         fit = "; ".join(f"the config asks for {v:g} {k} for its actors, the cluster has {t:g}"
                         for k, (v, t) in short.items())
+        slow = explain_constructing(actors)
         msg = (f"the Algorithm's build has waited {waited:.0f} s: " + "; ".join(lines + ([fit] if fit else []))
                + ": build_algo() will not return until these resources free up -- give the cluster more, or ask "
-                 "for less (num_env_runners, num_learners, num_cpus_per_learner)")
+                 "for less (num_env_runners, num_learners, num_cpus_per_learner)"
+               + (f"; meanwhile {'; '.join(slow)}" if slow else ""))
         self.emit(Event(C.ACTOR_UNPLACEABLE, msg,
-                        {"waited_s": round(waited, 1), "pending": lines, "config_needs": needs,
+                        {"waited_s": round(waited, 1), "pending": lines, "config_needs": needs, "constructing": slow,
                          "cluster_total": {k: totals.get(k, 0.0) for k in ("CPU", "GPU")},
                          "cluster_free": {k: free.get(k, 0.0) for k in ("CPU", "GPU")},
                          "driver_stack": thread_stack(self.thread_id)}))
 
+    def _slow_start(self, slow: list[str], waited: float) -> None:
+        """Placed actors still in their constructor: said once as an advisory, once more as a
+        WARN when it lasts SLOW_START_FACTOR x startup_timeout_s."""
+        if not slow:
+            return
+        limit = SLOW_START_FACTOR * self.opts.startup_timeout_s
+        loud = waited >= limit
+        if (loud and self.reported_slow == 2) or (not loud and self.reported_slow >= 1):
+            return
+        self.reported_slow = 2 if loud else 1
+        text = (f"the Algorithm's build has waited {waited:.0f} s: " + "; ".join(slow)
+                + f": slow, not stuck -- every actor has its resources; an env's or a module's construction "
+                  f"takes this long" + (f", past {limit:.0f} s ({SLOW_START_FACTOR}x startup_timeout_s): look at "
+                                        f"what the env's constructor waits for" if loud else
+                                        f" (a WARN past {limit:.0f} s)"))
+        ev = {"waited_s": round(waited, 1), "constructing": slow, "limit_s": limit}
+        if loud:
+            self.emit(Event(C.SLOW_START, text, ev, status=C.WARN))
+        else:
+            self.emit(Event(C.SLOW_START, "advisory: " + text, {**ev, "advisory": True}))
+
+    def _progress(self) -> None:
+        """Whether the run moves while train() is silent, sampled each tick: the train()
+        thread's stack changed, the driver's process used CPU (a Learner in the driver inside
+        torch's backward), or an EnvRunner of this node stepped (its lock file's heartbeat)."""
+        now = time.time()
+        stack = thread_stack(self.thread_id)
+        digest = hash(stack)
+        cpu = _cpu_seconds()
+        moved = digest != self._digest and self._digest is not None
+        busy = (cpu is not None and self._cpu is not None and self._tick_at is not None
+                and (cpu - self._cpu) >= BUSY_CPU_SHARE * max(now - self._tick_at, 1e-3))
+        self._digest, self._cpu, self._tick_at = digest, cpu, now
+        if moved or busy or self._runners_stepped(max(self.last_progress, self.last_result or 0.0)):
+            self.last_progress = now
+            self.progress_seen = "the driver's stack moved" if moved else (
+                "the driver computes" if busy else "EnvRunners step")
+
+    def _runners_stepped(self, since: float) -> bool:
+        try:
+            import ray
+
+            from ..runner.liveness import probe_lock
+            from ..runner.lockdir import job_lock_dir
+
+            d = job_lock_dir(self.job_id, ray.get_runtime_context().get_node_id())
+            for path in d.glob("*.lock"):
+                header = probe_lock(path)[1]
+                if header is not None and header.last_progress > since:
+                    return True
+        except Exception:
+            return False
+        return False
+
     def _train_stall(self) -> None:
+        """DRIVER_STALLED judges progress, not silence alone: a train() that takes long while
+        the driver computes or its runners step is a long iteration (measured: DQN's iterations
+        past 120 s on a busy machine, the driver inside torch's backward)."""
         if self.last_result is None:
             return
         usual = statistics.median(self.durations) if self.durations else 0.0
         limit = max(self.opts.driver_stall_floor_s, self.opts.driver_stall_factor * usual)
-        quiet = time.time() - self.last_result
-        if quiet < limit or self.reported_stall_at == self.last_result:
+        now = time.time()
+        quiet = now - self.last_result
+        if quiet >= limit / 2:
+            self._progress()
+        still = now - max(self.last_result, self.last_progress)
+        if quiet < limit or still < limit / 2 or self.reported_stall_at == self.last_result:
             return
         self.reported_stall_at = self.last_result
         lines = self._pending()[0]
@@ -247,7 +372,9 @@ class DriverWatch:
         top = next((ln.strip() for ln in reversed(stack.splitlines()) if ln.strip().startswith("File ")), "")
         self.emit(Event(C.DRIVER_STALLED, (
             f"train() has not returned for {quiet:.0f} s (usual iteration {usual:.1f} s; limit "
-            f"{limit:.0f} s = max({self.opts.driver_stall_floor_s:g} s, {self.opts.driver_stall_factor:g}x)); "
-            f"the driver is at {top or 'an unknown frame'}" + (f"; pending: {'; '.join(lines)}" if lines else "")),
-            {"quiet_s": round(quiet, 1), "usual_iteration_s": round(usual, 3), "limit_s": limit,
-             "stack": stack, "pending": lines}))
+            f"{limit:.0f} s = max({self.opts.driver_stall_floor_s:g} s, {self.opts.driver_stall_factor:g}x)) "
+            f"and nothing moved for the last {still:.0f} s (the driver's stack the same, its CPU idle, no "
+            f"EnvRunner of this node stepping): the driver is at {top or 'an unknown frame'}"
+            + (f"; pending: {'; '.join(lines)}" if lines else "")),
+            {"quiet_s": round(quiet, 1), "still_s": round(still, 1), "usual_iteration_s": round(usual, 3),
+             "limit_s": limit, "stack": stack, "pending": lines}))
