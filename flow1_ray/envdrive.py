@@ -25,6 +25,7 @@ from .checks.action_mask import mask_of, valid_actions
 from .checks.env_spec import crash_finding, long_episode_advisory, never_ends_finding
 from .checks.findings import Finding
 from .checks.import_resolve import old_api_finding
+from .checks.machine_load import runqueue_wait_s
 from .checks.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
 from .checks.rollout import RolloutChecker
 from .checks.space_contract import validate_space
@@ -141,7 +142,8 @@ class _DriverBase:
         self._consecutive = 0               # step() crashes in a row
         self.last_obs: Any = None           # the observation the next action answers (its action mask)
         self.masked_steps = 0               # actions drawn from the observation's action mask
-        self.mask_probe: dict[str, int] = {}  # masked-out actions sent after the run: tried, rejected
+        self.mask_probe: dict[str, int] = {}
+        self.last_wait: float | None = None     # the last step's run-queue wait (the machine's share)  # masked-out actions sent after the run: tried, rejected
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
         """Reset, tolerating the old API; None when reset raised (or called sys.exit)."""
@@ -239,6 +241,7 @@ class _DriverBase:
         w.enter("step", self.rc.steps, self.rc.episodes)
         before = self.masked_steps
         action = self._action()
+        q0 = runqueue_wait_s()
         t0 = time.perf_counter()
         try:
             out = self.env.step(action)
@@ -252,6 +255,8 @@ class _DriverBase:
             w.leave()
             return self._step_crashed(e, masked=self.masked_steps > before)
         dt = time.perf_counter() - t0
+        q1 = runqueue_wait_s()
+        self.last_wait = q1 - q0 if q0 is not None and q1 is not None else None
         w.leave()
         self._consecutive = 0
         return self._judge_step(action, out, dt)
@@ -409,7 +414,7 @@ class _Driver(_DriverBase):
             return self._unreadable_step(out)
         received = probe.received if probe is not None and probe.active else None
         return self._ended(self._judged(
-            lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received),
+            lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received, self.last_wait),
             lambda: terminated is True or truncated is True))
 
 

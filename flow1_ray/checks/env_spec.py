@@ -250,7 +250,8 @@ def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int = 1,
-                       steps: np.ndarray | None = None) -> list[Finding]:
+                       steps: np.ndarray | None = None, waits_s: np.ndarray | None = None,
+                       window_load: dict | None = None) -> list[Finding]:
     """STEP_DURATION_OUTLIER from all step durations (seconds); ``steps``, when given, are
     their env steps (else a duration's index stands for its step).
 
@@ -260,6 +261,11 @@ def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int 
     how many steps must be past the max rule's line -- a live run over hours meets the odd
     100 ms pause of its own process (a garbage collection of a large heap, the OS preempting
     it), which says nothing about the env; a stall that repeats does.
+
+    The machine's load is not the env's (:mod:`.machine_load`): ``waits_s``, each step's
+    run-queue wait (``flow1 check``), or ``window_load``, the stepping thread's run-queue
+    share over the live window. When the wait covers half the slow steps' excess (live: the
+    thread waited >= 10 % of the time), the finding is an advisory that says so.
     """
     d = np.asarray(durations_s, dtype=np.float64)
     if d.size < th.step_time_min_steps:
@@ -268,22 +274,52 @@ def step_time_findings(durations_s: np.ndarray, th: Thresholds, min_stalls: int 
     ev = {"median_ms": round(med, 4), "p95_ms": round(p95, 4), "max_ms": round(mx, 4), "steps": int(d.size),
           "ratio_threshold": th.step_time_ratio}
     if p95 > th.step_time_ratio * med and p95 - med > th.step_time_p95_floor_ms:
-        return [Finding(C.STEP_DURATION_OUTLIER,
+        found = Finding(C.STEP_DURATION_OUTLIER,
                         f"step time p95 {p95:.2f} ms vs median {med:.3f} ms: expected <= {th.step_time_ratio:g}x "
                         f"median (and excess <= {th.step_time_p95_floor_ms:g} ms), actual {p95 / med:.1f}x; "
                         f"{int(np.sum(d * 1e3 > th.step_time_ratio * med))} of {d.size} steps slow",
-                        {**ev, "rule": "p95", "floor_ms": th.step_time_p95_floor_ms})]
+                        {**ev, "rule": "p95", "floor_ms": th.step_time_p95_floor_ms})
+        return [_machine_or_env(found, d, d * 1e3 > th.step_time_ratio * med, med, waits_s, window_load)]
     line = max(th.step_time_ratio * med, med + th.step_time_max_floor_ms)
     at = int(steps[int(np.argmax(d))]) if steps is not None and len(steps) == d.size else int(np.argmax(d))
     stalls = int(np.sum(d * 1e3 > line))
     if mx > th.step_time_ratio * med and mx - med > th.step_time_max_floor_ms and stalls >= min_stalls:
-        return [Finding(C.STEP_DURATION_OUTLIER,
+        found = Finding(C.STEP_DURATION_OUTLIER,
                         f"step time max {mx:.1f} ms vs median {med:.3f} ms: expected <= {th.step_time_ratio:g}x "
                         f"median (and excess <= {th.step_time_max_floor_ms:g} ms), actual {mx / med:.0f}x "
                         f"at step {at}",
                         {**ev, "rule": "max", "floor_ms": th.step_time_max_floor_ms, "step": at,
-                         "stalls": stalls, "min_stalls": min_stalls})]
+                         "stalls": stalls, "min_stalls": min_stalls})
+        return [_machine_or_env(found, d, d * 1e3 > line, med, waits_s, window_load)]
     return []
+
+
+def _machine_or_env(found: Finding, d: np.ndarray, slow: np.ndarray, med_ms: float, waits_s: np.ndarray | None,
+                    window_load: dict | None) -> Finding:
+    """The finding as it is when the slow steps ran; an advisory naming the machine's load when
+    they waited for a CPU instead."""
+    from .machine_load import LOAD_SHARE
+
+    share = None
+    if waits_s is not None and len(waits_s) == len(d) and slow.any():
+        excess = np.maximum(d[slow] - med_ms / 1e3, 0.0)
+        waited = np.minimum(np.asarray(waits_s, dtype=np.float64)[slow], excess)
+        share = float(waited.sum() / excess.sum()) if excess.sum() > 0 else None
+        found.evidence["runqueue_share_of_excess"] = share
+        loaded = share is not None and share >= LOAD_SHARE
+    elif window_load and window_load.get("runqueue_share") is not None:
+        found.evidence.update({"window_" + k: v for k, v in window_load.items()})
+        loaded = window_load["runqueue_share"] >= 0.1
+        share = window_load["runqueue_share"]
+    else:
+        return found
+    if not loaded:
+        return found
+    what = (f"{share:.0%} of the slow steps' excess was spent waiting for a CPU (run-queue wait)"
+            if waits_s is not None else f"the stepping thread waited for a CPU {share:.0%} of the time")
+    return advisory(C.STEP_DURATION_OUTLIER, f"{found.message}; but {what}: the machine's load, not the env "
+                    f"(RESOURCE_CONTENTION judges a node's load across its runners)",
+                    {**found.evidence, "cause": "machine_load"}, env_step=found.env_step)
 
 
 def long_episode_advisory(budget: int, first_end_step: int, steps: int) -> Finding:

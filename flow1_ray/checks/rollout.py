@@ -145,7 +145,9 @@ class RolloutChecker:
         self.durations = Series(cap, window, seed=2)
         self.reset_features = Series(cap, window, seed=3)
         self.action_map = ActionMapWatch()        # actions whose values a wrapper changed: a map or a loss
-        self.ends = Series(cap, window, seed=4)   # each episode's end: 1.0 terminated, 0.0 truncated, at its step
+        self.ends = Series(cap, window, seed=4)
+        self.waits = Series(cap, window, seed=2)       # each step's run-queue wait, where the driver measured it
+        self.load_probe: Any = None                    # live: the stepping thread's run-queue share per window   # each episode's end: 1.0 terminated, 0.0 truncated, at its step
         self.steps = 0
         self.episodes = 0
         self._ep_len_total = 0
@@ -259,9 +261,10 @@ class RolloutChecker:
             self._flush()
 
     def on_step(self, action: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any,
-                duration_s: float | None = None, received_action: Any = None) -> bool:
+                duration_s: float | None = None, received_action: Any = None, wait_s: float | None = None) -> bool:
         """After each step; True when it ended the episode. ``received_action`` is what
-        reached the base env, when known."""
+        reached the base env, when known; ``wait_s`` the step's run-queue wait (the machine's
+        share of its duration, :mod:`.machine_load`)."""
         step = self.steps + 1  # steps are counted from 1; a reset observation sits at the count so far
         self.steps = step
         self._check_alias(step)
@@ -278,6 +281,8 @@ class RolloutChecker:
         self._check_info(info, step)
         if duration_s is not None:
             self.durations.append(duration_s, step)
+            if wait_s is not None:
+                self.waits.append(wait_s, step)
         self._ep_len += 1
         if terminated is True or truncated is True or not (terminated is False and truncated is False) and (
                 bool(np.any(terminated)) or bool(np.any(truncated))):
@@ -362,7 +367,11 @@ class RolloutChecker:
                                         non_finite=self.rewards.non_finite if sampled else None,
                                         episodes=self._episodes()))
         d, d_steps = self.durations.rows()
-        self.log.extend(es.step_time_findings(d, self.th, min_stalls=3 if self.live else 1, steps=d_steps))
+        w, w_steps = self.waits.rows()
+        waits = w if len(w) == len(d) and np.array_equal(w_steps, d_steps) else None
+        load = self.load_probe() if self.load_probe is not None and waits is None else None
+        self.log.extend(es.step_time_findings(d, self.th, min_stalls=3 if self.live else 1, steps=d_steps,
+                                              waits_s=waits, window_load=load))
         feats = self.reset_features
         if len(feats) and not feats.ragged:
             f = self._drift(feats.values().reshape(len(feats.values()), -1))

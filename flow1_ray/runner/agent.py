@@ -26,6 +26,7 @@ from typing import Any
 from .. import codes as C
 from ..checks.env_spec import crash_finding
 from ..checks.findings import Finding, FindingLog
+from ..checks.machine_load import WaitShare
 from ..checks.rollout import RolloutChecker
 from ..checks.sampling import SampleTimes
 from ..checks.thresholds import DEFAULT
@@ -206,6 +207,7 @@ class RunnerAgent:
                                                   window=LIVE_WINDOW, log=self.log, live=True)
         else:
             rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, live=True)
+            rc.load_probe = WaitShare()   # judged in on_sample_end, on the stepping thread
         self.checkers.append(rc)
         return rc
 

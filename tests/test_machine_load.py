@@ -1,0 +1,79 @@
+"""The machine's load is not the env's: a step slowed because its thread waited for a CPU
+(run-queue wait, /proc/thread-self/schedstat) is said as the machine's, not as the env's
+STEP_DURATION_OUTLIER; an env that is slow by itself is still found."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import zoo
+from flow1_ray import check_env
+from flow1_ray import codes as C
+from flow1_ray.checks.machine_load import WaitShare, runqueue_wait_s
+
+pytestmark = pytest.mark.skipif(runqueue_wait_s() is None or not hasattr(os, "sched_setaffinity"),
+                                reason="needs Linux schedstat and CPU affinity")
+
+
+class ComputeCartPole(gym.Wrapper):
+    """CartPole whose every step computes for 3 ms (a light simulator, evenly slow)."""
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+
+    def step(self, action):
+        end = time.thread_time() + 0.003
+        while time.thread_time() < end:
+            pass
+        return self.env.step(action)
+
+
+def _burn(stop, cpu: int) -> None:
+    """Bursts of CPU on one core: 100 ms busy, 200 ms idle, until told to stop."""
+    os.sched_setaffinity(0, {cpu})
+    while not stop.is_set():
+        end = time.monotonic() + 0.1
+        while time.monotonic() < end:
+            pass
+        time.sleep(0.2)
+
+
+def test_steps_slowed_by_other_processes_on_the_core_are_the_machines():
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    stop = mp.get_context("fork").Event()
+    burners = [mp.get_context("fork").Process(target=_burn, args=(stop, cpu), daemon=True) for _ in range(4)]
+    os.sched_setaffinity(0, {cpu})
+    try:
+        for b in burners:
+            b.start()
+        report = check_env(ComputeCartPole(), steps=600)
+    finally:
+        stop.set()
+        os.sched_setaffinity(0, before)
+        for b in burners:
+            b.join(timeout=5)
+    assert report.codes(C.WARN) == set(), [e.log_line() for e in report.events if e.status != C.PASS]
+    slow = [e for e in report.events if e.code == C.STEP_DURATION_OUTLIER]
+    assert slow, "the bursts slow about a third of the steps 4-5x: p95 is past 3x the median"
+    for e in slow:   # said, as the machine's
+        assert e.advisory and e.evidence["cause"] == "machine_load" and "not the env" in e.message
+
+
+def test_an_env_slow_by_itself_is_still_found():
+    report = check_env(zoo.SlowEveryTenth, steps=300, seed=0)
+    (hit,) = [e for e in report.events if e.code == C.STEP_DURATION_OUTLIER]
+    assert hit.status == C.WARN and hit.evidence["runqueue_share_of_excess"] < 0.5
+
+
+def test_the_live_window_share_counts_only_waiting():
+    share = WaitShare()
+    time.sleep(0.2)                       # sleeping is not waiting for a CPU
+    got = share()
+    assert got is not None and got["runqueue_share"] < 0.1
