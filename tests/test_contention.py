@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
+
 from flow1_ray import codes as C
 from flow1_ray.actors.contention import ContentionCore, node_load
 
@@ -81,14 +85,43 @@ def test_idle_workers_are_not_judged():
     assert core.observe("n1", summary({k: 9.0 for k in "abc"}, node.steps), now=200.0) == []
 
 
-def test_memory_leak_needs_slope_fit_and_span():
+def test_memory_leak_needs_a_lasting_trend_and_span():
     core = ContentionCore("r")
     events = []
-    for i in range(1, 20):
+    for i in range(1, 30):   # a summary every 5 s, 1000 steps apart: 200 steps/s
         events += core.observe("n1", summary({"leaky": 1.0, "flat": 1.0}, 1000 * i,
-                                             {"leaky": 200 + 2.0 * i, "flat": 200 + (i % 2)}))
+                                             {"leaky": 200 + 2.0 * i, "flat": 200 + (i % 2)}), now=5.0 * i)
     (ev,) = [e for e in events if e.code == C.MEMORY_LEAK_SUSPECTED]
     assert ev.worker_index == 1 and 1.9 < ev.evidence["mb_per_1000_steps"] < 2.1 and ev.evidence["r2"] > 0.99
+    assert ev.evidence["steps_per_s"] == pytest.approx(200.0) and ev.evidence["mb_per_night"] > 10_000
+
+
+def _trend(points):
+    from flow1_ray.checks.leak import LeakTrend
+
+    t = LeakTrend()
+    for steps, mb, sec in points:
+        t.add(steps, mb * 1e6, sec)
+    return t.judge()
+
+
+def test_a_warm_up_that_flattens_is_not_a_leak():
+    """RSS 530 -> 537 MB over the first 5,000 steps (measured on an RLlib runner), then flat."""
+    rng = np.random.default_rng(0)
+    pts = [(s, 530 + 7 * min(s, 5000) / 5000 + rng.normal(0, 0.3), s / 1000) for s in range(500, 40_001, 500)]
+    assert _trend(pts[:10]) is None          # 5,000 steps of warm-up alone
+    assert _trend(pts) is None
+
+
+def test_a_small_leak_is_found_over_a_long_run_and_flat_noise_is_not():
+    """10 bytes a step (RLlib's MemoryLeakingEnv: ~10 KB per 1,000 steps) under 1 MB of RSS
+    noise, at 1,000 steps/s: 288 MB a night."""
+    rng = np.random.default_rng(1)
+    leak = [(s, 500 + 1e-5 * s + rng.normal(0, 1.0), s / 1000) for s in range(10_000, 2_000_001, 10_000)]
+    v = _trend(leak)
+    assert v is not None and v.mb_per_1000_steps == pytest.approx(0.01, rel=0.2) and v.mb_per_night > 256
+    flat = [(s, 500 + rng.normal(0, 1.0), s / 1000) for s in range(10_000, 2_000_001, 10_000)]
+    assert _trend(flat) is None
 
 
 def test_node_load_reads_this_machine():

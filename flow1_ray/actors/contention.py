@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import codes as C
+from ..checks.leak import LEAK_NIGHT_MB, NIGHT_H, LeakTrend
 from ..checks.rule import Rule
 from ..checks.thresholds import DEFAULT, Thresholds
 from ..events import Event
@@ -35,20 +36,14 @@ class ContentionThresholds:
 
 
 BASELINE_POINTS = 5        # first observations of a worker that make its baseline
-LEAK_MB_PER_1000_STEPS = 1.0
-LEAK_MIN_R2 = 0.8
-LEAK_MIN_POINTS = 10
-LEAK_MIN_STEPS = 5000
-RSS_POINTS = 120
+#: how often a runner's RSS trend is judged (MEMORY_LEAK_SUSPECTED, :mod:`flow1_ray.checks.leak`)
+LEAK_JUDGE_EVERY_S = 10.0
 
 RULES = (
     Rule("RESOURCE_CONTENTION", C.RESOURCE, C.WARN,
          ">= {contention_min_workers} workers (or all) with step time > {contention_ratio:g}x their own baseline, "
          "each at least {contention_floor_ms:g} ms a step slower, for {contention_sustain_s:g} s",
          ContentionThresholds),
-    Rule("MEMORY_LEAK_SUSPECTED", C.MEMORY, C.WARN,
-         f"RSS slope > {LEAK_MB_PER_1000_STEPS:g} MB per 1000 env steps (a linear fit with R^2 >= {LEAK_MIN_R2:g} "
-         f"over >= {LEAK_MIN_POINTS} points and {LEAK_MIN_STEPS:,} steps)"),
 )
 
 
@@ -108,7 +103,8 @@ class ContentionCore:
         self.baseline: dict[str, float] = {}
         self.current: dict[str, float] = {}
         self.last_steps: dict[str, int] = {}
-        self.rss: dict[str, deque] = defaultdict(lambda: deque(maxlen=RSS_POINTS))
+        self.rss: dict[str, LeakTrend] = defaultdict(LeakTrend)
+        self.leak_judged: dict[str, float] = {}
         self.where: dict[str, dict] = {}
         self.in_contention = False
         self.leak_reported: set[str] = set()
@@ -132,9 +128,9 @@ class ContentionCore:
                 else:
                     self.current[key] = st
             if w.get("rss"):
-                self.rss[key].append((steps, w["rss"]))
+                self.rss[key].add(steps, w["rss"], time.monotonic() if now is None else now)
         out = self._contention(node_id, summary.get("load", {}), now)
-        out += self._leaks()
+        out += self._leaks(time.monotonic() if now is None else now)
         return out
 
     def _slow(self, key: str) -> bool:
@@ -172,30 +168,29 @@ class ContentionCore:
                        "threshold_sustain_s": self.th.contention_sustain_s, **load},
                       run_id=self.run_id, node_id=node_id, ts=datetime.now(timezone.utc))]
 
-    def _leaks(self) -> list[Event]:
+    def _leaks(self, now: float) -> list[Event]:
         out = []
-        for key, pts in self.rss.items():
-            if key in self.leak_reported or len(pts) < LEAK_MIN_POINTS:
+        for key, trend in self.rss.items():
+            if key in self.leak_reported or now - self.leak_judged.get(key, -1e9) < LEAK_JUDGE_EVERY_S:
                 continue
-            steps = np.array([p[0] for p in pts], dtype=np.float64)
-            rss_mb = np.array([p[1] for p in pts], dtype=np.float64) / 1e6
-            if steps[-1] - steps[0] < LEAK_MIN_STEPS:
+            self.leak_judged[key] = now
+            v = trend.judge()
+            if v is None:
                 continue
-            slope, icpt = np.polyfit(steps, rss_mb, 1)
-            resid = rss_mb - (slope * steps + icpt)
-            ss_tot = float(np.sum((rss_mb - rss_mb.mean()) ** 2))
-            r2 = 1.0 - float(np.sum(resid ** 2)) / ss_tot if ss_tot > 0 else 0.0
-            per_1000 = slope * 1000.0
-            if per_1000 > LEAK_MB_PER_1000_STEPS and r2 >= LEAK_MIN_R2:
-                self.leak_reported.add(key)
-                w = self.where.get(key, {})
-                out.append(Event(C.MEMORY_LEAK_SUSPECTED,
-                                 f"worker {w.get('worker_index')} (pid {w.get('pid')}) RSS grows {per_1000:.2f} MB per "
-                                 f"1000 env steps (R^2 {r2:.2f}), expected <= {LEAK_MB_PER_1000_STEPS:g}: "
-                                 f"{rss_mb[0]:.0f} -> {rss_mb[-1]:.0f} MB over {int(steps[-1] - steps[0])} steps",
-                                 {"mb_per_1000_steps": per_1000, "threshold": LEAK_MB_PER_1000_STEPS, "r2": r2,
-                                  "r2_threshold": LEAK_MIN_R2, "rss_first_mb": rss_mb[0], "rss_last_mb": rss_mb[-1],
-                                  "steps_span": int(steps[-1] - steps[0])},
-                                 run_id=self.run_id, worker_index=w.get("worker_index"), pid=w.get("pid"),
-                                 node_id=w.get("node_id"), ts=datetime.now(timezone.utc)))
+            self.leak_reported.add(key)
+            w = self.where.get(key, {})
+            out.append(Event(C.MEMORY_LEAK_SUSPECTED,
+                             f"worker {w.get('worker_index')} (pid {w.get('pid')}) RSS keeps growing past its warm-up: "
+                             f"{v.mb_per_1000_steps:.3g} MB per 1000 env steps (Theil-Sen; Kendall p {v.p_value:.1g}), "
+                             f"{v.growth_mb:.0f} MB since step {v.judged_from_step:,}, {v.rss_first_mb:.0f} -> "
+                             f"{v.rss_last_mb:.0f} MB over {v.steps_span:,} steps; at {v.steps_per_s:.0f} steps/s that "
+                             f"is {v.mb_per_night:.0f} MB in {NIGHT_H:g} h: expected < {LEAK_NIGHT_MB:g} MB -- look for "
+                             f"what the env or a callback keeps per step (tracemalloc in the env)",
+                             {"mb_per_1000_steps": v.mb_per_1000_steps, "mb_per_night": v.mb_per_night,
+                              "night_threshold_mb": LEAK_NIGHT_MB, "growth_mb": v.growth_mb, "p_value": v.p_value,
+                              "r2": v.r2, "steps_per_s": v.steps_per_s, "rss_first_mb": v.rss_first_mb,
+                              "rss_last_mb": v.rss_last_mb, "steps_span": v.steps_span,
+                              "judged_from_step": v.judged_from_step},
+                             run_id=self.run_id, worker_index=w.get("worker_index"), pid=w.get("pid"),
+                             node_id=w.get("node_id"), ts=datetime.now(timezone.utc)))
         return out

@@ -47,6 +47,7 @@ RULE_MODULES = (
     "flow1_ray.checks.sampling",
     "flow1_ray.driver.watchdog",
     "flow1_ray.actors.contention",
+    "flow1_ray.checks.leak",
     "flow1_ray.checks.state_action",
     "flow1_ray.checks.import_resolve",
     "flow1_ray.watchers",
