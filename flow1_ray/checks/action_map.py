@@ -71,7 +71,8 @@ def fit_dim(x: np.ndarray, y: np.ndarray) -> DimMap:
     lo, hi = float(y.min()), float(y.max())
     at_bound = np.isclose(y, lo, rtol=0, atol=tol) | np.isclose(y, hi, rtol=0, atol=tol)
     inside = ~at_bound
-    if hi - lo > tol and np.allclose(y, np.clip(x, lo, hi), rtol=0, atol=tol) and (x < lo - tol).any() | (x > hi + tol).any():
+    beyond_bounds = bool((x < lo - tol).any() or (x > hi + tol).any())
+    if hi - lo > tol and beyond_bounds and np.allclose(y, np.clip(x, lo, hi), rtol=0, atol=tol):
         # only the clipped rows changed (the others reached the env as sent, and are not here)
         return DimMap("clipped", 1.0, 0.0, clipped=int(at_bound.sum()), bounds=(lo, hi))
     if hi - lo > tol and inside.sum() >= 3 and np.ptp(x[inside]) > 0:
@@ -142,8 +143,8 @@ class ActionMapWatch:
             k = int(round(d.clipped * p.changed / n))   # the kept rows are the first of the changed ones
             total = max(actions, p.changed)
             return Finding(C.ACTION_CAST_WARNING,
-                           f"{path}: values clipped on the way to env.step{by}: {k} of {total} actions ({k / total:.0%}) "
-                           f"reached the env at a bound (dimension {j}: [{d.bounds[0]:.4g}, {d.bounds[1]:.4g}]), "
+                           f"{path}: values clipped on the way to env.step{by}: {k} of {total} actions "
+                           f"({k / total:.0%}) reached the env at a bound (dimension {j}: [{d.bounds[0]:.4g}, {d.bounds[1]:.4g}]), "
                            f"the rest unchanged or rescaled: the policy learns from actions the env never took; "
                            f"expected its actions within the env's bounds (squash in the policy, or match the "
                            f"spaces) (first at step {p.first_step})",

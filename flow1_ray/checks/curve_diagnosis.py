@@ -166,11 +166,13 @@ class CurveDiagnosis:
         return [f.to_event(iteration=it) for f in self._first_of_each(findings, it)]
 
     def _first_of_each(self, findings: list[Finding], iteration: int) -> list[Finding]:
-        """One row per finding: a rule that fires again for the same module (its signal left
-        the range and came back, as a noisy signal does) adds to its count, not a row."""
+        """One row per finding: a rule that fires again for the same module at the same status
+        (its signal left the range and came back, as a noisy signal does) adds to its count, not
+        a row; an advisory that turns into a WARN is a new row."""
         out = []
         for f in findings:
             key = f"{f.code}:{f.evidence.get('module_id', '')}"
+            key += ":advisory" if f.evidence.get("advisory") else ""
             seen = self.repeats.get(key)
             if seen is None:
                 self.repeats[key] = {"count": 1, "first_iteration": iteration, "last_iteration": iteration}

@@ -12,8 +12,9 @@ threshold on a noisy fit:
 * *material*: RSS grew by >= ``LEAK_MIN_GROWTH_MB`` over the judged part (a few allocator
   arenas are not a leak), and the Theil-Sen slope, at the run's own step rate, loses
   >= ``LEAK_NIGHT_MB`` in ``NIGHT_H`` hours;
-* *persistent*: the slope of the judged part's second half is at least a third of the whole
-  part's (a warm-up flattens, a leak does not).
+* *persistent*: RSS rose in at least 3 of the judged part's 4 quarters and the second half's
+  slope is at least a third of the whole part's (a warm-up flattens and an allocator's arena
+  is one jump; a leak grows all along), over at least ``LEAK_MIN_SECONDS``.
 
 No Ray; :class:`~flow1_ray.actors.contention.ContentionCore` feeds it from the lock-file headers.
 """
@@ -30,6 +31,7 @@ from .rule import Rule
 MAX_POINTS = 256
 LEAK_MIN_POINTS = 10
 LEAK_MIN_STEPS = 5000
+LEAK_MIN_SECONDS = 60.0     # a process's first minute (imports, caches, arenas) is never judged a leak
 LEAK_MIN_GROWTH_MB = 4.0
 LEAK_NIGHT_MB = 256.0
 NIGHT_H = 8.0
@@ -40,8 +42,9 @@ RULES = (
     Rule("MEMORY_LEAK_SUSPECTED", C.MEMORY, C.WARN,
          f"a runner's RSS keeps growing past its warm-up (the first {WARM_UP_SHARE:.0%} of its steps): Kendall's "
          f"tau p < {LEAK_P_VALUE:g}, >= {LEAK_MIN_GROWTH_MB:g} MB grown, and at its own step rate the Theil-Sen "
-         f"slope loses >= {LEAK_NIGHT_MB:g} MB in {NIGHT_H:g} h; the second half's slope >= 1/3 of the whole "
-         f"(>= {LEAK_MIN_POINTS} points, {LEAK_MIN_STEPS:,} steps)",
+         f"slope loses >= {LEAK_NIGHT_MB:g} MB in {NIGHT_H:g} h; rising in 3 of 4 quarters, the second half's "
+         f"slope >= 1/3 of the whole (>= {LEAK_MIN_POINTS} points, {LEAK_MIN_STEPS:,} steps, "
+         f"{LEAK_MIN_SECONDS:g} s)",
          evidence=("mb_per_1000_steps", "mb_per_night", "growth_mb", "p_value", "steps_span")),
 )
 
@@ -58,6 +61,19 @@ class LeakVerdict:
     rss_last_mb: float
     steps_span: int
     judged_from_step: int
+
+
+def _rising_quarters(s: np.ndarray, m: np.ndarray) -> int:
+    """In how many quarters of the steps the RSS rose (median of its last readings against the
+    median of its first): a leak grows in all of them, a one-off jump in one."""
+    edges = s[0] + np.ptp(s) * np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+    rising = 0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        q = m[(s >= lo) & (s <= hi)]
+        k = max(1, q.size // 4)
+        if q.size >= 2 and np.median(q[-k:]) > np.median(q[:k]):
+            rising += 1
+    return rising
 
 
 class LeakTrend:
@@ -85,7 +101,7 @@ class LeakTrend:
             return None
         p = np.asarray(self.points)
         steps, mb, t = p[:, 0], p[:, 1] / 1e6, p[:, 2]
-        if steps[-1] - steps[0] < LEAK_MIN_STEPS:
+        if steps[-1] - steps[0] < LEAK_MIN_STEPS or t[-1] - t[0] < LEAK_MIN_SECONDS:
             return None
         part = steps >= steps[0] + WARM_UP_SHARE * (steps[-1] - steps[0])
         s, m, tt = steps[part], mb[part], t[part]
@@ -100,7 +116,7 @@ class LeakTrend:
         late = float(theilslopes(m[half], s[half])[0]) if half.sum() >= 3 and np.ptp(s[half]) > 0 else 0.0
         rate = float(np.ptp(s) / np.ptp(tt)) if np.ptp(tt) > 0 else float("inf")
         night = slope * rate * NIGHT_H * 3600.0
-        if growth < LEAK_MIN_GROWTH_MB or night < LEAK_NIGHT_MB or late < slope / 3:
+        if growth < LEAK_MIN_GROWTH_MB or night < LEAK_NIGHT_MB or late < slope / 3 or _rising_quarters(s, m) < 3:
             return None
         fit = np.polyfit(s, m, 1)
         resid = m - np.polyval(fit, s)

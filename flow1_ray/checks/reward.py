@@ -273,8 +273,8 @@ def _spikes(s: dict, th: Thresholds) -> Finding:
     return Finding(C.REWARD_SPIKES,
                    f"{k} isolated reward(s){where} beyond {th.reward_spike_ratio:g}x the usual magnitude "
                    f"{s['usual_magnitude']:.4g} (median |r| of non-zero rewards; largest {s['isolated_largest']:.4g}"
-                   f"{at}), paid on fewer than {th.reward_level_min_recurrences} occasions and not an episode's outcome, "
-                   f"carry {s['isolated_mass']:.0%} of the |reward| {whose}: expected <= {th.reward_spike_mass:.0%}; "
+                   f"{at}), paid on fewer than {th.reward_level_min_recurrences} occasions and not an episode's "
+                   f"outcome, carry {s['isolated_mass']:.0%} of the |reward| {whose}: expected <= {th.reward_spike_mass:.0%}; "
                    f"reward CV {s['cv']:.2f} > {th.reward_spike_cv:g}{seen_levels}; check that penalty or bonus "
                    f"for an outsized value",
                    {"usual_magnitude": s["usual_magnitude"], "max_abs": s["max_abs"],
