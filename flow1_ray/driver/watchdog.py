@@ -308,8 +308,8 @@ class DriverWatch:
             return
         self.reported_slow = 2 if loud else 1
         text = (f"the Algorithm's build has waited {waited:.0f} s: " + "; ".join(slow)
-                + f": slow, not stuck -- every actor has its resources; an env's or a module's construction "
-                  f"takes this long" + (f", past {limit:.0f} s ({SLOW_START_FACTOR}x startup_timeout_s): look at "
+                + ": slow, not stuck -- every actor has its resources; an env's or a module's construction "
+                  "takes this long" + (f", past {limit:.0f} s ({SLOW_START_FACTOR}x startup_timeout_s): look at "
                                         f"what the env's constructor waits for" if loud else
                                         f" (a WARN past {limit:.0f} s)"))
         ev = {"waited_s": round(waited, 1), "constructing": slow, "limit_s": limit}
