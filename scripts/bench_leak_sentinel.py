@@ -1,8 +1,8 @@
 """The leak sentinel's sensitivity: planted leaks of 0, 10 KB, 100 KB and 1 MB per 1,000 steps.
 
 Each arm is a fresh process (one alive at a time, same seed) stepping CartPole with random
-actions and keeping ``rate`` bytes a step in a growing buffer (RLlib's MemoryLeakingEnv keeps
-~10 KB per 1,000 steps). Every 2,000 steps it reads its RSS and feeds both judges:
+actions and keeping ``rate`` bytes a step in a growing buffer; a last arm steps RLlib's own
+MemoryLeakingEnv (one dict entry per episode: ~10 KB per 1,000 steps) with nothing planted. Every 2,000 steps it reads its RSS and feeds both judges:
 ``now`` is MEMORY_LEAK_SUSPECTED's trend (:class:`flow1_ray.checks.leak.LeakTrend`, judged
 every 100,000 steps, the hub every 10 s); the loop is held to 10,000 steps/s (a fast env
 under RLlib), since the rule judges time as well as steps, ``before`` the rule it replaced (a linear fit
@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 RATES = (0, 10, 100, 1000)        # bytes kept per step: 0, 10 KB, 100 KB, 1 MB per 1,000 steps
+RLLIB = "rllib"                   # the last arm: RLlib's own MemoryLeakingEnv, nothing planted by us
 MAX_KEPT = 1 << 30                # an arm ends once it has kept 1 GiB
 
 
@@ -48,11 +49,17 @@ def _arm(rate: int, steps: int, seconds: float, out, steps_per_s: float = 10_000
 
     from flow1_ray.checks.leak import LeakTrend
 
-    env = gym.make("CartPole-v1")
+    if rate == RLLIB:   # one dict entry per episode (a uuid key): ~10 KB per 1,000 steps by tracemalloc
+        from ray.rllib.examples.envs.classes.memory_leaking_env import MemoryLeakingEnv
+
+        env = MemoryLeakingEnv({"observation_space": gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
+                                "action_space": gym.spaces.Discrete(2)})
+    else:
+        env = gym.make("CartPole-v1")
     env.reset(seed=0)
     env.action_space.seed(0)
     kept = bytearray()
-    chunk = b"x" * rate
+    chunk = b"x" * (rate if rate != RLLIB else 0)
     trend, points = LeakTrend(), []
     found = {"now": None, "now_s": None, "before": None, "night_mb": None}
     t0 = time.monotonic()
@@ -91,7 +98,7 @@ def main() -> None:
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
     rows = []
-    for rate in RATES:
+    for rate in (*RATES, RLLIB):
         q = ctx.Queue()
         p = ctx.Process(target=_arm, args=(rate, a.steps, a.seconds, q))
         p.start()
@@ -103,7 +110,8 @@ def main() -> None:
     for r in rows:
         def f(x):
             return "-" if x is None else f"{x:,}"
-        print(f"{str(r['leak_per_1000_steps_kb']) + ' KB':>18} {r['steps']:>10,} {r['steps_per_s']:>8,} "
+        name = "MemoryLeakingEnv" if r['leak_per_1000_steps_kb'] == RLLIB else f"{r['leak_per_1000_steps_kb']} KB"
+        print(f"{name:>18} {r['steps']:>10,} {r['steps_per_s']:>8,} "
               f"{f(r['now']):>12} {f(r['now_s']):>8} {f(r['night_mb']):>9} {f(r['before']):>15}")
     print(json.dumps(rows))
 

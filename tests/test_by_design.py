@@ -25,6 +25,27 @@ def _make(path: str, *args):
     return getattr(importlib.import_module(f"{E}.{mod}"), cls)(*args)
 
 
+class WinPays100(gym.Env):
+    """A game of 30 moves: +1 a point (a right guess), and on the last move +100 for a win
+    (more than 10 points; random play wins about a third of the games), -100 for a loss."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.score = 0, 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        point = int(action == self.np_random.integers(3))
+        self.score += point
+        done = self.t == 30
+        reward = (100.0 if self.score > 10 else -100.0) if done else float(point)
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), reward, done, False, {}
+
+
 #: (id, factory, codes that would mistake its design, the env's own real deviations allowed)
 BY_DESIGN = [
     ("SimpleCorridor: a goal of 1 against -0.01 steps",
@@ -33,6 +54,7 @@ BY_DESIGN = [
      lambda: _make("multi_agent.bandit_envs_discrete.WheelBanditEnv"), {C.REWARD_SPIKES},
      {C.OBS_DTYPE_MISMATCH, C.NONDETERMINISTIC_RESET}),      # float64 contexts, an unseeded reset
     ("CliffWalking: the cliff's -100 recurs", lambda: gym.make("CliffWalking-v1"), {C.REWARD_SPIKES}, set()),
+    ("a game whose win pays 100", WinPays100, {C.REWARD_SPIKES}, set()),
     ("ActionMaskEnv: masked actions raise",
      lambda: _make("action_mask_env.ActionMaskEnv", {"action_space": gym.spaces.Discrete(100),
                                                      "observation_space": gym.spaces.Box(-1.0, 1.0, (5,))}),

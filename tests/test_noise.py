@@ -125,7 +125,7 @@ def test_ppo_on_a_noise_env_is_silent(ray_session, tmp_path):
               .training(train_batch_size_per_learner=600, minibatch_size=128, num_epochs=3))
     algo = config.build_algo()
     try:
-        results = [algo.train() for _ in range(12)]
+        results = [algo.train() for _ in range(9)]
     finally:
         algo.stop()
     events = load_events(Path(results[-1]["flow1"]["run_dir"])).to_pylist()
