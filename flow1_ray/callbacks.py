@@ -244,6 +244,8 @@ class Flow1Callbacks(RLlibCallback):
             "states": {"received": int(states.get("received", 0)), "snapshots": int(states.get("snapshots", 0)),
                        "heatmaps": int(rec.get("heatmaps", {}).get("written", 0))},
             "run_dir": str(run.run_dir),
+            # the share of episodes the runners contract-check now (flow1_ray/runner/budget.py)
+            "check_rate": _check_rate(rec.get("sampling") or {}),
             # what this hook cost the iteration (the questions to the hub, the rules), so far
             "driver_ms": round((time.perf_counter() - t0) * 1e3, 2),
         }
@@ -359,6 +361,16 @@ def _ask_all(asks: dict[str, Callable[[], Any] | None], timeout: float) -> dict[
             except Exception:  # that actor died or raised: its answer is missing
                 pass
     return out
+
+
+def _check_rate(sampling: dict) -> dict | None:
+    """The lowest share of episodes any runner checks now and ever did, of its most."""
+    rates = [v for v in sampling.values() if isinstance(v, dict) and v.get("check_rate") is not None]
+    if not rates:
+        return None
+    return {"now": min(float(v["check_rate"]) for v in rates),
+            "lowest": min(float(v.get("check_rate_lowest", v["check_rate"])) for v in rates),
+            "max": max(float(v.get("check_rate_max", v["check_rate"])) for v in rates)}
 
 
 def _float(x: Any) -> float | None:

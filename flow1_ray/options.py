@@ -21,7 +21,9 @@ class Flow1Options:
     probe_interval_s: float = 0.2        # each node probe reads every lock file this often
     stall_timeout_s: float = 30.0        # a busy runner with no step for this long is stalled
     stall_action: str = "report"         # or "kill": end the stalled process so Ray restarts it
-    sample_rate: float = 0.1             # share of episodes whose every step is contract-checked
+    sample_rate: float = 0.1             # share of episodes whose every step is contract-checked (the most) ...
+    check_budget: float = 0.01           # ... lowered so those checks take <= this share of sample() time (0: fixed)
+    min_sample_rate: float = 0.01        # ... never below this share
     max_pending_calls: int = 4           # fire-and-forget sends in flight per runner; more are dropped
     flush_interval_s: float = 2.0        # Recorder writes Parquet parts this often
     print_events: bool = True            # the driver prints new log lines after each iteration
@@ -55,6 +57,9 @@ class Flow1Options:
             raise ValueError(f"stall_action must be one of {STALL_ACTIONS}, got {self.stall_action!r}")
         if not 0.0 <= self.sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in [0, 1], got {self.sample_rate}")
+        if not 0.0 <= self.check_budget < 1.0 or not 0.0 <= self.min_sample_rate <= 1.0:
+            raise ValueError(f"check_budget must be in [0, 1) and min_sample_rate in [0, 1], got "
+                             f"{self.check_budget}, {self.min_sample_rate}")
         for name in ("heartbeat_interval_s", "probe_interval_s", "stall_timeout_s", "flush_interval_s",
                      "startup_timeout_s", "driver_stall_factor", "driver_stall_floor_s", "stop_timeout_s"):
             if getattr(self, name) <= 0:

@@ -10,7 +10,11 @@ per-step wrappers, the live contract checks, the state sampling of ``on_sample_e
 watchdog thread. What runs outside the runners (the hub process, the driver's hook) is
 measured apart by ``bench_throughput.py`` (CPU of the hub, ``result["flow1"]["driver_ms"]``).
 
-    .venv/bin/python scripts/bench_runner_overhead.py [--pairs 40] [--steps 2000]
+    .venv/bin/python scripts/bench_runner_overhead.py [--pairs 40] [--steps 2000] [--env CartPole-v1]
+        [--envs-per-runner 1] [--profile]
+
+``--profile`` runs cProfile over the flow1 runner's calls and prints flow1's functions by
+their own time, as a share of the profiled ``sample()`` time: where a runner's cost goes.
 """
 
 from __future__ import annotations
@@ -28,11 +32,24 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from bench_throughput import ci_of_median  # noqa: E402  (this folder is on sys.path when run)
 
 
+#: flow1's options per arm beside "plain" (no flow1): the parts of a runner's cost apart.
+ARMS = {
+    "flow1": {},
+    "no-states": {"state_actions": False},
+    "no-checks": {"sample_rate": 0.0},
+    "wrappers-only": {"sample_rate": 0.0, "state_actions": False},
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=40)
     ap.add_argument("--steps", type=int, default=2000, help="env steps per sample() call")
     ap.add_argument("--sample-rate", type=float, default=0.1, help="flow1's share of contract-checked episodes")
+    ap.add_argument("--env", default="CartPole-v1")
+    ap.add_argument("--envs-per-runner", type=int, default=1, help="num_envs_per_env_runner (a vectorised env)")
+    ap.add_argument("--arms", default="flow1", help=f"comma-separated, each against plain; known: {', '.join(ARMS)}")
+    ap.add_argument("--profile", action="store_true", help="cProfile the flow1 runner: flow1's share per function")
     a = ap.parse_args()
     import ray
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -40,36 +57,73 @@ def main() -> int:
 
     from flow1_ray import Flow1Callbacks
 
+    names = a.arms.split(",")
+    if set(names) - set(ARMS):
+        print(f"unknown arm(s) {sorted(set(names) - set(ARMS))}; known: {sorted(ARMS)}", file=sys.stderr)
+        return 2
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
-    base = PPOConfig().environment("CartPole-v1").debugging(seed=0)
-    cb = Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False, sample_rate=a.sample_rate,
-                                     state_send_interval_s=0.0)
-    runners = {"plain": SingleAgentEnvRunner(config=base, worker_index=1),
-               "flow1": SingleAgentEnvRunner(config=base.copy(copy_frozen=False).callbacks(cb), worker_index=1)}
+    base = (PPOConfig().environment(a.env).debugging(seed=0)
+            .env_runners(num_envs_per_env_runner=a.envs_per_runner))
+    runners = {"plain": SingleAgentEnvRunner(config=base, worker_index=1)}
+    for name in names:
+        opts = {"sample_rate": a.sample_rate, **ARMS[name]}
+        cb = Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False,
+                                         state_send_interval_s=0.0, **opts)
+        runners[name] = SingleAgentEnvRunner(config=base.copy(copy_frozen=False).callbacks(cb), worker_index=1)
     for r in runners.values():
         r.sample(num_timesteps=500)  # warm-up
     wall: dict[str, list[float]] = {n: [] for n in runners}
     cpu: dict[str, list[float]] = {n: [] for n in runners}
+    prof = None
+    if a.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+    order = list(runners)
     for i in range(a.pairs):
-        for name in (("plain", "flow1") if i % 2 == 0 else ("flow1", "plain")):
+        for name in (order if i % 2 == 0 else order[::-1]):
             t0, c0 = time.perf_counter(), time.process_time()
+            if prof is not None and name == names[0]:
+                prof.enable()
             steps = sum(len(e) for e in runners[name].sample(num_timesteps=a.steps))
+            if prof is not None and name == names[0]:
+                prof.disable()
             wall[name].append((time.perf_counter() - t0) / steps)
             cpu[name].append((time.process_time() - c0) / steps)
     for r in runners.values():
         r.stop()
     ray.shutdown()
-    print(f"PPO CartPole-v1, one process, {a.pairs} interleaved pairs of sample({a.steps}) calls (ABBA); "
-          f"flow1 sample_rate {a.sample_rate}, state sampling on (state_sample_rate 0.25)")
-    for label, d in (("wall time per step", wall), ("process CPU per step", cpu)):
-        r = [f / p for f, p in zip(d["flow1"], d["plain"])]
-        lo, hi = ci_of_median(r)
-        print(f"{label:21s}: plain {statistics.median(d['plain']) * 1e6:6.1f} us, flow1 "
-              f"{statistics.median(d['flow1']) * 1e6:6.1f} us; flow1 / plain median {statistics.median(r):.3f} "
-              f"(95 % CI {lo:.3f}-{hi:.3f}); throughput ratio {1 / statistics.median(r):.3f} "
-              f"({1 / hi:.3f}-{1 / lo:.3f})")
+    print(f"PPO {a.env} x {a.envs_per_runner} sub-envs, one process, {a.pairs} interleaved rounds of "
+          f"sample({a.steps}) calls (ABBA); flow1 sample_rate {a.sample_rate}, state_sample_rate 0.25")
+    for name in names:
+        for label, d in (("wall time per step", wall), ("process CPU per step", cpu)):
+            r = [f / p for f, p in zip(d[name], d["plain"])]
+            lo, hi = ci_of_median(r)
+            print(f"{name:14s} {label:21s}: plain {statistics.median(d['plain']) * 1e6:6.1f} us, {name} "
+                  f"{statistics.median(d[name]) * 1e6:6.1f} us; ratio median {statistics.median(r):.3f} "
+                  f"(95 % CI {lo:.3f}-{hi:.3f}); throughput ratio {1 / statistics.median(r):.3f} "
+                  f"({1 / hi:.3f}-{1 / lo:.3f})")
+    if prof is not None:
+        print_flow1_share(prof)
+        if os.environ.get("FLOW1_PROFILE_OUT"):
+            prof.dump_stats(os.environ["FLOW1_PROFILE_OUT"])
     return 0
+
+
+def print_flow1_share(prof) -> None:
+    """flow1's functions by own time (tottime), as a share of all profiled time: the
+    profiler's overhead inflates every function alike, so shares compare, not seconds."""
+    import pstats
+
+    st = pstats.Stats(prof)
+    total = sum(v[2] for v in st.stats.values())
+    rows = [(v[2], v[0], f"{os.path.basename(os.path.dirname(k[0]))}/{os.path.basename(k[0])}:{k[2]}")
+            for k, v in st.stats.items() if "flow1_ray" in k[0]]
+    rows.sort(reverse=True)
+    print(f"flow1's own time: {sum(r[0] for r in rows) / total * 100:.2f} % of the profiled sample() time")
+    for own, calls, name in rows[:15]:
+        print(f"  {own / total * 100:6.2f} %  {calls:9d} calls  {name}")
 
 
 if __name__ == "__main__":

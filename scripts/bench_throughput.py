@@ -1,5 +1,5 @@
-"""What flow1 costs a user: PPO's throughput with and without Flow1Callbacks, one algorithm
-alive at a time.
+"""What flow1 costs a user: an algorithm's throughput with and without Flow1Callbacks, one
+algorithm alive at a time.
 
 Each arm builds its own algorithm (same ``.debugging(seed=...)``: identical initial policies
 and env streams), trains one untimed warm-up iteration, then is timed by wall clock on
@@ -19,7 +19,8 @@ reduces it as an EMA across iterations (``reduce="ema"`` in Ray's
 rllib/utils/metrics/metrics_logger.py), so rates computed from it stay dominated by the
 first, slower iterations.
 
-    .venv/bin/python scripts/bench_throughput.py [--rounds 3] [--iterations 5] [--preset default|light]
+    .venv/bin/python scripts/bench_throughput.py [--rounds 3] [--iterations 5]
+        [--preset default|light|vector|hopper|sac|dqn|atari]
 """
 
 from __future__ import annotations
@@ -45,12 +46,45 @@ def ci_of_median(ratios: list[float], reps: int = 5000, seed: int = 0) -> tuple[
     meds = np.median(r[idx], axis=1)
     return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
 
-#: PPO presets: RLlib's defaults (a learner-heavy iteration), and a light learner (one
-#: epoch over a 2,000-step batch) where flow1's per-iteration costs weigh the most.
-PRESETS = {
-    "default": {},
-    "light": {"train_batch_size_per_learner": 2000, "minibatch_size": 500, "num_epochs": 1},
+#: Set-ups: (algorithm, env, config methods and their arguments). ``default`` is RLlib's PPO
+#: (a learner-heavy iteration), ``light`` one epoch over a 2,000-step batch; the others are
+#: where flow1's costs weigh the most: cheap vectorised steps, continuous control, off-policy
+#: learners with short iterations, an image env with a CNN.
+PRESETS: dict[str, tuple[str, str, dict]] = {
+    "default": ("PPO", "CartPole-v1", {}),
+    "light": ("PPO", "CartPole-v1", {"training": {"train_batch_size_per_learner": 2000, "minibatch_size": 500,
+                                                  "num_epochs": 1}}),
+    "vector": ("PPO", "CartPole-v1", {"env_runners": {"num_envs_per_env_runner": 16},
+                                      "training": {"train_batch_size_per_learner": 8000}}),
+    "hopper": ("PPO", "Hopper-v5", {"training": {"train_batch_size_per_learner": 1000, "minibatch_size": 250,
+                                                 "num_epochs": 2}}),
+    "sac": ("SAC", "HalfCheetah-v5", {"env_runners": {"num_env_runners": 1},
+                                      "training": {"num_steps_sampled_before_learning_starts": 256},
+                                      "rl_module": {"model_config": {"fcnet_hiddens": [64, 64]}}}),
+    "dqn": ("DQN", "CartPole-v1", {"env_runners": {"num_env_runners": 1},
+                                   "training": {"num_steps_sampled_before_learning_starts": 256}}),
+    "atari": ("PPO", "pong64", {"training": {"train_batch_size_per_learner": 500, "minibatch_size": 250,
+                                             "num_epochs": 1},
+                                "rl_module": {"model_config": {"conv_filters": [[16, 4, 2], [32, 4, 2], [64, 4, 2],
+                                                                                [128, 4, 2]],
+                                                               "conv_activation": "relu",
+                                                               "head_fcnet_hiddens": [256]}}}),
 }
+
+
+def _pong64(cfg: dict):
+    """RLlib's Atari preprocessing (64x64 grey, 4 frames stacked, frameskip 4) on ALE's Pong."""
+    import ale_py  # noqa: F401  (registers the ALE/ ids)
+    import gymnasium as gym
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    gym.register_envs(ale_py)
+    return wrap_atari_for_new_api_stack(gym.make("ale_py:ALE/Pong-v5", frameskip=1), dim=64, framestack=4)
+
+
+def describe(preset: str) -> str:
+    algo, env, methods = PRESETS[preset]
+    return f"{algo} {env} {methods or '(RLlib defaults)'}"
 
 
 def arms(output_dir: str) -> dict:
@@ -68,11 +102,18 @@ def arms(output_dir: str) -> dict:
 
 
 def build(callbacks, preset: str, seed: int):
+    from ray import tune
+    from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.algorithms.sac import SACConfig
 
-    config = (PPOConfig().environment("CartPole-v1").debugging(seed=seed)
-              .env_runners(num_env_runners=2, sample_timeout_s=120)
-              .training(**PRESETS[preset]))
+    algo, env, methods = PRESETS[preset]
+    if env == "pong64":
+        tune.register_env("pong64", _pong64)
+    config = ({"PPO": PPOConfig, "SAC": SACConfig, "DQN": DQNConfig}[algo]()
+              .environment(env).debugging(seed=seed).env_runners(num_env_runners=2, sample_timeout_s=120))
+    for method, kwargs in methods.items():
+        config = getattr(config, method)(**kwargs)
     if callbacks is not None:
         config = config.callbacks(callbacks)
     return config.build_algo()
@@ -131,11 +172,18 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
         algo.train()  # warm-up: actor start-up, first weights sync, torch's first calls
         settle()
         steps, t0, j0, p0 = 0, time.perf_counter(), busy_jiffies(), process_cpu()
+        hook_ms = []
         for _ in range(a.iterations):
-            steps += int(algo.train()["env_runners"]["num_env_steps_sampled"])
-        train_rate = steps / (time.perf_counter() - t0)
+            result = algo.train()
+            steps += int(result["env_runners"]["num_env_steps_sampled"])
+            if "flow1" in result:
+                hook_ms.append(float(result["flow1"].get("driver_ms", 0.0)))
+        train_s = time.perf_counter() - t0
+        train_rate = steps / train_s
         cpu_ms = (busy_jiffies() - j0) * tick_ms / steps * 1000.0
         roles = {k: (v - p0.get(k, 0.0)) * 1e6 / steps for k, v in process_cpu().items()}
+        if hook_ms:  # flow1's driver hook per iteration, as a share of the iteration's wall time
+            roles["hook % of train()"] = sum(hook_ms) / 1e3 / train_s * 100
         group = algo.env_runner_group
         sampled, t0 = 0, time.perf_counter()
         for _ in range(a.calls):
@@ -186,7 +234,7 @@ def main() -> int:
                   + ", ".join(f"{k} {v:.0f}" for k, v in by_role.items()), flush=True)
     ray.shutdown()
     base = names[0]
-    print(f"\nPPO CartPole-v1, 2 EnvRunners, preset {a.preset} {PRESETS[a.preset] or '(RLlib defaults)'}, seed {a.seed}, "
+    print(f"\npreset {a.preset}: {describe(a.preset)}, 2 EnvRunners unless said, seed {a.seed}, "
           f"{a.rounds} rounds (ABBA), {a.iterations} timed train() iterations and {a.calls} sample() calls of "
           f"{a.steps} steps per runner per arm and round; one algorithm alive at a time; wall clock")
     for n in names[1:]:
@@ -195,10 +243,11 @@ def main() -> int:
             lo, hi = ci_of_median(r)
             print(f"{n} / {base} {label:16s}: median {statistics.median(r):.3f} (95 % CI {lo:.3f}-{hi:.3f}; min "
                   f"{min(r):.3f}, max {max(r):.3f}); ratio of totals {sum(d[n]) / sum(d[base]):.3f}")
-    print("\nCPU ms per 1000 env steps in train(), by process role (median over rounds):")
+    print("\nCPU ms per 1000 env steps in train(), by process role, and flow1's driver hook (median over rounds):")
     for n in names:
-        med = {k: statistics.median(x[k] for x in roles[n]) for k in roles[n][0]}
-        print(f"  {n:22s} " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()))
+        med = {k: statistics.median(x.get(k, 0.0) for x in roles[n]) for k in roles[n][0]}
+        print(f"  {n:22s} " + ", ".join(f"{k} {v:.2f}" if k.startswith("hook") else f"{k} {v:.0f}"
+                                        for k, v in med.items()))
     return 0
 
 

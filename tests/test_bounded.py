@@ -33,7 +33,7 @@ def test_a_crashing_env_recreated_by_rllib_is_one_incident_and_no_leak(ray_sessi
     from ray.rllib.examples.envs.classes.cartpole_crashing import CartPoleCrashing
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False,
-                                     sample_rate=1.0)
+                                     sample_rate=1.0, check_budget=0.0)
     config = (PPOConfig().environment(CartPoleCrashing, env_config={"p_crash": 0.05}).callbacks(cb)
               .env_runners(num_env_runners=1, num_envs_per_env_runner=2, rollout_fragment_length=25,
                            sample_timeout_s=30)

@@ -154,7 +154,7 @@ def test_live_multi_agent_checks_judge_each_agent_against_its_own_space(ray_sess
 
     from zoo_multi_agent import AgentDtypeDrift
 
-    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, sample_rate=1.0)
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, sample_rate=1.0, check_budget=0.0)
     config = (PPOConfig().environment(AgentDtypeDrift).callbacks(cb)
               .multi_agent(policies={"shared"}, policy_mapping_fn=lambda aid, *a, **k: "shared")
               .env_runners(num_env_runners=1, sample_timeout_s=20)

@@ -2,7 +2,8 @@
 
 ``fit`` runs Lloyd's algorithm from k-means++ seeds; ``assign`` gives each row its nearest
 centroid. The torch backend writes both as matrix products (``||x||^2 - 2 x.c + ||c||^2``),
-which is what a GPU does well; every RLlib GPU node has torch with CUDA, few have RAPIDS.
+which is what a GPU does well, a chunk of rows at a time (never the n x k matrix), and seeds
+from a subsample; every RLlib GPU node has torch with CUDA, few have RAPIDS.
 The CPU path is scikit-learn's own KMeans, not a hand-written one. Nothing here imports Ray.
 """
 
@@ -71,30 +72,61 @@ class SklearnKMeans:
         return labels.astype(np.int64), dist.astype(np.float64) ** 2
 
 
+#: bytes of one chunk's (rows x k) distance block: the assignment never holds the n x k matrix
+#: (at n=1M, k=256 that is 1 GB written and read back, which made one pass memory-bound);
+#: 32 MB stays in a large GPU's L2 cache between the GEMM that writes it and the argmin
+CHUNK_BYTES = 32 * 1024**2
+#: k-means++ seeds from a random subsample of this many rows per cluster (at least
+#: SEED_MIN_ROWS): its k sequential steps then cost little next to the Lloyd passes
+SEED_ROWS_PER_CLUSTER = 256
+SEED_MIN_ROWS = 16_384
+
+
 class TorchKMeans:
     """Lloyd with k-means++ init as matrix products, on ``device`` (cuda if present)."""
 
     name = "torch"
 
-    def __init__(self, device: str | None = None, dtype: Any = None) -> None:
+    def __init__(self, device: str | None = None, dtype: Any = None, chunk_bytes: int = CHUNK_BYTES) -> None:
         import torch
 
         self.torch = torch
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or torch.float32
+        self.chunk_bytes = int(chunk_bytes)
 
     def _t(self, x: np.ndarray) -> Any:
         return self.torch.as_tensor(np.ascontiguousarray(x), dtype=self.dtype, device=self.device)
 
     def _sqdist(self, x: Any, c: Any, x2: Any) -> Any:
-        """Squared distances (n, k): one GEMM with ||c||^2 fused in, then ||x||^2 in place."""
+        """Squared distances (n, k) for a small k (the seeding's candidates): one GEMM with
+        ||c||^2 fused in, then ||x||^2 in place."""
         d = self.torch.addmm((c * c).sum(1)[None, :], x, c.T, beta=1.0, alpha=-2.0)
         return d.add_(x2[:, None]).clamp_min_(0.0)
 
+    def _rows_per_chunk(self, k: int) -> int:
+        return max(1024, self.chunk_bytes // (4 * max(k, 1)))
+
+    def nearest(self, x: Any, c: Any, x2: Any | None = None) -> tuple[Any, Any]:
+        """(labels, squared distance to that centroid) of each row, chunk by chunk: per chunk
+        one GEMM with ||c||^2 fused in (``||x||^2`` is the same for every centroid of a row,
+        so the argmin needs only ``||c||^2 - 2 x.c``) and one min over the block while it is
+        hot; the n x k matrix is never held."""
+        torch = self.torch
+        n = x.shape[0]
+        c2 = (c * c).sum(1)[None, :]
+        labels = torch.empty(n, dtype=torch.int64, device=x.device)
+        dist = torch.empty(n, dtype=x.dtype, device=x.device)
+        step = self._rows_per_chunk(c.shape[0])
+        for i in range(0, n, step):
+            block = torch.addmm(c2, x[i:i + step], c.T, beta=1.0, alpha=-2.0)
+            torch.min(block, 1, out=(dist[i:i + step], labels[i:i + step]))
+        if x2 is not None:
+            dist.add_(x2).clamp_min_(0.0)
+        return labels, dist
+
     def _nearest(self, x: Any, c: Any) -> Any:
-        """The nearest centroid of each row: ||x||^2 is the same for every centroid of a row,
-        so the argmin needs only ||c||^2 - 2 x.c (one GEMM, one read of its output)."""
-        return self.torch.addmm((c * c).sum(1)[None, :], x, c.T, beta=1.0, alpha=-2.0).argmin(1)
+        return self.nearest(x, c)[0]
 
     def _kmeanspp(self, x: Any, x2: Any, k: int, gen: Any) -> Any:
         """Greedy k-means++ (as scikit-learn does it): at each step draw 2 + log(k)
@@ -120,12 +152,22 @@ class TorchKMeans:
             centers.append(x[cand[best]])
         return torch.stack(centers)
 
+    def seed(self, x: Any, x2: Any, k: int, gen: Any) -> Any:
+        """k-means++ on a random subsample (all rows when there are few): the seeding's k
+        sequential steps each read the rows they seed from."""
+        n = x.shape[0]
+        m = max(SEED_MIN_ROWS, SEED_ROWS_PER_CLUSTER * k)
+        if n <= m:
+            return self._kmeanspp(x, x2, k, gen)
+        pick = self.torch.randperm(n, generator=gen)[:m].to(x.device)
+        return self._kmeanspp(x[pick], x2[pick], k, gen)
+
     def fit(self, x: np.ndarray, k: int, seed: int = 0, max_iter: int = 20, tol: float = 0.0) -> KMeansResult:
         torch = self.torch
         gen = torch.Generator(device="cpu").manual_seed(seed)
         xt = self._t(x)
         x2 = (xt * xt).sum(1)
-        c = self._kmeanspp(xt, x2, k, gen)
+        c = self.seed(xt, x2, k, gen)
         it = 0
         for it in range(1, max_iter + 1):
             labels = self._nearest(xt, c)
@@ -138,14 +180,13 @@ class TorchKMeans:
             c = new
             if shift <= tol:
                 break
-        d = self._sqdist(xt, c, x2)
-        dist, labels = d.min(1)
+        labels, dist = self.nearest(xt, c, x2)
         return KMeansResult(c.float().cpu().numpy(), labels.cpu().numpy().astype(np.int64),
                             float(dist.double().sum()), it)
 
     def assign(self, x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         xt, ct = self._t(x), self._t(centroids)
-        dist, labels = self._sqdist(xt, ct, (xt * xt).sum(1)).min(1)
+        labels, dist = self.nearest(xt, ct, (xt * xt).sum(1))
         return labels.cpu().numpy().astype(np.int64), dist.double().cpu().numpy()
 
 

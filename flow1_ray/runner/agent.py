@@ -1,11 +1,12 @@
 """What flow1 does inside one EnvRunner: liveness, live contract checks, sends.
 
 - Liveness: a :class:`~flow1_ray.runner.liveness.WorkerLiveness` lock for the runner's
-  whole life; ``sample()`` is wrapped to mark busy/idle, each sub-env ``step`` to stamp
-  progress (two attribute writes) and to catch what the env raises.
+  whole life; ``sample()`` is wrapped to mark busy/idle, the vector env's ``step`` to stamp
+  progress (a few attribute writes per vector step) and to catch what the env raises.
 - Contract checks: a share ``sample_rate`` of the episodes is fed, step by step, to the
   same :class:`~flow1_ray.checks.rollout.RolloutChecker` that ``flow1 check`` uses, with the
-  sub-env's raw values (before the vector env copies and casts them).
+  sub-env's raw values (before the vector env copies and casts them); the other episodes'
+  steps run with nothing of flow1's around them.
 - Sends: once per ``on_sample_end``, and only when there is something new, one
   fire-and-forget call to the run's hub (its Recorder); when the hub's limit of calls in
   flight (3x ``max_pending_calls``) is reached the batch is dropped and counted (SAMPLES_DROPPED).
@@ -28,6 +29,7 @@ from ..checks.env_spec import crash_finding
 from ..checks.findings import Finding, FindingLog
 from ..checks.machine_load import WaitShare
 from ..checks.rollout import RolloutChecker
+from ..checks.sample_scan import SampleScan
 from ..checks.sampling import SampleTimes
 from ..checks.thresholds import DEFAULT
 from ..options import NAMESPACE, Flow1Options
@@ -35,6 +37,7 @@ from ..schema import DEFAULT_MODULE_ID
 from ..watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
 from .liveness import STEP_EMA, NoLiveness, WorkerLiveness
 from .lockdir import job_lock_dir
+from .budget import CheckBudget
 from .sender import Sender
 from .states import StateSampler
 
@@ -74,6 +77,7 @@ class RunnerAgent:
                                       "its death or hang")
         self.thresholds = DEFAULT.with_overrides(opts.thresholds)
         self.log = FindingLog()
+        self.scan = SampleScan(self.log, f"{self.kind} worker {self.index}: ")
         self.checkers: list[RolloutChecker] = []
         self.rng = random.Random(hash((self.key, os.getpid())))
         self._last_judge = time.monotonic()
@@ -82,6 +86,7 @@ class RunnerAgent:
         self.sender = Sender(self.key, self._lookup_recorder, self.index)
         timeout = getattr(env_runner.config, "sample_timeout_s", None) if self.kind == "train" else None
         self.sample_times = SampleTimes(timeout)
+        self.budget = CheckBudget(opts.sample_rate, opts.check_budget, opts.min_sample_rate)
         self._times_sent = 0.0
         self.states: StateSampler | None = None
         self._lock = threading.Lock()
@@ -89,6 +94,7 @@ class RunnerAgent:
         self.multi_agent = False
         self._maps_off_said: set[str] = set()
         self._crashes: dict[tuple[str, str, str], list] = {}   # (call, exception, frame) -> [count, told, first, last]
+        self._last_crash: BaseException | None = None
         self._wrap_runner(env_runner)
         if off is not None:
             self._send([off])
@@ -126,10 +132,11 @@ class RunnerAgent:
         runners' steps are the whole the waste is a share of); fire-and-forget."""
         try:
             late = self.sample_times.add(seconds, steps)
+            self.budget.sampled(seconds)
             now = time.monotonic()
             if late or now - self._times_sent >= SAMPLE_TIMES_EVERY_S:
                 self._times_sent = now
-                self.sender.call({"events": [], "sampling": self.sample_times.as_dict()})
+                self.sender.call({"events": [], "sampling": {**self.sample_times.as_dict(), **self.budget.as_dict()}})
         except Exception as e:
             self.report_internal("sample() timing", e)
 
@@ -146,11 +153,12 @@ class RunnerAgent:
             getattr(env, "single_observation_space", None) or env.observation_space,
             getattr(env, "single_action_space", None) or env.action_space)
         subs = getattr(env, "envs", None)
-        if subs:
-            for sub in subs:  # one checker per sub-env: episodes of sub-envs interleave
-                self._wrap_sub_env(sub, self._new_checker(sub))
-        else:  # async vector env: sub-envs live in other processes; stamp the vector step
-            self._wrap_step_only(env)
+        n = len(subs) if subs else int(getattr(env, "num_envs", 1) or 1)
+        # NEXT_STEP autoreset: a sub-env reset inside the vector step is a step not taken
+        resets_in_step = str(getattr(env, "autoreset_mode", "")).endswith("NEXT_STEP")
+        self._wrap_vector_step(env, n)
+        for sub in subs or ():  # one checker per sub-env: episodes of sub-envs interleave
+            self._wrap_sub_env(sub, self._new_checker(sub), resets_in_step)
         if self.states is None and self.opts.state_actions and self.kind == "train":
             self._start_state_sampling()
 
@@ -183,17 +191,27 @@ class RunnerAgent:
                                               f"liveness and contract checks go on",
                             {"module": module_id, "why": why[:300]})])
 
-    def _wrap_step_only(self, env: Any) -> None:
-        lv, step = self.liveness, env.step
+    def _wrap_vector_step(self, env: Any, n: int) -> None:
+        """Liveness on the vector env's step, once per ``n`` sub-env steps: the stall clock,
+        the progress stamp, the step count and time, and what the env raised. The sub-envs'
+        own steps go unwrapped unless their episode is checked (:meth:`_wrap_sub_env`): on a
+        fast vectorised env a wrapper on every sub-env step was most of flow1's cost there."""
+        lv, agent, step = self.liveness, self, env.step
+        clock = time.time
+        ema = STEP_EMA
 
         def wrapped(actions):
-            lv.step_begin()
+            t0 = lv.in_step_since = clock()
             try:
                 out = step(actions)
             except Exception as e:
-                self._crashed(e)
+                agent._crashed(e)
                 raise
-            lv.step_end()
+            t1 = lv.last_progress = clock()
+            lv.in_step_since = 0.0
+            lv.steps += n
+            d = (t1 - t0) / n
+            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
             return out
 
         env.step = wrapped
@@ -211,52 +229,56 @@ class RunnerAgent:
         self.checkers.append(rc)
         return rc
 
-    def _wrap_sub_env(self, sub: Any, rc: RolloutChecker) -> None:
-        """The per-step path: a few attribute writes and two clock reads, inlined (this
-        runs on every env step of every runner); checked episodes go to the checker."""
-        lv, agent = self.liveness, self
+    def _wrap_sub_env(self, sub: Any, rc: Any, resets_in_step: bool) -> None:
+        """Each reset draws whether the new episode is checked. A checked episode's steps go
+        through ``checked_step`` (the sub-env's raw values, before the vector env copies and
+        casts them, and its own step time); an unchecked one's steps call the env directly,
+        at no cost."""
+        lv, agent, budget = self.liveness, self, self.budget
         step, reset = sub.step, sub.reset
-        clock = time.time
-        ema = STEP_EMA
-        checked = False
+        own = "step" in vars(sub)   # an instance attribute before ours (another wrapper): restore it
+        clock = time.perf_counter
 
-        def wrapped_reset(*args, **kwargs):
-            nonlocal checked
-            try:
-                out = reset(*args, **kwargs)
-            except Exception as e:
-                agent._crashed(e, "reset")
-                raise
-            checked = agent.rng.random() < agent.opts.sample_rate
-            if checked:
-                try:
-                    with agent._lock:
-                        rc.on_reset(*out)
-                except Exception as e:
-                    agent._internal(e)
-            return out
-
-        def wrapped_step(action):
-            t0 = lv.in_step_since = clock()
+        def checked_step(action):
+            t0 = clock()
             try:
                 out = step(action)
             except Exception as e:
                 agent._crashed(e)
                 raise
-            t1 = lv.last_progress = clock()
-            lv.in_step_since = 0.0
-            lv.steps += 1
-            d = t1 - t0
-            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
-            if checked:
-                try:
-                    with agent._lock:
-                        rc.on_step(action, *out, duration_s=d)
-                except Exception as e:
-                    agent._internal(e)
+            t1 = clock()
+            try:
+                with agent._lock:
+                    rc.on_step(action, *out, duration_s=t1 - t0)
+            except Exception as e:
+                agent._internal(e)
+            budget.spent_s += clock() - t1
             return out
 
-        sub.reset, sub.step = wrapped_reset, wrapped_step
+        def wrapped_reset(*args, **kwargs):
+            if resets_in_step and lv.in_step_since:
+                lv.steps -= 1
+            try:
+                out = reset(*args, **kwargs)
+            except Exception as e:
+                agent._crashed(e, "reset")
+                raise
+            if agent.rng.random() < budget.rate:
+                sub.step = checked_step
+                t1 = clock()
+                try:
+                    with agent._lock:
+                        rc.on_reset(*out)
+                except Exception as e:
+                    agent._internal(e)
+                budget.spent_s += clock() - t1
+            elif own:
+                sub.step = step
+            else:
+                vars(sub).pop("step", None)
+            return out
+
+        sub.reset = wrapped_reset
 
     # -- findings ------------------------------------------------------------------------
     def _crashed(self, exc: BaseException, call: str = "step") -> None:
@@ -264,7 +286,11 @@ class RunnerAgent:
         ENV_CRASHED now, before RLlib's restart delay and exit. An env that raises again and
         again (RLlib recreating it each time) is one incident: its first crash is the
         finding, repeats are counted and said as PASS rows when the count doubles (and at
-        the end), so a crashing env gives a number of rows logarithmic in its crashes."""
+        the end), so a crashing env gives a number of rows logarithmic in its crashes. A
+        sub-env's exception seen again by the vector env's wrapper is not counted twice."""
+        if exc is self._last_crash:
+            return
+        self._last_crash = exc
         try:
             self.liveness.record_exception(exc)
             f = crash_finding(call, exc, self.liveness.steps + 1, None,
@@ -310,6 +336,13 @@ class RunnerAgent:
                              TRACEBACK: traceback_text(exc)})])
 
     def on_sample_end(self, samples: list | None = None) -> None:
+        if samples and not self.scan.broken:
+            try:
+                with self._lock:
+                    self.scan.scan(samples)
+            except Exception as e:   # an episode this scan cannot read: said once, the checked episodes go on
+                self.scan.broken = True
+                self.report_internal("the scan of every sampled step", e)
         if self.states is not None and samples:
             try:
                 self.states.add(samples)
