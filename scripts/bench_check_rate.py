@@ -33,8 +33,12 @@ def run_one(env: type, rate: float, steps: int, index: int) -> set[str] | str:
 
     cb = Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False, state_actions=False,
                                      sample_rate=rate, check_budget=0.0)
+    from ray import tune
+
+    tune.register_env(f"zoo-{env.__name__}", lambda cfg, e=env: e())   # the zoo's envs take no config
     try:
-        runner = SingleAgentEnvRunner(config=PPOConfig().environment(env).callbacks(cb), worker_index=index)
+        runner = SingleAgentEnvRunner(config=PPOConfig().environment(f"zoo-{env.__name__}").callbacks(cb),
+                                      worker_index=index)
     except Exception as e:  # RLlib refuses the env itself (a bad space, the old gym API)
         return f"runner not built: {type(e).__name__}"
     agents = [a for c in runner._callbacks for a in getattr(c, "_agents", {}).values()]

@@ -54,6 +54,16 @@ def _float_array(values: Any) -> np.ndarray | None:
     return arr
 
 
+def _rewards(values: Any) -> np.ndarray | None:
+    """The episode's rewards as floats; None when they are not real scalars (REWARD_NOT_SCALAR
+    is the checked episodes' finding)."""
+    try:
+        r = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return r.reshape(-1) if r.ndim <= 1 or r.size == len(r) else None
+
+
 class SampleScan:
     """Scans each sample()'s episodes into a runner's :class:`FindingLog` (deduplicated with
     the checked episodes' findings by code and path). ``steps`` counts what was scanned."""
@@ -69,9 +79,8 @@ class SampleScan:
             if n == 0:
                 continue
             self.steps += n
-            r = ep.get_rewards()
-            r = np.asarray(r, dtype=np.float64) if not isinstance(r, np.ndarray) else r
-            if r.size and not np.isfinite(r).all():
+            r = _rewards(ep.get_rewards())
+            if r is not None and r.size and not np.isfinite(r).all():
                 self._reward(aid, r, n)
             obs = _float_array(ep.get_observations())
             if obs is not None and obs.size and not np.isfinite(obs).all():
