@@ -42,6 +42,9 @@ def run_one(env: type, rate: float, steps: int, index: int) -> set[str] | str:
     except Exception as e:  # RLlib refuses the env itself (a bad space, the old gym API)
         return f"runner not built: {type(e).__name__}"
     agents = [a for c in runner._callbacks for a in getattr(c, "_agents", {}).values()]
+    sent: set[str] = set()
+    for a in agents:   # what a runner sends at once (a crash, before the process may exit) is found too
+        a._send = lambda findings, send=a._send: (sent.update(f.code for f in findings), send(findings))
     try:
         done = 0
         while done < steps:
@@ -52,7 +55,7 @@ def run_one(env: type, rate: float, steps: int, index: int) -> set[str] | str:
         for a in agents:
             for rc in a.checkers:
                 rc.judge()
-        return {f.code for a in agents for f in a.log._items.values()}
+        return sent | {f.code for a in agents for f in a.log._items.values()}
     finally:
         try:
             runner.stop()

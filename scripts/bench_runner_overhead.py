@@ -111,20 +111,42 @@ def main() -> int:
     return 0
 
 
+WRAPPERS = ("wrapped_sample", "wrapped", "checked_step", "wrapped_reset")   # flow1's closures around RLlib's calls
+
+
 def print_flow1_share(prof) -> None:
-    """flow1's functions by own time (tottime), as a share of all profiled time: the
-    profiler's overhead inflates every function alike, so shares compare, not seconds."""
+    """flow1's inclusive time as a share of the profiled sample() time: every flow1 function
+    entered from outside flow1 (RLlib calling a hook, the vector env calling a wrapper), with
+    what runs inside it, less the wrapped calls themselves (the env's step and reset, RLlib's
+    sample()). The profiler inflates every Python call alike, so shares compare, not seconds."""
     import pstats
 
     st = pstats.Stats(prof)
-    total = sum(v[2] for v in st.stats.values())
-    rows = [(v[2], v[0], f"{os.path.basename(os.path.dirname(k[0]))}/{os.path.basename(k[0])}:{k[2]}")
-            for k, v in st.stats.items() if "flow1_ray" in k[0]]
-    rows.sort(reverse=True)
-    print(f"flow1's own time: {sum(r[0] for r in rows) / total * 100:.2f} % of the profiled sample() time")
-    for own, calls, name in rows[:15]:
-        print(f"  {own / total * 100:6.2f} %  {calls:9d} calls  {name}")
 
+    def ours(func) -> bool:
+        return "flow1_ray" in func[0]
+
+    top = max(v[3] for k, v in st.stats.items() if k[2] == "wrapped_sample")
+    entered = wrapped = 0.0
+    parts: dict[str, float] = {}
+    for func, (_, _, _, _, callers) in st.stats.items():
+        if ours(func):
+            # a call from outside flow1 (or from before the profiler started: no caller recorded)
+            t = sum(c[3] for caller, c in callers.items() if not ours(caller)) if callers else st.stats[func][3]
+            entered += t
+            name = f"{os.path.basename(func[0])}:{func[1]}:{func[2]}"
+            if t:
+                parts[name] = parts.get(name, 0.0) + t
+        elif func[0] != "~":   # a Python function outside flow1 called by one of flow1's wrappers
+            t = sum(c[3] for caller, c in callers.items() if ours(caller) and caller[2] in WRAPPERS)
+            wrapped += t
+            if t:
+                parts["(wrapped) " + func[2]] = parts.get("(wrapped) " + func[2], 0.0) - t
+    own = entered - wrapped
+    print(f"flow1's inclusive time: {own / top * 100:.2f} % of the profiled sample() time "
+          f"({own:.3f} s of {top:.3f} s)")
+    for name, t in sorted(parts.items(), key=lambda kv: -abs(kv[1]))[:12]:
+        print(f"  {t / top * 100:+7.2f} %  {name}")
 
 if __name__ == "__main__":
     sys.exit(main())

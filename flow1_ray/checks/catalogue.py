@@ -51,6 +51,7 @@ RULE_MODULES = (
     "flow1_ray.checks.state_action",
     "flow1_ray.checks.import_resolve",
     "flow1_ray.watchers",
+    "flow1_ray.runner.budget",
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ checks it replaces). Pure numpy over RLlib's episode API.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,43 @@ def _rewards(values: Any) -> np.ndarray | None:
     return r.reshape(-1) if r.ndim <= 1 or r.size == len(r) else None
 
 
+def _data(ep: Any, name: str) -> Any:
+    """The values RLlib holds for ``name`` (a list, or an array once the episode is NumPy),
+    its lookback included (a value seen twice is harmless to a NaN check)."""
+    buf = getattr(ep, name, None)
+    data = getattr(buf, "data", None)
+    if data is None:
+        data = ep.get_rewards() if name == "rewards" else ep.get_observations()
+    return data
+
+
+def _all_finite(parts: list[Any], flat: bool) -> bool:
+    """False when any part holds a NaN/inf; parts that are not float arrays of at most
+    MAX_SCAN_ELEMENTS values a step are left out (True: nothing this tier can judge)."""
+    if flat:   # rewards: a NaN or inf anywhere makes the plain sum non-finite (an overflow is re-checked)
+        try:
+            if math.isfinite(sum(sum(p) for p in parts)):
+                return True
+            return bool(np.isfinite(np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1) for p in parts])).all())
+        except (TypeError, ValueError):
+            return True
+    steps: list[np.ndarray] = []     # list-held episodes: one array per step, joined once
+    for p in parts:
+        if isinstance(p, np.ndarray):   # a NumPy episode: checked as it is
+            if p.dtype.kind == "f" and p.ndim and p[0].size <= MAX_SCAN_ELEMENTS and not np.isfinite(p).all():
+                return False
+        elif isinstance(p, list) and p and isinstance(p[0], np.ndarray) and p[0].dtype.kind == "f" \
+                and p[0].size <= MAX_SCAN_ELEMENTS:
+            steps += p
+    if not steps:
+        return True
+    try:
+        joined = np.concatenate(steps) if steps[0].ndim else np.asarray(steps)
+    except ValueError:   # steps of different shapes: the checked episodes' shape check says it
+        return True
+    return bool(np.isfinite(joined).all())
+
+
 class SampleScan:
     """Scans each sample()'s episodes into a runner's :class:`FindingLog` (deduplicated with
     the checked episodes' findings by code and path). ``steps`` counts what was scanned."""
@@ -74,28 +112,43 @@ class SampleScan:
         self.broken = False   # an episode type it cannot read: it stops, and the caller says so
 
     def scan(self, episodes: list[Any]) -> None:
-        for aid, ep in _single_episodes(episodes):
+        """One pass over the whole sample: every episode's rewards and observations joined
+        into one array each, straight from RLlib's buffers (the getters' per-episode slicing
+        cost more than the check); only a sample holding a NaN is gone through episode by
+        episode, to say where."""
+        singles = [(aid, ep) for aid, ep in _single_episodes(episodes) if len(ep)]
+        if not singles:
+            return
+        self.steps += sum(len(ep) for _, ep in singles)
+        if not _all_finite([_data(ep, "rewards") for _, ep in singles], flat=True):
+            self._locate(singles, rewards=True)
+        if not _all_finite([_data(ep, "observations") for _, ep in singles], flat=False):
+            self._locate(singles, rewards=False)
+
+    def _locate(self, singles: list[tuple[str, Any]], rewards: bool) -> None:
+        for aid, ep in singles:
             n = len(ep)
-            if n == 0:
-                continue
-            self.steps += n
-            r = _rewards(ep.get_rewards())
-            if r is not None and r.size and not np.isfinite(r).all():
-                self._reward(aid, r, n)
-            obs = _float_array(ep.get_observations())
-            if obs is not None and obs.size and not np.isfinite(obs).all():
-                self._obs(aid, obs, n)
+            if rewards:
+                r = _rewards(ep.get_rewards())
+                if r is not None and r.size and not np.isfinite(r).all():
+                    self._reward(aid, r, n)
+                    return
+            else:
+                obs = _float_array(ep.get_observations())
+                if obs is not None and obs.size and not np.isfinite(obs).all():
+                    self._obs(aid, obs, n)
+                    return
 
     def _where(self, aid: str, i: int, n: int) -> str:
-        agent = f"agent {aid}'s " if aid else ""
-        return f"{self.who}{agent}episode of {n} sampled steps, at its step {i}"
+        agent = f"agent {aid}'s " if aid else "an "
+        return f"{agent}episode of {n} sampled steps, at its step {i}"
 
     def _reward(self, aid: str, r: np.ndarray, n: int) -> None:
         bad = ~np.isfinite(r)
         i, k = int(np.argmax(bad)), int(bad.sum())
         self.log.hit(C.REWARD_NAN, "", lambda: (
-            f"reward {r[i]} in a {self._where(aid, i, n)}: expected finite rewards, actual {k} non-finite of {r.size} "
-            f"(found by the scan of every sampled step)",
+            f"{self.who}reward {r[i]} in {self._where(aid, i, n)}: expected finite rewards, actual {k} non-finite "
+            f"of {r.size} (found by the scan of every sampled step)",
             {"first_step": i, "non_finite": k, "steps_checked": int(r.size), "agent": aid or None,
              "tier": "sample_scan"}))
 
@@ -105,8 +158,8 @@ class SampleScan:
         row = obs[i].ravel()
         path = "obs"
         self.log.hit(C.OBS_NAN_INF, path, lambda: (
-            f"{path} has NaN/inf: expected finite values, actual {int(np.isnan(row).sum())} NaN and "
-            f"{int(np.isinf(row).sum())} inf value(s) in a {self._where(aid, i, n)} (found by the scan of every "
+            f"{self.who}{path} has NaN/inf: expected finite values, actual {int(np.isnan(row).sum())} NaN and "
+            f"{int(np.isinf(row).sum())} inf value(s) in {self._where(aid, i, n)} (found by the scan of every "
             f"sampled step)",
             {"path": path, "first_step": i, "steps_bad": k, "steps_checked": int(len(obs)), "agent": aid or None,
              "tier": "sample_scan"}))

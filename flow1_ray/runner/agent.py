@@ -133,6 +133,9 @@ class RunnerAgent:
         try:
             late = self.sample_times.add(seconds, steps)
             self.budget.sampled(seconds)
+            lowered = self.budget.lowered_finding(f"{self.kind} worker {self.index}: ")
+            if lowered is not None:
+                self._send([lowered])
             now = time.monotonic()
             if late or now - self._times_sent >= SAMPLE_TIMES_EVERY_S:
                 self._times_sent = now
