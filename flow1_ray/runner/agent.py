@@ -233,14 +233,15 @@ class RunnerAgent:
         return rc
 
     def _wrap_sub_env(self, sub: Any, rc: Any, resets_in_step: bool) -> None:
-        """Each reset draws whether the new episode is checked. A checked episode's steps go
-        through ``checked_step`` (the sub-env's raw values, before the vector env copies and
-        casts them, and its own step time); an unchecked one's steps call the env directly,
-        at no cost."""
+        """Each reset draws whether the new episode is checked (a sub-env's first always is).
+        A checked episode's steps go through ``checked_step`` (the sub-env's raw values, before
+        the vector env copies and casts them, and its own step time); an unchecked one's steps
+        call the env directly, at no cost."""
         lv, agent, budget = self.liveness, self, self.budget
         step, reset = sub.step, sub.reset
         own = "step" in vars(sub)   # an instance attribute before ours (another wrapper): restore it
         clock = time.perf_counter
+        first = True   # a sub-env's first episode is always checked: a fault of every episode shows at once
 
         def checked_step(action):
             t0 = clock()
@@ -259,6 +260,7 @@ class RunnerAgent:
             return out
 
         def wrapped_reset(*args, **kwargs):
+            nonlocal first
             if resets_in_step and lv.in_step_since:
                 lv.steps -= 1
             try:
@@ -266,7 +268,8 @@ class RunnerAgent:
             except Exception as e:
                 agent._crashed(e, "reset")
                 raise
-            if agent.rng.random() < budget.rate:
+            if first or agent.rng.random() < budget.rate:
+                first = False
                 sub.step = checked_step
                 t1 = clock()
                 try:
