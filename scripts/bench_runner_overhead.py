@@ -47,12 +47,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=2000, help="env steps per sample() call")
     ap.add_argument("--sample-rate", type=float, default=0.1, help="flow1's share of contract-checked episodes")
     ap.add_argument("--env", default="CartPole-v1")
+    ap.add_argument("--algo", choices=("PPO", "SAC", "DQN"), default="PPO", help="whose RLModule samples")
     ap.add_argument("--envs-per-runner", type=int, default=1, help="num_envs_per_env_runner (a vectorised env)")
     ap.add_argument("--arms", default="flow1", help=f"comma-separated, each against plain; known: {', '.join(ARMS)}")
     ap.add_argument("--profile", action="store_true", help="cProfile the flow1 runner: flow1's share per function")
     a = ap.parse_args()
     import ray
+    from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.algorithms.sac import SACConfig
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     from flow1_ray import Flow1Callbacks
@@ -63,7 +66,7 @@ def main() -> int:
         return 2
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
-    base = (PPOConfig().environment(a.env).debugging(seed=0)
+    base = ({"PPO": PPOConfig, "SAC": SACConfig, "DQN": DQNConfig}[a.algo]().environment(a.env).debugging(seed=0)
             .env_runners(num_envs_per_env_runner=a.envs_per_runner))
     runners = {"plain": SingleAgentEnvRunner(config=base, worker_index=1)}
     for name in names:
@@ -94,7 +97,7 @@ def main() -> int:
     for r in runners.values():
         r.stop()
     ray.shutdown()
-    print(f"PPO {a.env} x {a.envs_per_runner} sub-envs, one process, {a.pairs} interleaved rounds of "
+    print(f"{a.algo} {a.env} x {a.envs_per_runner} sub-envs, one process, {a.pairs} interleaved rounds of "
           f"sample({a.steps}) calls (ABBA); flow1 sample_rate {a.sample_rate}, state_sample_rate 0.25")
     for name in names:
         for label, d in (("wall time per step", wall), ("process CPU per step", cpu)):

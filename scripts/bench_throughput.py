@@ -21,6 +21,8 @@ first, slower iterations.
 
     .venv/bin/python scripts/bench_throughput.py [--rounds 3] [--iterations 5]
         [--preset default|light|vector|hopper|sac|dqn|atari]
+
+The atari preset needs OpenCV for RLlib's Atari wrapper: ``pip install -e ".[bench]"``.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ thread that writes a 72-byte header into the lock file every ``heartbeat_interva
 probe reads headers; a runner that is inside ``sample()`` with no step progress for
 ``stall_timeout_s`` is stalled, and the watchdog has already written the stuck thread's
 stack next to the lock (``.stack``). A step stuck in C code that holds the GIL stops the
-watchdog too: ``faulthandler.dump_traceback_later``, armed for each ``sample()``, dumps
-every thread's stack from its C thread into the traceback file (``.tb``), where fatal
-signals (SIGSEGV, SIGABRT, ...) also land.
+watchdog too: ``faulthandler.dump_traceback_later``, re-armed by the watchdog while there is
+progress, then dumps every thread's stack from its C thread into the traceback file
+(``.tb``), where fatal signals (SIGSEGV, SIGABRT, ...) also land.
 
 Files of one lock ``<name>.lock``: ``<name>.tb`` (faulthandler), ``<name>.stack`` (watchdog
 stack of a stall), ``<name>.exc`` (the last exception raised by the env's step).
@@ -49,6 +49,7 @@ META_SIZE = 2048
 
 IDLE, BUSY, STOPPED, EXITING = 0, 1, 2, 3
 STEP_EMA = 0.02  # weight of one step in the step-time average the probes read
+REARM_S = 1.0    # the watchdog re-arms faulthandler's timer at most this often
 STATE_NAMES = {IDLE: "idle", BUSY: "busy", STOPPED: "stopped", EXITING: "exiting"}
 
 _FLOCK = struct.Struct("@hhqqi4x")  # struct flock on Linux (l_type, l_whence, l_start, l_len, l_pid)
@@ -265,6 +266,7 @@ class WorkerLiveness:
             self._tb_file = open(self.tb_path, "w", encoding="utf-8")
             faulthandler.enable(file=self._tb_file, all_threads=True)
         self._arm = arm_faulthandler
+        self._armed_at = 0.0
         self._outermost = False
         self._thread = threading.Thread(target=self._watch, name=f"flow1-watchdog-{name}", daemon=True)
         self._thread.start()
@@ -289,19 +291,15 @@ class WorkerLiveness:
         self.busy_since = self.last_progress = time.time()
         self.state = BUSY
         self._stack_written = False
-        if self._arm and self._tb_file is not None:
-            if not self._outermost:
-                # Ray's worker installs its own fatal-signal handler (absl's, which spends a
-                # second or more symbolising) after the EnvRunner is built; enabling again
-                # here puts faulthandler first in the chain, so the report lands at once.
-                faulthandler.enable(file=self._tb_file, all_threads=True)
-                self._outermost = True
-            faulthandler.dump_traceback_later(self.stall_timeout + self.interval, repeat=False, file=self._tb_file)
+        if self._arm and self._tb_file is not None and not self._outermost:
+            # Ray's worker installs its own fatal-signal handler (absl's, which spends a
+            # second or more symbolising) after the EnvRunner is built; enabling again
+            # here puts faulthandler first in the chain, so the report lands at once.
+            faulthandler.enable(file=self._tb_file, all_threads=True)
+            self._outermost = True
         self.write_header()
 
     def idle(self) -> None:
-        if self._arm:
-            faulthandler.cancel_dump_traceback_later()
         self.state = IDLE
         self.busy_since = 0.0
         self.write_header()
@@ -335,11 +333,30 @@ class WorkerLiveness:
         while not self._stop.wait(self.interval):
             self.rss = _rss()
             self.write_header()
-            if self.state == BUSY and not self._stack_written:
-                now = time.time()
-                since = self.in_step_since or max(self.last_progress, self.busy_since)
-                if now - since > self.stall_timeout:
-                    self._write_stack(now - since)
+            now = time.time()
+            since = self.in_step_since or max(self.last_progress, self.busy_since)
+            if self.state == BUSY and not self._stack_written and now - since > self.stall_timeout:
+                self._write_stack(now - since)
+            self._rearm(now, since)
+
+    def _rearm(self, now: float, since: float) -> None:
+        """faulthandler's C timer, set from this thread at most every REARM_S while the process
+        makes progress or waits between calls (arming starts and joins a thread: ~0.4 ms, too
+        dear for every sample() of an off-policy runner). A step that holds the GIL stops
+        this thread, a step that makes no progress stops the re-arming: either way the timer
+        fires about ``stall_timeout`` after the last progress and dumps every thread's stack
+        from C into the ``.tb`` file."""
+        if not self._arm or self._tb_file is None or now - self._armed_at < REARM_S:
+            return
+        if self.state == BUSY and now - since > REARM_S + self.interval:
+            return   # no progress: let the timer run out
+        try:
+            # from the last arm: the dump lands between stall_timeout - REARM_S and stall_timeout
+            # (+ a tick) after the last progress, before the probe looks for it (stall + 1 s)
+            faulthandler.dump_traceback_later(self.stall_timeout + self.interval, repeat=False, file=self._tb_file)
+            self._armed_at = now
+        except (RuntimeError, ValueError, OSError):
+            pass
 
     def _write_stack(self, stalled_s: float) -> None:
         frame = sys._current_frames().get(self.sample_thread)

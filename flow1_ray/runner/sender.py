@@ -45,6 +45,10 @@ class Sender:
                 self._handle = None
         return self._handle
 
+    def reachable(self) -> bool:
+        """Whether the target is known (looked up again at most every LOOKUP_RETRY_S)."""
+        return self._target() is not None
+
     def send(self, events: list[dict]) -> bool:
         """Queue ``events`` and try one ``ingest`` call; True when a call went out."""
         self.waiting.extend(events)

@@ -215,10 +215,12 @@ class StateSampler:
         now = time.monotonic()
         if not self.buffered or now - self._last_send < self.send_every_s:
             return None
-        ok = self.sender.call(self.batch())
-        if ok is None:  # not reachable yet: keep the (bounded) buffer
+        self._last_send = now    # reachable or not, the next try is one interval away
+        if not self.sender.reachable():   # keep the (bounded) buffer; no payload built for nothing
             return None
-        self._last_send = now
+        ok = self.sender.call(self.batch())
+        if ok is None:
+            return None
         for st in self.streams.values():
             st.chunks = []
         self.buffered = 0
