@@ -95,26 +95,33 @@ def _leading_dims(sizes: list[int]) -> int:
     return dims
 
 
-def action_index(actions: Any, space: spaces.Space) -> tuple[np.ndarray, list[str]]:
-    """One integer per action and the column labels of the heatmap. Multi-dimensional
-    actions whose combinations exceed MAX_ACTION_CELLS are judged on their leading
-    dimensions (a 20-dimensional MultiDiscrete has billions of combinations)."""
+def action_index(actions: Any, space: spaces.Space, labels: bool = True) -> tuple[np.ndarray, list[str]]:
+    """One integer per action and the column labels of the heatmap (``labels=False``: an
+    empty list, for a caller that has them: a runner indexing every sample's actions).
+    Multi-dimensional actions whose combinations exceed MAX_ACTION_CELLS are judged on their
+    leading dimensions (a 20-dimensional MultiDiscrete has billions of combinations)."""
+    idx, names = _action_index(actions, space, labels)
+    return idx, names
+
+
+def _action_index(actions: Any, space: spaces.Space, labels: bool) -> tuple[np.ndarray, list[str]]:
     a = np.asarray(actions)
     if isinstance(space, spaces.Discrete):
         n = int(space.n)
-        return (a.astype(np.int64) - int(space.start)).reshape(-1), [str(int(space.start) + i) for i in range(n)]
+        return (a.astype(np.int64) - int(space.start)).reshape(-1), \
+            [str(int(space.start) + i) for i in range(n)] if labels else []
     if isinstance(space, spaces.MultiDiscrete):
         nvec = np.asarray(space.nvec).reshape(-1)
         dims = _leading_dims([int(v) for v in nvec])
         nvec = nvec[:dims]
         rel = a.reshape(a.shape[0], -1)[:, :dims] - np.asarray(space.start).reshape(-1)[:dims]
         idx = np.ravel_multi_index(tuple(rel.T), nvec)
-        return idx.astype(np.int64), [str(t) for t in np.ndindex(*nvec)]
+        return idx.astype(np.int64), [str(t) for t in np.ndindex(*nvec)] if labels else []
     if isinstance(space, spaces.MultiBinary):
         bits = a.reshape(a.shape[0], -1).astype(np.int64)
         n = _leading_dims([2] * bits.shape[1])
         bits = bits[:, :n]
-        return (bits * (1 << np.arange(n))).sum(1), [format(i, f"0{n}b")[::-1] for i in range(1 << n)]
+        return (bits * (1 << np.arange(n))).sum(1), [format(i, f"0{n}b")[::-1] for i in range(1 << n)] if labels else []
     if isinstance(space, spaces.Box):
         low, high = np.asarray(space.low, np.float64).reshape(-1), np.asarray(space.high, np.float64).reshape(-1)
         x = a.reshape(a.shape[0], -1).astype(np.float64)
@@ -122,7 +129,8 @@ def action_index(actions: Any, space: spaces.Space) -> tuple[np.ndarray, list[st
         b = np.clip(((x[:, :dims] - low[:dims]) / np.maximum(high[:dims] - low[:dims], 1e-12) * BOX_BINS)
                     .astype(np.int64), 0, BOX_BINS - 1)
         idx = np.ravel_multi_index(tuple(b.T), (BOX_BINS,) * dims)
-        return idx.astype(np.int64), ["/".join(f"b{j}" for j in t) for t in np.ndindex(*(BOX_BINS,) * dims)]
+        return idx.astype(np.int64), \
+            ["/".join(f"b{j}" for j in t) for t in np.ndindex(*(BOX_BINS,) * dims)] if labels else []
     raise ValueError(f"unsupported action space {space}")
 
 

@@ -20,6 +20,7 @@ dropped call is counted.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -48,6 +49,12 @@ def _concat(parts: list[Any]) -> Any:
     if isinstance(first, (tuple, list)):
         return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
     return np.concatenate(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def _epsilon_greedy_stats(eps: float, n: int) -> tuple[float, float]:
+    h, top = epsilon_greedy_stats(eps, n)
+    return float(h), float(top)
 
 
 def epsilon_greedy_stats(eps: float, n: int) -> np.ndarray:
@@ -96,7 +103,7 @@ class _Stream:
         if not obs:
             return 0
         x = flatten_observations(_concat(obs), self.obs_space)
-        a, _ = action_index(_concat(acts), self.act_space)
+        a, _ = action_index(_concat(acts), self.act_space, labels=False)
         self.chunks.append((x, a, np.concatenate(fails), np.concatenate(pol)))
         return len(x)
 
@@ -114,7 +121,9 @@ class _Stream:
             eps = self.epsilon()
             if eps is not None:
                 self.policy_kind = "epsilon_greedy"
-                return np.tile(epsilon_greedy_stats(eps, self.n_discrete), (len(idx), 1))
+                # a decaying epsilon is new at every call: to 3 decimals, its stats are the same
+                stats = _epsilon_greedy_stats(round(eps, 3), self.n_discrete)
+                return np.tile(np.asarray(stats, np.float32), (len(idx), 1))
         return np.full((len(idx), 2), np.nan, np.float32)
 
     def epsilon(self) -> float | None:
