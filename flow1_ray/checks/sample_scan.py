@@ -36,23 +36,22 @@ def _single_episodes(episodes: list[Any]) -> list[tuple[str, Any]]:
     return out
 
 
+def _scannable(step: Any) -> bool:
+    """One step's observation is a float array of at most MAX_SCAN_ELEMENTS values."""
+    return isinstance(step, np.ndarray) and step.dtype.kind == "f" and step.size <= MAX_SCAN_ELEMENTS
+
+
 def _float_array(values: Any) -> np.ndarray | None:
     """The episode's observations as one float array, or None when they are not one (a Dict,
-    a Tuple, integers: nothing to scan at this tier)."""
-    if isinstance(values, np.ndarray):
-        arr = values
-    elif isinstance(values, list) and values and isinstance(values[0], np.ndarray):
-        if values[0].dtype.kind != "f" or values[0].size > MAX_SCAN_ELEMENTS:
-            return None
+    a Tuple, integers, images: nothing to scan at this tier)."""
+    if isinstance(values, list) and values and _scannable(values[0]):
         try:
-            arr = np.asarray(values)
+            values = np.asarray(values)
         except ValueError:   # ragged: the checked episodes' shape check says it
             return None
-    else:
-        return None
-    if arr.dtype.kind != "f" or arr.ndim == 0 or arr[0].size > MAX_SCAN_ELEMENTS:
-        return None
-    return arr
+    if isinstance(values, np.ndarray) and values.ndim and _scannable(values[0]):
+        return values
+    return None
 
 
 def _rewards(values: Any) -> np.ndarray | None:
@@ -88,10 +87,9 @@ def _all_finite(parts: list[Any], flat: bool) -> bool:
     steps: list[np.ndarray] = []     # list-held episodes: one array per step, joined once
     for p in parts:
         if isinstance(p, np.ndarray):   # a NumPy episode: checked as it is
-            if p.dtype.kind == "f" and p.ndim and p[0].size <= MAX_SCAN_ELEMENTS and not np.isfinite(p).all():
+            if p.ndim and _scannable(p[0]) and not np.isfinite(p).all():
                 return False
-        elif isinstance(p, list) and p and isinstance(p[0], np.ndarray) and p[0].dtype.kind == "f" \
-                and p[0].size <= MAX_SCAN_ELEMENTS:
+        elif isinstance(p, list) and p and _scannable(p[0]):
             steps += p
     if not steps:
         return True

@@ -100,11 +100,6 @@ def action_index(actions: Any, space: spaces.Space, labels: bool = True) -> tupl
     empty list, for a caller that has them: a runner indexing every sample's actions).
     Multi-dimensional actions whose combinations exceed MAX_ACTION_CELLS are judged on their
     leading dimensions (a 20-dimensional MultiDiscrete has billions of combinations)."""
-    idx, names = _action_index(actions, space, labels)
-    return idx, names
-
-
-def _action_index(actions: Any, space: spaces.Space, labels: bool) -> tuple[np.ndarray, list[str]]:
     a = np.asarray(actions)
     if isinstance(space, spaces.Discrete):
         n = int(space.n)
