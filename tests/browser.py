@@ -98,6 +98,13 @@ def wait_for(pred, timeout: float, every: float = 0.05):
         time.sleep(every)
 
 
+def text(driver, ident: str, timeout: float = 5.0) -> str:
+    """The text of the element with id ``ident`` ("" when there is none), read again when the panel re-rendered it
+    between the lookup and the read (a stale element is a redraw, not a failure)."""
+    got = wait_for(lambda: (driver.find_element("id", ident).text,), timeout)
+    return "" if got is None else got[0]   # not there: no text
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot, \
-    wait_for
+    text, wait_for
 from flow1_ray import codes as C
 from flow1_ray.actors.recorder import RecorderCore
 from flow1_ray.events import Event
@@ -88,22 +88,22 @@ def test_the_panel_shows_four_quadrants_and_a_new_event_within_3_s(tmp_path, cli
         d = chrome()
         try:
             d.get(served.url)
-            shown = wait_for(lambda: d.find_element("id", "n-iteration").text == "3", 20)
+            shown = wait_for(lambda: text(d, "n-iteration") == "3", 20)
             assert shown, "the panel shows the run's last iteration"
             quadrants = {q: d.find_element("id", q) for q in ("q-result", "q-cause", "q-hypothesis", "q-risk")}
             boxes = {q: el.rect for q, el in quadrants.items()}
             # the order a person reasons in: result | cause over hypothesis | risk
             assert boxes["q-result"]["x"] < boxes["q-cause"]["x"] and boxes["q-result"]["y"] < boxes["q-hypothesis"]["y"]
             assert boxes["q-hypothesis"]["x"] < boxes["q-risk"]["x"] and boxes["q-cause"]["y"] < boxes["q-risk"]["y"]
-            assert d.find_element("id", "n-return").text == "22.25" and d.find_element("id", "n-env-steps").text == "3,000"
-            assert d.find_element("id", "verdict").text == "FAIL"
+            assert text(d, "n-return") == "22.25" and text(d, "n-env-steps") == "3,000"
+            assert text(d, "verdict") == "FAIL"
             # the run is being written (a fresh heartbeat, no stop record): the result quadrant says so
-            assert "still running (iteration 3" in d.find_element("id", "gaps").text
-            assert d.find_element("id", "result-verdict").text == "FAIL"
-            assert "ENV_CRASHED" in quadrants["q-cause"].text and "KL_SPIKE" in quadrants["q-cause"].text
-            hyp = quadrants["q-hypothesis"].text
+            assert "still running (iteration 3" in text(d, "gaps")
+            assert text(d, "result-verdict") == "FAIL"
+            assert "ENV_CRASHED" in text(d, "q-cause") and "KL_SPIKE" in text(d, "q-cause")
+            hyp = text(d, "q-hypothesis")
             assert "config.training(lr=0.0097)" in hyp and "0.05 -> 0.0097" in hyp and "step (my_env.py:42)" in hyp
-            risk = quadrants["q-risk"].text
+            risk = text(d, "q-risk")
             assert "2 alive" in risk and "node 41 % used" in risk and "EnvRunners 612 MB RSS" in risk
             assert d.find_elements("css selector", "#return-graph .main-svg"), "the return curve is drawn"
             assert all(u.startswith((served.url, "data:")) for u in requested_urls(d)), "nothing from the network"
@@ -113,11 +113,11 @@ def test_the_panel_shows_four_quadrants_and_a_new_event_within_3_s(tmp_path, cli
                                   {"stack": EVIL}, worker_index=2, pid=12)])
             rec.flush()
             written = time.monotonic()
-            seen = wait_for(lambda: "hung in env.step" in d.find_element("id", "q-cause").text, 10)
+            seen = wait_for(lambda: "hung in env.step" in text(d, "q-cause"), 10)
             latency = time.monotonic() - written
             assert seen and latency < 3.0, f"shown after {latency:.2f} s"
             assert_no_alert(d)
-            assert EVIL in d.find_element("id", "q-cause").text
+            assert EVIL in text(d, "q-cause")
             assert not d.find_elements("css selector", "img[src='x']"), "the run's <img> became an element"
             assert_not_blank(screenshot(d, "panel", tmp_path))
         finally:
@@ -132,12 +132,12 @@ def test_the_panel_of_an_output_dir_lists_its_runs_newest_first(tmp_path, cli_en
         d = chrome()
         try:
             d.get(served.url)
-            assert wait_for(lambda: d.find_element("id", "n-iteration").text == "5", 20), "the newest run first"
+            assert wait_for(lambda: text(d, "n-iteration") == "5", 20), "the newest run first"
             d.find_element("css selector", "#run-picker").click()
             options = wait_for(lambda: [o.text for o in d.find_elements("css selector", "[role=option]")], 5)
             assert options == ["20260102-000000-bbbbbb", "20260101-000000-aaaaaa"]
             next(o for o in d.find_elements("css selector", "[role=option]") if o.text.endswith("aaaaaa")).click()
-            assert wait_for(lambda: d.find_element("id", "n-iteration").text == "2", 10), "the picked run is shown"
+            assert wait_for(lambda: text(d, "n-iteration") == "2", 10), "the picked run is shown"
             assert_no_alert(d)
         finally:
             d.quit()
@@ -199,9 +199,9 @@ def test_no_legend_of_the_panel_covers_an_axis_title_or_the_plot(tmp_path, cli_e
                 got = wait_for(lambda: (b := d.execute_script(_BOXES_JS, graph))["legend"] and b["titles"] and b, 20)
                 assert got, f"{graph}: no legend or axis title drawn"
                 legend = got["legend"]
-                for text, title in got["titles"]:
+                for label, title in got["titles"]:
                     assert not _overlap(legend, title), f"{graph} at {width}px: the legend {legend} covers " \
-                                                        f"the axis title {text!r} {title}"
+                                                        f"the axis title {label!r} {title}"
                 for plot in got["plot"]:
                     assert not _overlap(legend, plot), f"{graph} at {width}px: the legend covers the plot"
                 svg = got["svg"]

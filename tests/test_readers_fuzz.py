@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from browser import Served, assert_no_alert, chrome, needs_browser, requested_urls, wait_for
+from browser import Served, assert_no_alert, chrome, needs_browser, requested_urls, text, wait_for
 from flow1_ray import codes as C
 from flow1_ray.actors.recorder import RecorderCore
 from flow1_ray.cli import main
@@ -511,11 +511,11 @@ def test_the_panel_in_chromium_names_the_skipped_parts(run_copy, cli_env):
         d = chrome()
         try:
             d.get(served.url)
-            gaps = wait_for(lambda: d.find_element("id", "gaps").text, 20)
+            gaps = wait_for(lambda: text(d, "gaps"), 20)
             assert gaps and f"skipped: events/{LAST}" in gaps and "heatmaps/iter_000099.png: a link" in gaps, gaps
-            assert d.find_element("id", "verdict").text.startswith("PASS, but ")
-            assert d.find_element("id", "result-verdict").text == d.find_element("id", "verdict").text
-            assert wait_for(lambda: d.find_element("id", "n-iteration").text == "3", 10)
+            assert text(d, "verdict").startswith("PASS, but ")
+            assert text(d, "result-verdict") == text(d, "verdict")
+            assert wait_for(lambda: text(d, "n-iteration") == "3", 10)
             assert all(u.startswith((served.url, "data:")) for u in requested_urls(d)), "nothing from elsewhere"
             assert_no_alert(d)
         finally:

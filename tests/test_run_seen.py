@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot, \
-    wait_for
+    text, wait_for
 from flow1_ray.report.follow import is_run_dir
 from flow1_ray.store import EVENTS_DIR, Location
 
@@ -47,13 +47,13 @@ def test_a_crash_run_followed_live_then_reported_as_one_offline_page(tmp_path, c
             d = chrome()
             try:
                 d.get(served.url)
-                assert wait_for(lambda: d.find_element("id", "q-risk").text.startswith("RISK"), 20)
+                assert wait_for(lambda: text(d, "q-risk").startswith("RISK"), 20)
                 known = {name for name, _, _ in _parts(run_dir)}   # written before the page was up
                 while train.poll() is None:
                     fresh = [p for p in _parts(run_dir) if p[0] not in known]
                     if fresh:
                         want = sum(n for _, _, n in _parts(run_dir)[:len(known) + len(fresh)])
-                        shown = wait_for(lambda: int(d.find_element("id", "n-events").text.replace(",", ""))
+                        shown = wait_for(lambda: int(text(d, "n-events").replace(",", ""))
                                          >= want, 10, 0.05)
                         assert shown, f"the panel did not show the events of {fresh[-1][0]} within 10 s"
                         latencies.append(time.time() - fresh[0][1])
@@ -63,8 +63,8 @@ def test_a_crash_run_followed_live_then_reported_as_one_offline_page(tmp_path, c
                       f"{[round(x, 2) for x in latencies]} s")
                 assert latencies, "the run wrote events while the panel was open"
                 assert max(latencies) < 3.0, f"new events shown after {latencies} s"
-                assert "ENV_CRASHED" in d.find_element("id", "q-cause").text
-                assert "_env_step_raises_here" in d.find_element("id", "q-hypothesis").text
+                assert "ENV_CRASHED" in text(d, "q-cause")
+                assert "_env_step_raises_here" in text(d, "q-hypothesis")
                 assert all(u.startswith((served.url, "data:")) for u in requested_urls(d))
                 assert_no_alert(d)
                 assert_not_blank(screenshot(d, "panel-crash-run", tmp_path))
@@ -86,7 +86,7 @@ def test_a_crash_run_followed_live_then_reported_as_one_offline_page(tmp_path, c
     d = chrome()
     try:
         d.get((run_dir / "report.html").as_uri())
-        assert d.find_element("id", "verdict").text == "FAIL"
+        assert text(d, "verdict") == "FAIL"
         for img in ("timeline", "curves"):
             assert d.execute_script(f"return document.getElementById('{img}').naturalWidth") > 100, img
         heatmaps = d.find_elements("css selector", "figure img")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import errno
+import hashlib
 import html as _html
 import ipaddress
 import logging
@@ -369,10 +370,14 @@ def _draw(runs: Runs, name: str | None, seen: dict | None) -> tuple:
     def changed(*subs: str) -> bool:
         return any(stamps.get(k) != seen.get(k) for k in subs) or not seen
 
-    verdict = report.verdict   # with the run's life and what was skipped: redrawn at each tick
+    verdict = report.verdict   # with the run's life and what was skipped: judged at each tick
+    # ... and redrawn only when its text changed (a redraw replaces the elements a reader holds)
+    head = repr((verdict, report.not_judged, life_line(report.completeness), report.gaps()))
+    stamps["head"] = hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
     out = {"run-name": name if not seen else no_update, "verdict": verdict,
            "verdict-class": f"verdict {verdict_kind(verdict)}", "updated": updated,
-           **_quadrants(f, changed), "seen": stamps, "result-head": verdict_block(report)}
+           **_quadrants(f, changed), "seen": stamps,
+           "result-head": verdict_block(report) if changed("head") else no_update}
     return tuple(out[k] for k in REFRESH_OUTPUTS)
 
 
