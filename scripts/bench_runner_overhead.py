@@ -28,12 +28,18 @@ import tempfile
 import time
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# as in an EnvRunner actor: Ray sets OMP_NUM_THREADS to the actor's num_cpus (1), so torch
+# runs its forward on one thread (two threads spinning on a 16-row forward made the process's
+# speed drift by 15 % from one process to the next)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from bench_throughput import ci_of_median  # noqa: E402  (this folder is on sys.path when run)
 
 
-#: flow1's options per arm beside "plain" (no flow1): the parts of a runner's cost apart.
-ARMS = {
+#: flow1's options per arm beside "plain" (no flow1): the parts of a runner's cost apart;
+#: None: no flow1 (``plain-again``, an A/A control: the method's own spread and bias).
+ARMS: dict[str, dict | None] = {
+    "plain-again": None,
     "flow1": {},
     "no-states": {"state_actions": False},
     "no-checks": {"sample_rate": 0.0},
@@ -70,6 +76,9 @@ def main() -> int:
             .env_runners(num_envs_per_env_runner=a.envs_per_runner))
     runners = {"plain": SingleAgentEnvRunner(config=base, worker_index=1)}
     for name in names:
+        if ARMS[name] is None:
+            runners[name] = SingleAgentEnvRunner(config=base, worker_index=1)
+            continue
         opts = {"sample_rate": a.sample_rate, **ARMS[name]}
         cb = Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False,
                                          state_send_interval_s=0.0, **opts)

@@ -130,3 +130,31 @@ def test_the_rate_falls_on_a_cheap_env_and_is_reported(ray_session, tmp_path):
         assert 0.05 <= rates["check_rate"] < 1.0 and rates["check_rate_lowest"] <= rates["check_rate"], rates
     finally:
         runner.stop()
+
+
+def test_only_checkers_fed_since_their_last_judgement_are_judged_and_a_slow_judgement_spaces_the_next(
+        ray_session, tmp_path):
+    from flow1_ray.runner.agent import JUDGE_EVERY_S, JUDGE_SHARE
+
+    runner, agent = _runner(tmp_path, {}, envs=4, sample_rate=0.0)   # only each sub-env's first episode is checked
+    try:
+        judged: list[int] = []
+        for i, rc in enumerate(agent.checkers):
+            def counted(rc=rc, i=i, judge=rc.judge):
+                judged.append(i)
+                time.sleep(0.005)             # a judgement over full windows takes milliseconds
+                judge()
+            rc.judge = counted
+        runner.sample(num_timesteps=200, random_actions=True)   # every first episode (20 steps) checked and over
+        agent._last_judge = -1e9
+        runner.sample(num_timesteps=8, random_actions=True)
+        assert sorted(judged) == [0, 1, 2, 3]
+        # 4 x 5 ms = 20 ms of judging: the next judgement waits until it is JUDGE_SHARE of the time between
+        assert agent._judge_every >= max(JUDGE_EVERY_S, 0.02 / JUDGE_SHARE) * 0.99
+        judged.clear()
+        agent._last_judge = -1e9
+        runner.sample(num_timesteps=200, random_actions=True)   # no episode checked since: nothing to judge again
+        assert judged == []
+        assert agent._judge_every == JUDGE_EVERY_S
+    finally:
+        runner.stop()

@@ -43,6 +43,7 @@ from .states import StateSampler
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
+JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
 SAMPLE_TIMES_EVERY_S = 2.0    # a runner's sample() timing goes to the hub this often (a late call at once)
 WATCHDOG_TICK_S = 0.25        # the watchdog writes the heartbeat and checks for a stall this often
 
@@ -79,8 +80,10 @@ class RunnerAgent:
         self.log = FindingLog()
         self.scan = SampleScan(self.log, f"{self.kind} worker {self.index}: ")
         self.checkers: list[RolloutChecker] = []
+        self._fed: set[int] = set()   # indices of the checkers fed a step or reset since their last judgement
         self.rng = random.Random(hash((self.key, os.getpid())))
         self._last_judge = time.monotonic()
+        self._judge_every = JUDGE_EVERY_S
         self._internal_sent: set[str] = set()
         self.node_id = ctx.get_node_id()
         self.sender = Sender(self.key, self._lookup_recorder, self.index)
@@ -151,6 +154,7 @@ class RunnerAgent:
             for rc in self.checkers:
                 rc.judge()
             self.checkers = []
+            self._fed.clear()
         self.multi_agent = getattr(env, "single_observation_spaces", None) is not None
         self.spaces = (None, None) if self.multi_agent else (
             getattr(env, "single_observation_space", None) or env.observation_space,
@@ -161,7 +165,7 @@ class RunnerAgent:
         resets_in_step = str(getattr(env, "autoreset_mode", "")).endswith("NEXT_STEP")
         self._wrap_vector_step(env, n)
         for sub in subs or ():  # one checker per sub-env: episodes of sub-envs interleave
-            self._wrap_sub_env(sub, self._new_checker(sub), resets_in_step)
+            self._wrap_sub_env(sub, len(self.checkers), self._new_checker(sub), resets_in_step)
         if self.states is None and self.opts.state_actions and self.kind == "train":
             self._start_state_sampling()
 
@@ -232,12 +236,12 @@ class RunnerAgent:
         self.checkers.append(rc)
         return rc
 
-    def _wrap_sub_env(self, sub: Any, rc: Any, resets_in_step: bool) -> None:
+    def _wrap_sub_env(self, sub: Any, index: int, rc: Any, resets_in_step: bool) -> None:
         """Each reset draws whether the new episode is checked (a sub-env's first always is).
         A checked episode's steps go through ``checked_step`` (the sub-env's raw values, before
         the vector env copies and casts them, and its own step time); an unchecked one's steps
         call the env directly, at no cost."""
-        lv, agent, budget = self.liveness, self, self.budget
+        lv, agent, budget, fed = self.liveness, self, self.budget, self._fed
         step, reset = sub.step, sub.reset
         own = "step" in vars(sub)   # an instance attribute before ours (another wrapper): restore it
         clock = time.perf_counter
@@ -254,6 +258,7 @@ class RunnerAgent:
             try:
                 with agent._lock:
                     rc.on_step(action, *out, duration_s=t1 - t0)
+                    fed.add(index)
             except Exception as e:
                 agent._internal(e)
             budget.spent_s += clock() - t1
@@ -275,6 +280,7 @@ class RunnerAgent:
                 try:
                     with agent._lock:
                         rc.on_reset(*out)
+                        fed.add(index)
                 except Exception as e:
                     agent._internal(e)
                 budget.spent_s += clock() - t1
@@ -359,10 +365,20 @@ class RunnerAgent:
                 self._maps_off(mid, why)
         now = time.monotonic()
         with self._lock:
-            if now - self._last_judge >= JUDGE_EVERY_S:
+            if now - self._last_judge >= self._judge_every:
+                # only the checkers fed since their last judgement: the same window judged
+                # again says nothing new (at a low check rate most sub-envs' windows are idle);
+                # a judgement over full windows of many sub-envs takes tens of ms: the next one
+                # waits until this one is JUDGE_SHARE of the time between them; its time counts
+                # against the check budget like the steps' checks
                 self._last_judge = now
-                for rc in self.checkers:
-                    rc.judge()
+                t0 = time.perf_counter()
+                for i in sorted(self._fed):
+                    self.checkers[i].judge()
+                self._fed.clear()
+                spent = time.perf_counter() - t0
+                self._judge_every = max(JUDGE_EVERY_S, spent / JUDGE_SHARE)
+                self.budget.spent_s += spent
             new = self.log.pop_new()
         if new or self.sender.has_news:
             self._send(new)
