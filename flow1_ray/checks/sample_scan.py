@@ -13,7 +13,6 @@ checks it replaces). Pure numpy over RLlib's episode API.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -76,27 +75,32 @@ def _data(ep: Any, name: str) -> Any:
 
 def _all_finite(parts: list[Any], flat: bool) -> bool:
     """False when any part holds a NaN/inf; parts that are not float arrays of at most
-    MAX_SCAN_ELEMENTS values a step are left out (True: nothing this tier can judge)."""
-    if flat:   # rewards: a NaN or inf anywhere makes the plain sum non-finite (an overflow is re-checked)
+    MAX_SCAN_ELEMENTS values a step are left out (True: nothing this tier can judge). The
+    parts are joined and checked in one call (a call per episode cost more than the check)."""
+    if flat:   # rewards: every episode's, as floats
         try:
-            if math.isfinite(sum(sum(p) for p in parts)):
-                return True
             return bool(np.isfinite(np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1) for p in parts])).all())
-        except (TypeError, ValueError):
+        except (TypeError, ValueError):   # not real scalars: REWARD_NOT_SCALAR is the checked episodes' finding
             return True
-    steps: list[np.ndarray] = []     # list-held episodes: one array per step, joined once
+    arrays: list[np.ndarray] = []    # NumPy episodes: (steps, ...) each
+    steps: list[np.ndarray] = []     # list-held episodes: one array per step
     for p in parts:
-        if isinstance(p, np.ndarray):   # a NumPy episode: checked as it is
-            if p.ndim and _scannable(p[0]) and not np.isfinite(p).all():
-                return False
+        if isinstance(p, np.ndarray):
+            if p.ndim and _scannable(p[0]):
+                arrays.append(p.reshape(len(p), -1))
         elif isinstance(p, list) and p and _scannable(p[0]):
             steps += p
-    if not steps:
+    if steps:
+        try:
+            arrays.append(np.asarray(steps).reshape(len(steps), -1))
+        except ValueError:   # steps of different shapes: the checked episodes' shape check says it
+            pass
+    if not arrays:
         return True
     try:
-        joined = np.concatenate(steps) if steps[0].ndim else np.asarray(steps)
-    except ValueError:   # steps of different shapes: the checked episodes' shape check says it
-        return True
+        joined = np.concatenate(arrays)
+    except ValueError:   # episodes of different widths: each on its own
+        return all(bool(np.isfinite(a).all()) for a in arrays)
     return bool(np.isfinite(joined).all())
 
 

@@ -34,12 +34,27 @@ from .sender import Sender
 MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped, counted
 
 
-def _take(obs: Any, idx: np.ndarray) -> Any:
+def _take(obs: Any, idx: Any) -> Any:
     if isinstance(obs, dict):
         return {k: _take(v, idx) for k, v in obs.items()}
     if isinstance(obs, (tuple, list)):
         return type(obs)(_take(v, idx) for v in obs)
     return np.asarray(obs)[idx]
+
+
+def _rows(ep: Any, name: str, n: int) -> Any:
+    """The episode's first ``n`` values of ``name`` (observations, actions, or an extra model
+    output such as ``action_dist_inputs``): a view of RLlib's buffer past its lookback where
+    that buffer is one NumPy array, else what the episode's getter returns."""
+    buf = ep.extra_model_outputs.get(name) if name == "action_dist_inputs" else getattr(ep, name, None)
+    data, lookback = getattr(buf, "data", None), getattr(buf, "lookback", None)
+    if isinstance(data, np.ndarray) and isinstance(lookback, int) and len(data) >= lookback + n:
+        return data[lookback:lookback + n]
+    if name == "observations":
+        return _take(ep.get_observations(slice(0, n)), slice(None))
+    if name == "actions":
+        return _take(ep.get_actions(slice(0, n)), slice(None))
+    return np.asarray(ep.get_extra_model_outputs(name))[:n]
 
 
 def _concat(parts: list[Any]) -> Any:
@@ -87,44 +102,59 @@ class _Stream:
 
     def take(self, episodes: list[Any], rng: np.random.Generator, rate: float) -> int:
         """Each episode (chunk) is taken whole with probability ``rate``: every step has the
-        same chance as when steps were drawn one by one, and RLlib's episode getters run on a
-        ``rate`` share of the episodes only (on a fast vectorised env, per-episode calls were
-        most of this method's cost)."""
-        obs, acts, fails, pol = [], [], [], []
+        same chance as when steps were drawn one by one, and only a ``rate`` share of the
+        episodes is read. Their rows are read straight from RLlib's buffers where those are
+        NumPy arrays (the getters' per-episode slicing cost more than the rest), and the
+        policy's statistics are computed once over all the taken rows."""
+        obs, acts, fails, logits = [], [], [], []
         for ep in episodes:
             n = len(ep)
             if n == 0 or rng.random() >= rate:
                 continue
-            idx = np.arange(n)
-            obs.append(_take(ep.get_observations(slice(0, n)), idx))
-            acts.append(_take(ep.get_actions(slice(0, n)), idx))
-            fails.append((idx == n - 1) & bool(ep.is_terminated))
-            pol.append(self._policy(ep, idx))
+            obs.append(_rows(ep, "observations", n))
+            acts.append(_rows(ep, "actions", n))
+            fails.append(np.zeros(n, bool))
+            fails[-1][-1] = bool(ep.is_terminated)
+            logits.append(self._logits(ep, n))
         if not obs:
             return 0
         x = flatten_observations(_concat(obs), self.obs_space)
         a, _ = action_index(_concat(acts), self.act_space, labels=False)
-        self.chunks.append((x, a, np.concatenate(fails), np.concatenate(pol)))
+        self.chunks.append((x, a, np.concatenate(fails), self._policy(logits, [len(f) for f in fails])))
         return len(x)
 
-    def _policy(self, ep: Any, idx: np.ndarray) -> np.ndarray:
-        """(len(idx), 2): normalised entropy and top probability of the policy at each
-        state; NaN where neither Categorical logits nor an epsilon are known."""
-        if self.n_discrete >= 2:
-            try:
-                logits = np.asarray(ep.get_extra_model_outputs("action_dist_inputs"))[idx]
-                if logits.ndim == 2 and logits.shape[1] == self.n_discrete:
-                    self.policy_kind = "stochastic"
-                    return policy_stats(logits)
-            except Exception:  # no such output (DQN): epsilon-greedy or the count-based rules alone
-                pass
-            eps = self.epsilon()
+    def _logits(self, ep: Any, n: int) -> np.ndarray | None:
+        """The episode's Categorical logits (n, actions), None where it has none (DQN)."""
+        if self.n_discrete < 2:
+            return None
+        try:
+            z = _rows(ep, "action_dist_inputs", n)
+        except Exception:   # no such output: epsilon-greedy or the count-based rules alone
+            return None
+        z = np.asarray(z)
+        return z if z.ndim == 2 and z.shape == (n, self.n_discrete) else None
+
+    def _policy(self, logits: list[np.ndarray | None], lengths: list[int]) -> np.ndarray:
+        """(rows, 2): normalised entropy and top probability of the policy at each state;
+        NaN where neither Categorical logits nor an epsilon are known."""
+        if logits and all(z is not None for z in logits):
+            self.policy_kind = "stochastic"
+            return policy_stats(np.concatenate(logits))
+        parts = []
+        for z, n in zip(logits, lengths):
+            if z is not None:
+                self.policy_kind = "stochastic"
+                parts.append(policy_stats(z))
+                continue
+            eps = self.epsilon() if self.n_discrete >= 2 else None
             if eps is not None:
                 self.policy_kind = "epsilon_greedy"
                 # a decaying epsilon is new at every call: to 3 decimals, its stats are the same
-                stats = _epsilon_greedy_stats(round(eps, 3), self.n_discrete)
-                return np.tile(np.asarray(stats, np.float32), (len(idx), 1))
-        return np.full((len(idx), 2), np.nan, np.float32)
+                parts.append(np.tile(np.asarray(_epsilon_greedy_stats(round(eps, 3), self.n_discrete), np.float32),
+                                     (n, 1)))
+            else:
+                parts.append(np.full((n, 2), np.nan, np.float32))
+        return np.concatenate(parts)
 
     def epsilon(self) -> float | None:
         """The module's current exploration epsilon, if it is epsilon-greedy (None otherwise)."""
