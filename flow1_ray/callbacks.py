@@ -246,6 +246,8 @@ class Flow1Callbacks(RLlibCallback):
             "run_dir": str(run.run_dir),
             # the share of episodes the runners contract-check now (flow1_ray/runner/budget.py)
             "check_rate": _check_rate(rec.get("sampling") or {}),
+            # flow1's own time in the runners, as a share of their sample() time (RunnerAgent.cost)
+            "runner_cost": _runner_cost(rec.get("sampling") or {}),
             # what this hook cost the iteration (the questions to the hub, the rules), so far
             "driver_ms": round((time.perf_counter() - t0) * 1e3, 2),
         }
@@ -371,6 +373,15 @@ def _check_rate(sampling: dict) -> dict | None:
     return {"now": min(float(v["check_rate"]) for v in rates),
             "lowest": min(float(v.get("check_rate_lowest", v["check_rate"])) for v in rates),
             "max": max(float(v.get("check_rate_max", v["check_rate"])) for v in rates)}
+
+
+def _runner_cost(sampling: dict) -> dict | None:
+    """flow1's own time in all runners so far and its share of their sample() time."""
+    parts = [v for v in sampling.values() if isinstance(v, dict) and v.get("sample_s")]
+    if not parts:
+        return None
+    own, total = sum(float(v.get("flow1_s", 0.0)) for v in parts), sum(float(v["sample_s"]) for v in parts)
+    return {"share": round(own / total, 5) if total > 0 else None, "flow1_s": round(own, 3), "sample_s": round(total, 2)}
 
 
 def _float(x: Any) -> float | None:

@@ -11,7 +11,7 @@ watchdog thread. What runs outside the runners (the hub process, the driver's ho
 measured apart by ``bench_throughput.py`` (CPU of the hub, ``result["flow1"]["driver_ms"]``).
 
     .venv/bin/python scripts/bench_runner_overhead.py [--pairs 40] [--steps 2000] [--env CartPole-v1]
-        [--envs-per-runner 1] [--profile]
+        [--envs-per-runner 1] [--preset vector|hopper|sac|dqn|atari|default] [--arms plain-again,flow1] [--profile]
 
 ``--profile`` runs cProfile over the flow1 runner's calls and prints flow1's functions by
 their own time, as a share of the profiled ``sample()`` time: where a runner's cost goes.
@@ -57,6 +57,8 @@ def main() -> int:
     ap.add_argument("--algo", choices=("PPO", "SAC", "DQN"), default="PPO", help="whose RLModule samples")
     ap.add_argument("--envs-per-runner", type=int, default=1, help="num_envs_per_env_runner (a vectorised env)")
     ap.add_argument("--arms", default="flow1", help=f"comma-separated, each against plain; known: {', '.join(ARMS)}")
+    ap.add_argument("--preset", default=None, help="bench_throughput.py's set-up (vector, hopper, sac, dqn, atari, "
+                                                   "default): overrides --algo, --env and --envs-per-runner")
     ap.add_argument("--warmup-s", type=float, default=6.0, help="untimed sampling per runner before the pairs")
     ap.add_argument("--profile", action="store_true", help="cProfile the flow1 runner: flow1's share per function")
     a = ap.parse_args()
@@ -74,8 +76,21 @@ def main() -> int:
         return 2
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
+    if a.preset:   # the runners of bench_throughput.py's set-up (its algorithm, env, sub-envs and RLModule)
+        from bench_throughput import PRESETS, _pong64
+
+        a.algo, a.env, methods = PRESETS[a.preset]
+        a.envs_per_runner = methods.get("env_runners", {}).get("num_envs_per_env_runner", a.envs_per_runner)
+        if a.env == "pong64":
+            from ray import tune
+
+            tune.register_env("pong64", _pong64)
     base = ({"PPO": PPOConfig, "SAC": SACConfig, "DQN": DQNConfig}[a.algo]().environment(a.env).debugging(seed=0)
             .env_runners(num_envs_per_env_runner=a.envs_per_runner))
+    if a.preset:
+        for method, kwargs in methods.items():
+            if method != "env_runners":
+                base = getattr(base, method)(**kwargs)
     runners = {"plain": SingleAgentEnvRunner(config=base, worker_index=1)}
     for name in names:
         if ARMS[name] is None:
@@ -115,6 +130,10 @@ def main() -> int:
                 prof.disable()
             wall[name].append((time.perf_counter() - t0) / steps)
             cpu[name].append((time.process_time() - c0) / steps)
+    own = {}   # each flow1 runner's own accounting (RunnerAgent.cost): what it measures of itself
+    for name, r in runners.items():
+        for agent in (ag for c in getattr(r, "_callbacks", []) for ag in getattr(c, "_agents", {}).values()):
+            own[name] = (agent.budget.checks_s, agent.hooks_s, agent.sample_s, agent.budget.rate)
     for r in runners.values():
         r.stop()
     ray.shutdown()
@@ -129,6 +148,9 @@ def main() -> int:
                   f"{statistics.median(d[name]) * 1e6:6.1f} us; ratio median {statistics.median(r):.3f} "
                   f"(95 % CI {lo:.3f}-{hi:.3f}); throughput ratio {1 / statistics.median(r):.3f} "
                   f"({1 / hi:.3f}-{1 / lo:.3f})")
+    for name, (checks, hooks, total, rate) in own.items():
+        print(f"{name:14s} its own accounting: checks {checks / total:.2%} (rate now {rate:.3f}), per-sample() hooks "
+              f"{hooks / total:.2%} of its sample() time (warm-up included; the vector step's wrapper not counted)")
     if prof is not None:
         print_flow1_share(prof)
         if os.environ.get("FLOW1_PROFILE_OUT"):

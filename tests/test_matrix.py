@@ -111,6 +111,9 @@ def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_pat
         flow1 = results[-1]["flow1"]
         assert flow1["worker"]["alive"] >= 1 and flow1["worker"]["dead"] == 0, flow1
         assert flow1["internal_errors"] == 0
+        # flow1's own measured time in the runners, a small share of their sample() time
+        cost = flow1["runner_cost"]
+        assert cost and 0 < cost["share"] < 0.25 and cost["sample_s"] > 0, cost
         # the Learner tracing ran on this algorithm's torch Learner (driver or learner actor)
         # an iteration in which the learner group returned nothing (IMPALA, APPO: asynchronous
         # learning) has no "learners" key at all: read it as RLlib documents it, maybe absent

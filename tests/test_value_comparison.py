@@ -60,6 +60,41 @@ def test_info_watch_sees_inside_object_arrays():
     assert ev["kind"] == "modified" and "was modified by the env" in msg
 
 
+def _reassign(info):
+    info["x"] = np.float64(2.0)
+
+
+def _edit_array(info):
+    info["arr"][0] = 7
+
+
+def _edit_nested(info):
+    info["sub"]["k"].append(3)
+
+
+def _delete(info):
+    del info["n"]
+
+
+@pytest.mark.parametrize("edit", [_reassign, _edit_array, _edit_nested, _delete])
+def test_info_watch_finds_each_edit_of_a_returned_info(edit):
+    w = InfoWatch()
+    info = {"x": np.float64(1.0), "n": float("nan"), "arr": np.zeros(3), "sub": {"k": [1]}, "s": "a", 3: None}
+    assert w.observe(info, 1) is None
+    edit(info)
+    msg, ev = w.observe(dict(info), 2)
+    assert ev["kind"] == "modified", msg
+
+
+def test_info_watch_is_silent_on_fresh_infos_of_scalars_and_nans():
+    """Hopper's info: numpy scalars, a NaN that stays a NaN; each step a new dict."""
+    w = InfoWatch()
+    for t in range(5):
+        info = {"x_position": np.float64(t), "reward_ctrl": np.float32(-0.1), "lost": float("nan"),
+                "nan32": np.float32("nan"), "step": t}
+        assert w.observe(info, t) is None
+
+
 def test_action_cast_error_on_object_and_nan_actions():
     a = np.array([np.nan, 1.0], np.float32)
     assert action_cast_error(a, a.copy()) is None  # NaN reached the env as sent

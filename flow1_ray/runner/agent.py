@@ -91,6 +91,8 @@ class RunnerAgent:
         self.sample_times = SampleTimes(timeout)
         self.budget = CheckBudget(opts.sample_rate, opts.check_budget, opts.min_sample_rate)
         self._times_sent = 0.0
+        self.hooks_s = 0.0    # flow1's own time in on_sample_end (less the judgements) and after each sample()
+        self.sample_s = 0.0   # the sample() calls' time
         self.states: StateSampler | None = None
         self._lock = threading.Lock()
         self.env_runner = env_runner
@@ -133,6 +135,8 @@ class RunnerAgent:
         """One sample() call timed: its numbers go to the hub when it was late (a synchronous
         algorithm discarded it: RUNNER_SAMPLES_DISCARDED) and every SAMPLE_TIMES_EVERY_S (the
         runners' steps are the whole the waste is a share of); fire-and-forget."""
+        t0 = time.perf_counter()
+        self.sample_s += seconds
         try:
             late = self.sample_times.add(seconds, steps)
             self.budget.sampled(seconds)
@@ -142,9 +146,18 @@ class RunnerAgent:
             now = time.monotonic()
             if late or now - self._times_sent >= SAMPLE_TIMES_EVERY_S:
                 self._times_sent = now
-                self.sender.call({"events": [], "sampling": {**self.sample_times.as_dict(), **self.budget.as_dict()}})
+                self.sender.call({"events": [], "sampling": {**self.sample_times.as_dict(), **self.budget.as_dict(),
+                                                             **self.cost()}})
         except Exception as e:
             self.report_internal("sample() timing", e)
+        self.hooks_s += time.perf_counter() - t0
+
+    def cost(self) -> dict:
+        """flow1's own time in this runner so far, and the sample() time it is a share of:
+        the checks (checked steps and resets, judgements) and the per-sample() hooks (the
+        scan, the state sampling, the sends). Not in it: the vector step's liveness wrapper,
+        a few attribute writes per vector step (measured apart: scripts/bench_runner_overhead.py)."""
+        return {"flow1_s": round(self.budget.checks_s + self.hooks_s, 4), "sample_s": round(self.sample_s, 3)}
 
     def attach_env(self, env: Any) -> None:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created.
@@ -348,6 +361,14 @@ class RunnerAgent:
                              TRACEBACK: traceback_text(exc)})])
 
     def on_sample_end(self, samples: list | None = None) -> None:
+        t0 = time.perf_counter()
+        judged = self._on_sample_end(samples)
+        self.hooks_s += time.perf_counter() - t0 - judged
+
+    def _on_sample_end(self, samples: list | None) -> float:
+        """The scan, the state sampling, the judgements when due and the sends; returns the
+        judgements' time (counted with the checks')."""
+        spent = 0.0
         if samples and not self.scan.broken:
             try:
                 with self._lock:
@@ -382,6 +403,7 @@ class RunnerAgent:
             new = self.log.pop_new()
         if new or self.sender.has_news:
             self._send(new)
+        return spent
 
     # -- sending -------------------------------------------------------------------------
     def _lookup(self, name_of: Any) -> Any:

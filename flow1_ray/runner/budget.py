@@ -41,6 +41,7 @@ class CheckBudget:
         self.told = False
         self.spent_s = 0.0       # the checks' time since the last adjustment (added by the step path)
         self._sampled_s = 0.0
+        self._spent_before_s = 0.0   # the checks' time before the last adjustment
 
     def sampled(self, seconds: float) -> None:
         """After each sample() call: adjust the rate once a second of sampling has passed."""
@@ -48,6 +49,7 @@ class CheckBudget:
         if self._sampled_s < JUDGE_AFTER_S or self.budget <= 0:
             return
         spent, self.spent_s = self.spent_s, 0.0
+        self._spent_before_s += spent
         share, self._sampled_s = spent / self._sampled_s, 0.0
         if spent <= 0.0:
             return                 # no checked step in the window: nothing says what a step costs
@@ -73,6 +75,11 @@ class CheckBudget:
                        {"check_rate": round(self.rate, 4), "sample_rate": self.max_rate, "check_budget": self.budget,
                         "share_at_sample_rate": round(self.said, 4)}, status=C.PASS)
 
+    @property
+    def checks_s(self) -> float:
+        """The checks' own time so far (the checked steps and resets, the judgements)."""
+        return self._spent_before_s + self.spent_s
+
     def as_dict(self) -> dict:
         return {"check_rate": round(self.rate, 4), "check_rate_lowest": round(self.lowest, 4),
-                "check_rate_max": self.max_rate, "check_budget": self.budget}
+                "check_rate_max": self.max_rate, "check_budget": self.budget, "checks_s": round(self.checks_s, 4)}
