@@ -152,6 +152,17 @@ def process_cpu() -> dict[str, float]:
     return out
 
 
+def _runner_own_s(result: dict) -> float:
+    """flow1's own measured time in all runners so far (``result["flow1"]["runner_cost"]``)."""
+    return float(((result.get("flow1") or {}).get("runner_cost") or {}).get("flow1_s") or 0.0)
+
+
+def _tracing_s(result: dict) -> float:
+    """The Learner tracing's own time in this iteration (``learners/__all_modules__/flow1``)."""
+    learners = result.get("learners") or {}
+    return float(((learners.get("__all_modules__") or {}).get("flow1") or {}).get("tracing_s") or 0.0)
+
+
 def settle(max_s: float = 10.0, quiet: float = 0.5) -> None:
     """Wait until the machine is quiet (all cores together use < ``quiet`` of one core for a
     second): Ray starts and ends worker processes around an algorithm's build and stop,
@@ -171,21 +182,31 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
     tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
     algo = build(callbacks, a.preset, a.seed)
     try:
-        algo.train()  # warm-up: actor start-up, first weights sync, torch's first calls
+        last = algo.train()  # warm-up: actor start-up, first weights sync, torch's first calls
         settle()
         steps, t0, j0, p0 = 0, time.perf_counter(), busy_jiffies(), process_cpu()
-        hook_ms = []
+        own0 = _runner_own_s(last)
+        hook_ms, tracing_s = [], 0.0
         for _ in range(a.iterations):
             result = algo.train()
             steps += int(result["env_runners"]["num_env_steps_sampled"])
             if "flow1" in result:
                 hook_ms.append(float(result["flow1"].get("driver_ms", 0.0)))
+                tracing_s += _tracing_s(result)
         train_s = time.perf_counter() - t0
         train_rate = steps / train_s
-        cpu_ms = (busy_jiffies() - j0) * tick_ms / steps * 1000.0
-        roles = {k: (v - p0.get(k, 0.0)) * 1e6 / steps for k, v in process_cpu().items()}
+        busy_ms = (busy_jiffies() - j0) * tick_ms
+        cpu_ms = busy_ms / steps * 1000.0
+        cpu = process_cpu()
+        roles = {k: (v - p0.get(k, 0.0)) * 1e6 / steps for k, v in cpu.items()}
         if hook_ms:  # flow1's driver hook per iteration, as a share of the iteration's wall time
             roles["hook % of train()"] = sum(hook_ms) / 1e3 / train_s * 100
+            # flow1's CPU by its own accounting: its actors' processes, the driver hook, its
+            # measured time inside the runners and the Learner's tracing; as a share of all the
+            # machine's busy CPU
+            own_ms = ((cpu["flow1 actors"] - p0["flow1 actors"]) * 1e3 + sum(hook_ms)
+                      + (_runner_own_s(result) - own0) * 1e3 + tracing_s * 1e3)
+            roles["flow1 % of CPU"] = own_ms / busy_ms * 100
         group = algo.env_runner_group
         sampled, t0 = 0, time.perf_counter()
         for _ in range(a.calls):
@@ -248,8 +269,7 @@ def main() -> int:
     print("\nCPU ms per 1000 env steps in train(), by process role, and flow1's driver hook (median over rounds):")
     for n in names:
         med = {k: statistics.median(x.get(k, 0.0) for x in roles[n]) for k in roles[n][0]}
-        print(f"  {n:22s} " + ", ".join(f"{k} {v:.2f}" if k.startswith("hook") else f"{k} {v:.0f}"
-                                        for k, v in med.items()))
+        print(f"  {n:22s} " + ", ".join(f"{k} {v:.2f}" if "%" in k else f"{k} {v:.0f}" for k, v in med.items()))
     return 0
 
 

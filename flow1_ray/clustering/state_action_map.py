@@ -31,17 +31,28 @@ MAX_ACTION_CELLS = 256  # a Box action with more combined bins is judged per its
 
 
 def _pool_images(x: np.ndarray, space: spaces.Box) -> np.ndarray:
-    """(N, H, W[, C]) -> (N, <=8*<=8*C) by block averages; channel-first handled."""
-    x = x.astype(np.float32)
+    """(N, H, W[, C]) -> (N, <=8*<=8*C) by block averages; channel-first handled. The
+    blocks are summed in the images' own integer type where it cannot overflow (a uint8
+    frame's rows in uint16), rows within a block first, over contiguous memory: ten times
+    faster than averaging a float copy of every frame (a runner pools a share of its frames
+    at every sample())."""
     if x.ndim == 3:
         x = x[..., None]
     if space.shape[-1] > 4 and space.shape[0] <= 4:  # (C, H, W)
         x = np.moveaxis(x, 1, -1)
     n, h, w, c = x.shape
     fh, fw = max(1, h // IMAGE_POOL), max(1, w // IMAGE_POOL)
-    x = x[:, : (h // fh) * fh, : (w // fw) * fw]
-    x = x.reshape(n, h // fh, fh, w // fw, fw, c).mean(axis=(2, 4))
-    return x.reshape(n, -1)
+    bh, bw = h // fh, w // fw
+    x = x[:, : bh * fh, : bw * fw]
+    if x.dtype == np.uint8 and fh <= 257:
+        rows_t, cols_t = np.uint16, np.uint32
+    elif x.dtype.kind == "f":
+        rows_t = cols_t = np.float32 if x.dtype.itemsize <= 4 else np.float64
+    else:
+        rows_t = cols_t = np.float64
+    y = x.reshape(n, bh, fh, bw * fw * c).sum(axis=2, dtype=rows_t)   # the rows of each block
+    y = y.reshape(n, bh, bw, fw, c).sum(axis=3, dtype=cols_t)         # ... then its columns
+    return (y.reshape(n, -1) / (fh * fw)).astype(np.float32)
 
 
 NUMERIC_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)

@@ -36,6 +36,7 @@ from ..watchers import error_line, traceback_text
 logger = logging.getLogger("flow1_ray")
 
 ATTR = "_flow1_tracer"
+LOG_SPENT_AFTER_S = 0.001   # the tracing's own time is logged once this much accumulated (not per update)
 #: activation modules whose outputs are the "units" of the dormant-neuron measure
 _ACTIVATIONS = ("ReLU", "Tanh", "ELU", "LeakyReLU", "SiLU", "GELU", "Sigmoid", "Softplus", "Mish", "SELU",
                 "CELU", "Hardtanh", "ReLU6", "PReLU", "Swish")
@@ -95,6 +96,7 @@ class LearnerTracer:
         self.off_reason: str | None = None      # why tracing turned itself off (one line)
         self.off_traceback: str | None = None
         self.spent_s = 0.0   # the tracing's own time: hooks, reductions, logging (its cost, measured)
+        self._logged_s = 0.0   # ... of which already logged to the learner's metrics
         self.enabled = True
         self.lock = threading.Lock()
         self.names: dict[int, tuple[str, str]] = {}   # id(param) -> (module_id, layer)
@@ -285,7 +287,18 @@ class LearnerTracer:
             except Exception:
                 pass
         self.spent_s += time.perf_counter() - t0
+        if self.spent_s - self._logged_s >= LOG_SPENT_AFTER_S:
+            self._log_spent()
         return grads
+
+    def _log_spent(self) -> None:
+        """The tracing's own time since the last log, in the iteration's learner results
+        (``learners/__all_modules__/flow1/tracing_s``, summed per iteration): its cost, measured."""
+        spent, self._logged_s = self.spent_s - self._logged_s, self.spent_s
+        try:
+            self.learner.metrics.log_value((ALL_MODULES, "flow1", "tracing_s"), spent, reduce="sum")
+        except Exception:
+            pass
 
     def _trace(self, grads: dict, trained: list) -> None:
         import torch

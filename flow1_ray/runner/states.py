@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium import spaces
 
+from ..checks.spaces import is_image_space
 from ..clustering.state_action_map import action_index, flatten_observations, policy_stats
 from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .sender import Sender
@@ -93,6 +94,7 @@ class _Stream:
         self.obs_space, self.act_space, self.module_of = observation_space, action_space, module_of
         self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]  # ValueError if unsupported
         self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
+        self.image = isinstance(observation_space, spaces.Box) and is_image_space(observation_space)
         self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
         self.policy_kind: str | None = None   # "stochastic" (logits seen) or "epsilon_greedy"
 
@@ -118,7 +120,10 @@ class _Stream:
             logits.append(self._logits(ep, n))
         if not obs:
             return 0
-        x = flatten_observations(_concat(obs), self.obs_space)
+        if self.image:   # pooled episode by episode: no copy of every taken frame at full size
+            x = np.concatenate([flatten_observations(o, self.obs_space) for o in obs])
+        else:
+            x = flatten_observations(_concat(obs), self.obs_space)
         a, _ = action_index(_concat(acts), self.act_space, labels=False)
         self.chunks.append((x, a, np.concatenate(fails), self._policy(logits, [len(f) for f in fails])))
         return len(x)
