@@ -160,7 +160,8 @@ def _runner_own_s(result: dict) -> float:
 def _tracing_s(result: dict) -> float:
     """The Learner tracing's own time in this iteration (``learners/__all_modules__/flow1``)."""
     learners = result.get("learners") or {}
-    return float(((learners.get("__all_modules__") or {}).get("flow1") or {}).get("tracing_s") or 0.0)
+    v = float(((learners.get("__all_modules__") or {}).get("flow1") or {}).get("tracing_s") or 0.0)
+    return v if v == v else 0.0
 
 
 def settle(max_s: float = 10.0, quiet: float = 0.5) -> None:

@@ -36,7 +36,6 @@ from ..watchers import error_line, traceback_text
 logger = logging.getLogger("flow1_ray")
 
 ATTR = "_flow1_tracer"
-LOG_SPENT_AFTER_S = 0.001   # the tracing's own time is logged once this much accumulated (not per update)
 #: activation modules whose outputs are the "units" of the dormant-neuron measure
 _ACTIVATIONS = ("ReLU", "Tanh", "ELU", "LeakyReLU", "SiLU", "GELU", "Sigmoid", "Softplus", "Mish", "SELU",
                 "CELU", "Hardtanh", "ReLU6", "PReLU", "Swish")
@@ -287,13 +286,13 @@ class LearnerTracer:
             except Exception:
                 pass
         self.spent_s += time.perf_counter() - t0
-        if self.spent_s - self._logged_s >= LOG_SPENT_AFTER_S:
-            self._log_spent()
+        self._log_spent()
         return grads
 
     def _log_spent(self) -> None:
-        """The tracing's own time since the last log, in the iteration's learner results
-        (``learners/__all_modules__/flow1/tracing_s``, summed per iteration): its cost, measured."""
+        """The tracing's own time since the last update, in the iteration's learner results
+        (``learners/__all_modules__/flow1/tracing_s``, summed per iteration): its cost,
+        measured. Logged at every update (a sum with no value in an iteration reads NaN)."""
         spent, self._logged_s = self.spent_s - self._logged_s, self.spent_s
         try:
             self.learner.metrics.log_value((ALL_MODULES, "flow1", "tracing_s"), spent, reduce="sum")
