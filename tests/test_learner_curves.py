@@ -60,6 +60,31 @@ def test_entropy_collapse_needs_the_steep_fall_and_names_entropy_coeff_from_the_
     assert "config.training(entropy_coeff=0.01)" in f.message
 
 
+def _collapsed_at_once(first_iteration: int) -> list[dict]:
+    """A discrete policy already near deterministic when first read, then flat."""
+    pts = [{**p, "entropy": LOG2 * r, "default_optimizer_learning_rate": 0.05}
+           for p, r in zip(_healthy(4), (1e-3, 1.4e-7, 2e-6, 2e-6))]
+    run = _run(pts, returns=[20.0, 21.0, 22.0, 23.0])
+    for i, res in enumerate(run):
+        res["training_iteration"] = first_iteration + i
+    return run
+
+
+def test_an_entropy_collapsed_inside_the_first_iteration_is_found_at_the_second():
+    """lr=0.05 with 10 epochs: RLlib's fresh near-uniform policy is at 0.1 % of its maximum
+    entropy by the end of iteration 1 -- no earlier reading to fit a fall on, yet a fall."""
+    ev = diagnose_curves(_collapsed_at_once(1), config={**PPO, "lr": 0.05}, action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.ENTROPY_COLLAPSE]
+    assert f.status == C.FAIL and f.iteration == 2 and "inside the first iteration" in f.message
+
+
+def test_a_low_entropy_first_read_after_a_resume_is_not_a_collapse_inside_it():
+    """Restored from a checkpoint (first reading at iteration 40): the policy may have converged
+    before; with the return rising nothing says it collapsed."""
+    ev = diagnose_curves(_collapsed_at_once(40), config={**PPO, "lr": 0.05}, action_space=gym.spaces.Discrete(2))
+    assert C.ENTROPY_COLLAPSE not in _codes(ev)
+
+
 def test_a_low_but_flat_entropy_on_a_rising_return_is_a_converged_policy_not_a_collapse():
     pts = [{**_healthy(1)[0], "entropy": 0.1} for _ in range(12)]
     ev = diagnose_curves(_run(pts, returns=[50 + 40 * i for i in range(12)]), config=PPO,

@@ -62,10 +62,19 @@ def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_
     collapse = _one(events, C.ENTROPY_COLLAPSE)
     assert collapse["evidence"]["entropy_ratio"] < 0.2 and collapse["evidence"]["normalised_by"] == "discrete"
     assert _knob(collapse, "entropy_coeff")["value"] == 0.01 and "entropy_coeff=0.01" in collapse["message"]
-    # the traced updates measure the clip fraction: most ratios past clip_param, with the KL far above its band
-    clip = _one(events, C.CLIP_FRACTION)
-    assert clip["evidence"]["case"] == "saturated" and clip["evidence"]["clip_fraction"] > 0.3
-    assert clip["evidence"]["clip_param"] == 0.3 and _knob(clip, "lr")["value"] < 0.05
+    # the traced updates measure the clip fraction: most ratios past clip_param at iteration 1. CLIP_FRACTION
+    # (a median over 3 traced iterations) follows where the overshoot lasts; on some CPUs the policy is
+    # already deterministic at iteration 2 (every ratio 1, clip fraction 0: dead, no longer overshooting)
+    fractions = [r["clip_fraction"] for r in load_learner(run_dir).to_pylist()
+                 if r["kind"] == "module" and r["clip_fraction"] is not None]
+    assert fractions[0] > 0.3, fractions
+    lasting = any(np.median(fractions[i:i + 3]) > 0.3 for i in range(len(fractions) - 2))
+    clips = [e for e in events if e["code"] == C.CLIP_FRACTION]
+    assert len(clips) == int(lasting), (fractions, clips)
+    for clip in clips:
+        clip = {**clip, "evidence": json.loads(clip["evidence"])}
+        assert clip["evidence"]["case"] == "saturated" and clip["evidence"]["clip_fraction"] > 0.3
+        assert clip["evidence"]["clip_param"] == 0.3 and _knob(clip, "lr")["value"] < 0.05
     # a zero gradient of the collapsed policy's layers is named as the collapse, never "fix the forward"
     for zero in [e for e in events if e["code"] == C.GRADIENT_ZERO]:
         cause = json.loads(zero["evidence"])["cause"]

@@ -69,7 +69,8 @@ RULES = (
     Rule("ENTROPY_COLLAPSE", C.TRAIN_CURVES, C.WARN,
          "entropy / max entropy < {entropy_collapse_ratio:.0%} on 2 iterations (FAIL < "
          "{entropy_collapse_fail_ratio:.0%}) and falling (least-squares slope over {entropy_slope_window} "
-         "iterations <= -{entropy_collapse_slope:g} of the maximum per iteration) or with the return stalled or "
+         "iterations <= -{entropy_collapse_slope:g} of the maximum per iteration; a discrete policy first read at "
+         "iteration 1 under {entropy_collapse_fail_ratio:.0%} fell inside it) or with the return stalled or "
          "dropped", CurveThresholds,
          evidence=("module_id", "entropy", "entropy_ratio", "entropy_max", "slope_per_iteration", "knobs"),
          knobs=("entropy_coeff", "lr"), view=View(S.LEARNER_DIR, ("entropy_ratio",), "entropy / its maximum")),
@@ -136,6 +137,7 @@ class ModuleCurves:
     grad_norms: deque = field(default_factory=lambda: deque(maxlen=64))
     kl_measured: bool = False
     explained: deque = field(default_factory=lambda: deque(maxlen=64))
+    first_iteration: int | None = None
 
     def __post_init__(self) -> None:
         if self.entropy_max is None:
@@ -161,6 +163,16 @@ class ModuleCurves:
             return min(1.0, math.exp((h - self.entropy_max) / max(1, self.entropy_dims)))
         return max(0.0, h / self.entropy_max)
 
+    def _collapsed_in_first_iteration(self) -> bool:
+        """A fresh discrete policy starts near uniform (RLlib's logits layer starts near 0):
+        one read at training iteration 1 already under the FAIL ratio fell inside that
+        iteration, with no earlier reading to fit a slope on. Not for a Box policy (its
+        starting std against the box is the user's) nor a run resumed past iteration 1."""
+        th = self.thresholds
+        return (self.entropy_kind == "discrete" and self.first_iteration == 1 and len(self.ratios) >= 1
+                and len(self.ratios) <= th.entropy_slope_window
+                and self.ratios[0] < th.entropy_collapse_fail_ratio)
+
     # -- one iteration -------------------------------------------------------------------
     def add(self, r: Reading, run: RunContext) -> list[Finding]:
         th, out = self.thresholds, []
@@ -177,6 +189,9 @@ class ModuleCurves:
                 self.ratios.append(ratio)
         fall = least_squares_slope(list(self.ratios)[-th.entropy_slope_window:]) if ratio is not None else None
         steep = fall is not None and len(self.ratios) >= 2 and fall <= -th.entropy_collapse_slope
+        if r.entropy is not None and self.first_iteration is None:
+            self.first_iteration = r.iteration
+        steep = steep or (ratio is not None and self._collapsed_in_first_iteration())
         for rule in (self._entropy, self._kl, self._policy_loss, self._value, self._lr, self._value_learning):
             f = rule(r, run, ratio, fall, steep)
             if f is not None:
@@ -197,8 +212,11 @@ class ModuleCurves:
             return None
         status = C.FAIL if ratio < th.entropy_collapse_fail_ratio else C.WARN
         knobs = A.entropy_knobs(self.knobs, r.entropy_coeff, r.lr)
+        fell = slope is not None and len(self.ratios) >= 2 and slope <= -th.entropy_collapse_slope
         why = (f"falling at {slope:+.3f} of the maximum per iteration (fit over the last "
-               f"{min(len(self.ratios), th.entropy_slope_window)})" if steep else
+               f"{min(len(self.ratios), th.entropy_slope_window)})" if fell else
+               f"fallen inside the first iteration (a fresh policy starts near uniform; {self.ratios[0]:.2%} of "
+               f"the maximum at iteration 1)" if steep else
                "with the return " + ("dropped" if run.dropped else "stalled"))
         return Finding(C.ENTROPY_COLLAPSE, (
             f"{self._where()}: policy entropy {r.entropy:.4g} is {ratio:.1%} of its maximum "
