@@ -114,7 +114,7 @@ def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_pat
         # flow1's own measured time in the runners, a share of their sample() time: here at its
         # strictest (states sent after every sample(), DQN's one-step samples, 3 short iterations
         # that hold the one-offs: the first episodes checked, the first judgement); measured 0.05 over
-        # 7,000 one-step DQN samples at the default cadence, 0.26 at most here
+        # 7,000 one-step DQN samples in one process (no hub to send to), 0.26 at most here
         cost = flow1["runner_cost"]
         assert cost and 0 < cost["share"] < 0.5 and cost["sample_s"] > 0, cost
         # the Learner tracing ran on this algorithm's torch Learner (driver or learner actor)
