@@ -10,7 +10,7 @@ from flow1_ray import analyze_state_actions
 from flow1_ray import codes as C
 from flow1_ray.checks.state_action import FIXATED, OK, verdicts
 from flow1_ray.clustering.backends import SklearnKMeans, TorchKMeans, resolve_backend
-from flow1_ray.clustering.state_action_map import standardize
+from flow1_ray.clustering.state_action_map import flatten_observations, standardize
 
 
 def blobs(seed: int = 0, per: int = 2000, d: int = 6):
@@ -92,6 +92,27 @@ def test_image_and_dict_observations():
     m = analyze_state_actions(obs, rng.integers(0, 3, 500), spaces.Discrete(3), n_clusters=5, backend="sklearn",
                               observation_space=space)
     assert m.centroids.shape == (5, 8 * 8 * 3 + 2)
+
+
+@pytest.mark.parametrize("space, pooled", [
+    (spaces.Box(-1.0, 1.0, (64, 64, 4), np.float32), 8 * 8 * 4),    # RLlib's Atari wrapper: float frames
+    (spaces.Box(0.0, 1.0, (4, 64, 64), np.float32), 8 * 8 * 4),     # channel first
+    (spaces.Box(0, 255, (84, 84, 3), np.uint8), 8 * 8 * 3),
+    (spaces.Box(-1.0, 1.0, (32, 32), np.float32), 8 * 8),
+    (spaces.Box(-1.0, 1.0, (10, 3), np.float32), 30),               # a small matrix of features: as is
+    (spaces.Box(-1.0, 1.0, (12, 12, 2), np.float32), 12 * 12 * 2),  # sides under 16: as is
+])
+def test_frames_of_any_dtype_are_pooled_to_block_means_and_feature_matrices_are_not(space, pooled):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(space.low.min(), space.high.max(), (5,) + space.shape).astype(space.dtype)
+    f = flatten_observations(x, space)
+    assert f.shape == (5, pooled) and f.dtype == np.float32
+    if pooled < int(np.prod(space.shape)) and space.shape[-1] <= 4:   # (H, W, C): each 8 x 8 block's mean
+        h, w = space.shape[:2]
+        fh, fw = h // 8, w // 8   # the blocks' sides; the rows and columns past 8 blocks are left out
+        crop = x[:, :8 * fh, :8 * fw].astype(np.float64)
+        want = crop.reshape(5, 8, fh, 8, fw, -1).mean(axis=(2, 4)).reshape(5, -1)
+        np.testing.assert_allclose(f, want, rtol=1e-5, atol=1e-4)
 
 
 def test_torch_backend_logic_on_cpu_matches_sklearn_inertia():

@@ -55,6 +55,28 @@ def _pool_images(x: np.ndarray, space: spaces.Box) -> np.ndarray:
     return (y.reshape(n, -1) / (fh * fw)).astype(np.float32)
 
 
+FRAME_MIN_SIDE = 16     # a Box of any dtype shaped like frames, both sides at least this, is pooled
+
+
+def is_frame_space(space: spaces.Space) -> bool:
+    """Observations pooled for the state map: a uint8 image, or a Box of any dtype shaped
+    like frames -- (H, W), (H, W, C) or (C, H, W) with C <= 4 and H, W >= FRAME_MIN_SIDE.
+    RLlib's Atari wrapper hands the module float32 frames in [-1, 1] (64 x 64 x 4): read as
+    16,384 raw features they cost a copy of every taken frame at every sample() and a k-means
+    in 16,384 dimensions."""
+    if not isinstance(space, spaces.Box):
+        return False
+    if is_image_space(space):
+        return True
+    shape = space.shape
+    if len(shape) == 2:
+        return min(shape) >= FRAME_MIN_SIDE
+    if len(shape) == 3:
+        sides = shape[:2] if shape[2] <= 4 else shape[1:] if shape[0] <= 4 else ()
+        return bool(sides) and min(sides) >= FRAME_MIN_SIDE
+    return False
+
+
 NUMERIC_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
 
@@ -82,7 +104,7 @@ def flatten_observations(obs: Any, space: spaces.Space) -> np.ndarray:
     x = np.asarray(obs)
     if isinstance(space, spaces.Discrete):
         return np.eye(int(space.n), dtype=np.float32)[x.astype(np.int64) - int(space.start)]
-    if isinstance(space, spaces.Box) and is_image_space(space):
+    if is_frame_space(space):
         return _pool_images(x, space)
     if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
         return x.reshape(x.shape[0], -1).astype(np.float32)

@@ -27,8 +27,7 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium import spaces
 
-from ..checks.spaces import is_image_space
-from ..clustering.state_action_map import action_index, flatten_observations, policy_stats
+from ..clustering.state_action_map import action_index, flatten_observations, is_frame_space, policy_stats
 from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .sender import Sender
 
@@ -94,7 +93,7 @@ class _Stream:
         self.obs_space, self.act_space, self.module_of = observation_space, action_space, module_of
         self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]  # ValueError if unsupported
         self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
-        self.image = isinstance(observation_space, spaces.Box) and is_image_space(observation_space)
+        self.image = is_frame_space(observation_space)
         self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
         self.policy_kind: str | None = None   # "stochastic" (logits seen) or "epsilon_greedy"
 
