@@ -15,7 +15,7 @@ import numpy as np
 from .. import codes as C
 from .findings import Finding, advisory
 from .rule import Rule
-from .spaces import Leaf, bounds_violation
+from .spaces import Leaf, bounds_violation, flat_bounds
 from .thresholds import Thresholds
 
 
@@ -70,9 +70,8 @@ def _clean(leaf: Leaf, batch: np.ndarray) -> bool:
         return False
     if leaf.low is None:
         return True
-    low = np.broadcast_to(leaf.low, leaf.shape).reshape(-1) if leaf.shape else np.asarray(leaf.low).reshape(-1)
-    high = np.broadcast_to(leaf.high, leaf.shape).reshape(-1) if leaf.shape else np.asarray(leaf.high).reshape(-1)
-    if low.shape[0] not in (1, lo.shape[0]):
+    low, high = flat_bounds(leaf)
+    if low.shape[0] != lo.shape[0]:
         return False
     return bool((lo >= low).all() and (hi <= high).all())
 

@@ -137,6 +137,13 @@ def structure_error(sample: Any, space: spaces.Space, path: str) -> tuple[str, s
     return None
 
 
+def flat_bounds(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
+    """The leaf's low and high, one entry per flattened value (a scalar leaf: one entry)."""
+    if leaf.shape:
+        return (np.broadcast_to(leaf.low, leaf.shape).reshape(-1), np.broadcast_to(leaf.high, leaf.shape).reshape(-1))
+    return np.asarray(leaf.low).reshape(-1), np.asarray(leaf.high).reshape(-1)
+
+
 def bounds_violation(leaf: Leaf, batch: np.ndarray) -> tuple[np.ndarray, float] | None:
     """For values stacked on axis 0: (rows outside the leaf's bounds, largest excess).
 
@@ -145,8 +152,7 @@ def bounds_violation(leaf: Leaf, batch: np.ndarray) -> tuple[np.ndarray, float] 
     if leaf.low is None or batch.size == 0:
         return None
     x = batch.reshape(batch.shape[0], -1)
-    low = np.broadcast_to(leaf.low, leaf.shape).reshape(1, -1) if leaf.shape else leaf.low.reshape(1, 1)
-    high = np.broadcast_to(leaf.high, leaf.shape).reshape(1, -1) if leaf.shape else leaf.high.reshape(1, 1)
+    low, high = (b.reshape(1, -1) for b in flat_bounds(leaf))
     if x.shape[1] != low.shape[1]:
         return None
     below, above = x < low, x > high
