@@ -103,12 +103,6 @@ class Flow1Callbacks(RLlibCallback):
             agent = self._agents[id(env_runner)] = RunnerAgent(env_runner, self.OPTIONS)
         agent.attach_env(env)
 
-    @_guarded
-    def on_sample_end(self, *, env_runner: Any, samples: Any = None, **kwargs: Any) -> None:
-        agent = self._agents.get(id(env_runner))
-        if agent is not None:
-            agent.on_sample_end(samples)
-
     # -- Algorithm side ------------------------------------------------------------------
     @_guarded
     def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:

@@ -134,7 +134,7 @@ def test_the_rate_falls_on_a_cheap_env_and_is_reported(ray_session, tmp_path):
 
 def test_only_checkers_fed_since_their_last_judgement_are_judged_and_a_slow_judgement_spaces_the_next(
         ray_session, tmp_path):
-    from flow1_ray.runner.agent import JUDGE_EVERY_S, JUDGE_SHARE
+    from flow1_ray.runner.agent import HOLD_MAX_SAMPLE_STEPS, JUDGE_EVERY_S, JUDGE_SHARE
 
     runner, agent = _runner(tmp_path, {}, envs=4, sample_rate=0.0)   # only each sub-env's first episode is checked
     try:
@@ -147,7 +147,7 @@ def test_only_checkers_fed_since_their_last_judgement_are_judged_and_a_slow_judg
             rc.judge = counted
         runner.sample(num_timesteps=200, random_actions=True)   # every first episode (20 steps) checked and over
         agent._last_judge = -1e9
-        runner.sample(num_timesteps=8, random_actions=True)
+        runner.sample(num_timesteps=HOLD_MAX_SAMPLE_STEPS, random_actions=True)   # read at once (not held)
         assert sorted(judged) == [0, 1, 2, 3]
         # 4 x 5 ms = 20 ms of judging: the next judgement waits until it is JUDGE_SHARE of the time between
         assert agent._judge_every >= max(JUDGE_EVERY_S, 0.02 / JUDGE_SHARE) * 0.99
@@ -158,3 +158,26 @@ def test_only_checkers_fed_since_their_last_judgement_are_judged_and_a_slow_judg
         assert agent._judge_every == JUDGE_EVERY_S
     finally:
         runner.stop()
+
+
+def test_one_step_samples_are_held_read_together_and_every_step_is_scanned(ray_session, tmp_path):
+    """DQN's and SAC's default: one step per sample() call. The calls' episodes are held and
+    read together (at most HOLD_S later): the NaN of one step is found, every step is scanned
+    once, and what is still held when the runner stops is read then."""
+    from flow1_ray.runner.agent import HOLD_S
+
+    runner, agent = _runner(tmp_path, {"nan_at": 30}, envs=1, sample_rate=0.0)
+    try:
+        Counting.steps = 0
+        runner.sample(num_timesteps=1, random_actions=True)
+        assert agent._held and agent.scan.steps == 0        # held, not read yet
+        t0 = time.monotonic()
+        sampled = 1
+        while sampled < 60 or time.monotonic() - t0 < 1.5 * HOLD_S:
+            sampled += sum(len(e) for e in runner.sample(num_timesteps=1, random_actions=True))
+        found = _found(agent)
+        assert C.OBS_NAN_INF in found and "episode of 1 sampled steps, at its step 1" in found[C.OBS_NAN_INF], found
+        assert agent.scan.steps + agent._held_steps == sampled   # each step scanned once, or still held
+    finally:
+        runner.stop()
+    assert agent._held == [] and agent.scan.steps == sampled    # read when the runner stopped

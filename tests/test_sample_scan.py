@@ -66,3 +66,31 @@ def test_non_scalar_rewards_and_integer_observations_are_left_to_the_checked_epi
     vec = _episode(*_clean(5))
     vec.rewards.data = np.ones((5, 2))   # an env that returned a reward vector
     assert _scan([ints, vec]) == {}
+
+
+def test_a_part_reads_the_chunk_as_sample_returned_it_after_the_buffer_grew_it():
+    """A local replay buffer (DQN's) concatenates the next chunk of an episode into the chunk
+    it stored: a held part still reads one step, not terminated, and its own rewards."""
+    from flow1_ray.checks.episode_parts import episode_parts, part_rows
+    from flow1_ray.runner.sender import Sender
+    from flow1_ray.runner.states import StateSampler
+    from gymnasium import spaces
+
+    ep = SingleAgentEpisode()
+    ep.add_env_reset(observation=np.zeros(3, np.float32))
+    ep.add_env_step(observation=np.ones(3, np.float32), action=1, reward=1.0)
+    later = ep.cut()
+    ep = ep.to_numpy()
+    (part,) = episode_parts([ep])
+    later.add_env_step(observation=np.full(3, 2, np.float32), action=0, reward=float("nan"), terminated=True)
+    ep.concat_episode(later.to_numpy())
+    assert len(ep) == 2 and ep.is_terminated            # the object RLlib returned has grown
+    assert part.n == 1 and part.terminated is False
+    assert part_rows(part, "observations", 1).tolist() == [[0, 0, 0], [1, 1, 1]]
+    log = FindingLog()
+    SampleScan(log).scan_parts([part])
+    assert log.pop_new() == []                           # the NaN reward belongs to the next chunk
+    sampler = StateSampler(spaces.Box(-5, 5, (3,)), spaces.Discrete(2), 1.0, Sender("r/states", lambda: None, 1))
+    assert sampler.add_parts([part]) == 1
+    b = sampler.batch()["modules"]["default_policy"]
+    assert b["fail"].tolist() == [False] and b["a"].tolist() == [1]

@@ -2,8 +2,8 @@
 
 The per-step checks see only a share of the episodes (:mod:`flow1_ray.runner.budget`); a fault
 that happens once (a NaN at one step) would be found with that share's probability. What
-RLlib already recorded in the sample's episodes is scanned whole at ``on_sample_end``, one
-vectorised pass per episode: NaN/inf in a float observation (OBS_NAN_INF) and NaN/inf
+RLlib already recorded in the sample's episodes is scanned whole after ``sample()`` (small
+samples together, see :mod:`flow1_ray.runner.agent`), one vectorised pass: NaN/inf in a float observation (OBS_NAN_INF) and NaN/inf
 rewards (REWARD_NAN). These are the values after the vector env (and after any env-to-module
 connector that writes back into episodes); dtypes, shapes, infos and bounds stay with the
 checked episodes, where the env's raw values are seen, and so do observations of more than
@@ -18,21 +18,10 @@ from typing import Any
 import numpy as np
 
 from .. import codes as C
+from .episode_parts import EpisodePart, episode_parts, part_rows
 from .findings import FindingLog
 
 MAX_SCAN_ELEMENTS = 1024   # observation values per step scanned at every step; larger ones are sampled
-
-
-def _single_episodes(episodes: list[Any]) -> list[tuple[str, Any]]:
-    """(agent id or "", single-agent episode) of single- and multi-agent episodes."""
-    out: list[tuple[str, Any]] = []
-    for ep in episodes:
-        agents = getattr(ep, "agent_episodes", None)
-        if isinstance(agents, dict):
-            out.extend((str(aid), sa) for aid, sa in agents.items())
-        else:
-            out.append(("", ep))
-    return out
 
 
 def _scannable(step: Any) -> bool:
@@ -63,30 +52,24 @@ def _rewards(values: Any) -> np.ndarray | None:
     return r.reshape(-1) if r.ndim <= 1 or r.size == len(r) else None
 
 
-def _data(ep: Any, name: str) -> Any:
-    """The values RLlib holds for ``name`` (a list, or an array once the episode is NumPy),
-    its lookback included (a value seen twice is harmless to a NaN check)."""
-    buf = getattr(ep, name, None)
-    data = getattr(buf, "data", None)
-    if data is None:
-        data = ep.get_rewards() if name == "rewards" else ep.get_observations()
-    return data
-
-
 def _all_finite(parts: list[Any], flat: bool) -> bool:
     """False when any part holds a NaN/inf; parts that are not float arrays of at most
     MAX_SCAN_ELEMENTS values a step are left out (True: nothing this tier can judge). The
     parts are joined and checked in one call (a call per episode cost more than the check)."""
-    if flat:   # rewards: every episode's, as floats
+    if flat:   # rewards: every part's, as floats
         try:
-            return bool(np.isfinite(np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1) for p in parts])).all())
+            try:
+                joined = np.concatenate(parts)
+            except ValueError:   # parts of different shapes: each flattened
+                joined = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1) for p in parts])
+            return bool(np.isfinite(joined.astype(np.float64, copy=False)).all())
         except (TypeError, ValueError):   # not real scalars: REWARD_NOT_SCALAR is the checked episodes' finding
             return True
     arrays: list[np.ndarray] = []    # NumPy episodes: (steps, ...) each
     steps: list[np.ndarray] = []     # list-held episodes: one array per step
     for p in parts:
         if isinstance(p, np.ndarray):
-            if p.ndim and _scannable(p[0]):
+            if p.ndim and len(p) and p.dtype.kind == "f" and p.size <= MAX_SCAN_ELEMENTS * len(p):
                 arrays.append(p.reshape(len(p), -1))
         elif isinstance(p, list) and p and _scannable(p[0]):
             steps += p
@@ -114,31 +97,35 @@ class SampleScan:
         self.broken = False   # an episode type it cannot read: it stops, and the caller says so
 
     def scan(self, episodes: list[Any]) -> None:
-        """One pass over the whole sample: every episode's rewards and observations joined
-        into one array each, straight from RLlib's buffers (the getters' per-episode slicing
-        cost more than the check); only a sample holding a NaN is gone through episode by
-        episode, to say where."""
-        singles = [(aid, ep) for aid, ep in _single_episodes(episodes) if len(ep)]
-        if not singles:
-            return
-        self.steps += sum(len(ep) for _, ep in singles)
-        if not _all_finite([_data(ep, "rewards") for _, ep in singles], flat=True):
-            self._locate(singles, rewards=True)
-        if not _all_finite([_data(ep, "observations") for _, ep in singles], flat=False):
-            self._locate(singles, rewards=False)
+        """:meth:`scan_parts` over a sample's episodes."""
+        self.scan_parts(episode_parts(episodes))
 
-    def _locate(self, singles: list[tuple[str, Any]], rewards: bool) -> None:
-        for aid, ep in singles:
-            n = len(ep)
+    def scan_parts(self, parts: list[EpisodePart]) -> None:
+        """One pass over the whole sample: every part's rewards and observations joined into
+        one array each, straight from RLlib's buffers (the getters' per-episode slicing cost
+        more than the check); only a sample holding a NaN is gone through part by part, to
+        say where."""
+        if not parts:
+            return
+        self.steps += sum(p.n for p in parts)
+        rewards = [part_rows(p, "rewards") for p in parts]
+        if not _all_finite(rewards, flat=True):
+            self._locate(parts, rewards, rewards=True)
+        obs = [part_rows(p, "observations", 1) for p in parts]
+        if not _all_finite(obs, flat=False):
+            self._locate(parts, obs, rewards=False)
+
+    def _locate(self, parts: list[EpisodePart], values: list[Any], rewards: bool) -> None:
+        for p, v in zip(parts, values):
             if rewards:
-                r = _rewards(ep.get_rewards())
+                r = _rewards(v)
                 if r is not None and r.size and not np.isfinite(r).all():
-                    self._reward(aid, r, n)
+                    self._reward(p.agent, r, p.n)
                     return
             else:
-                obs = _float_array(ep.get_observations())
+                obs = _float_array(v)
                 if obs is not None and obs.size and not np.isfinite(obs).all():
-                    self._obs(aid, obs, n)
+                    self._obs(p.agent, obs, p.n)
                     return
 
     def _where(self, aid: str, i: int, n: int) -> str:

@@ -7,11 +7,16 @@
   same :class:`~flow1_ray.checks.rollout.RolloutChecker` that ``flow1 check`` uses, with the
   sub-env's raw values (before the vector env copies and casts them); the other episodes'
   steps run with nothing of flow1's around them.
-- Sends: once per ``on_sample_end``, and only when there is something new, one
-  fire-and-forget call to the run's hub (its Recorder); when the hub's limit of calls in
-  flight (3x ``max_pending_calls``) is reached the batch is dropped and counted (SAMPLES_DROPPED).
-- States: a training runner also thins each sample()'s episodes into (state, action,
-  failed) rows for the StateClusterer (:mod:`~flow1_ray.runner.states`), sent at most every
+- What sample() returned: its episodes are scanned whole (the NaN scan) and thinned into
+  states right after the call, from the wrapper (RLlib's ``on_sample_end`` sees the same
+  list); a small sample (off-policy algorithms sample one step per call, hundreds of calls a
+  second) is held, with each episode's length and end as they were, and read with the
+  next ones, at most ``HOLD_STEPS`` steps or ``HOLD_S`` seconds later.
+- Sends: after a read, and only when there is something new, one fire-and-forget call to
+  the run's hub (its Recorder); when the hub's limit of calls in flight (3x
+  ``max_pending_calls``) is reached the batch is dropped and counted (SAMPLES_DROPPED).
+- States: a training runner also thins the episodes into (state, action, failed) rows for
+  the StateClusterer (:mod:`~flow1_ray.runner.states`), sent at most every
   ``state_send_interval_s`` through a second bounded sender.
 """
 
@@ -26,6 +31,7 @@ from typing import Any
 
 from .. import codes as C
 from ..checks.env_spec import crash_finding
+from ..checks.episode_parts import EpisodePart, episode_parts
 from ..checks.findings import Finding, FindingLog
 from ..checks.machine_load import WaitShare
 from ..checks.rollout import RolloutChecker
@@ -44,6 +50,9 @@ from .states import StateSampler
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
 JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
+HOLD_MAX_SAMPLE_STEPS = 64   # a sample() of fewer steps is held and read with the next ones...
+HOLD_STEPS = 512             # ... until this many steps are held
+HOLD_S = 0.2                 # ... or the first was held this long ago
 SAMPLE_TIMES_EVERY_S = 2.0    # a runner's sample() timing goes to the hub this often (a late call at once)
 WATCHDOG_TICK_S = 0.25        # the watchdog writes the heartbeat and checks for a stall this often
 
@@ -90,10 +99,13 @@ class RunnerAgent:
         timeout = getattr(env_runner.config, "sample_timeout_s", None) if self.kind == "train" else None
         self.sample_times = SampleTimes(timeout)
         self.budget = CheckBudget(opts.sample_rate, opts.check_budget, opts.min_sample_rate)
-        self._times_sent = 0.0
+        self._times_sent = -SAMPLE_TIMES_EVERY_S   # perf_counter() of the last send
         self.hooks_s = 0.0    # flow1's own time in on_sample_end (less the judgements) and after each sample()
         self.sample_s = 0.0   # the sample() calls' time
         self.states: StateSampler | None = None
+        self._held: list[EpisodePart] = []   # small samples' episode chunks, read together
+        self._held_steps = 0
+        self._held_since = 0.0
         self._lock = threading.Lock()
         self.env_runner = env_runner
         self.multi_agent = False
@@ -108,18 +120,26 @@ class RunnerAgent:
     def _wrap_runner(self, env_runner: Any) -> None:
         lv = self.liveness
         sample, stop = env_runner.sample, env_runner.stop
+        clock = time.perf_counter
 
         def wrapped_sample(*args, **kwargs):
             lv.busy()
-            t0, s0 = time.monotonic(), getattr(lv, "steps", 0)
+            s0, t0 = lv.steps, clock()
+            samples = None
             try:
-                return sample(*args, **kwargs)
+                samples = sample(*args, **kwargs)
+                return samples
             finally:
+                t1 = clock()
                 lv.idle()
-                self._sampled(time.monotonic() - t0, getattr(lv, "steps", 0) - s0)
+                self._sampled(t1 - t0, lv.steps - s0, t1, samples)
 
         def wrapped_stop(*args, **kwargs):
             lv.close()
+            try:
+                self.flush()
+            except Exception:
+                pass
             try:  # the last count of each repeated crash
                 repeats = [self._repeat_finding(k) for k, (n, told, _, _) in self._crashes.items() if n > told]
                 if repeats:
@@ -131,26 +151,33 @@ class RunnerAgent:
         env_runner.sample = wrapped_sample
         env_runner.stop = wrapped_stop
 
-    def _sampled(self, seconds: float, steps: int) -> None:
-        """One sample() call timed: its numbers go to the hub when it was late (a synchronous
-        algorithm discarded it: RUNNER_SAMPLES_DISCARDED) and every SAMPLE_TIMES_EVERY_S (the
-        runners' steps are the whole the waste is a share of); fire-and-forget."""
-        t0 = time.perf_counter()
+    def _sampled(self, seconds: float, steps: int, t0: float, samples: Any) -> None:
+        """After each sample() call (it ended at ``t0``, perf_counter), with what it returned:
+        its episodes (:meth:`_hold_or_read`), and its timing, which goes to the hub when the
+        call was late (a synchronous algorithm discarded it: RUNNER_SAMPLES_DISCARDED) and
+        every SAMPLE_TIMES_EVERY_S (the runners' steps are the whole the waste is a share of);
+        fire-and-forget. Kept to a few operations: an off-policy runner calls it hundreds of
+        times a second. Never raises into RLlib."""
         self.sample_s += seconds
+        judged = 0.0
+        try:
+            if samples:
+                judged = self._hold_or_read(samples, t0)
+        except Exception as e:
+            self.report_internal("on_sample_end", e)
         try:
             late = self.sample_times.add(seconds, steps)
-            self.budget.sampled(seconds)
-            lowered = self.budget.lowered_finding(f"{self.kind} worker {self.index}: ")
-            if lowered is not None:
-                self._send([lowered])
-            now = time.monotonic()
-            if late or now - self._times_sent >= SAMPLE_TIMES_EVERY_S:
-                self._times_sent = now
-                self.sender.call({"events": [], "sampling": {**self.sample_times.as_dict(), **self.budget.as_dict(),
+            budget = self.budget
+            budget.sampled(seconds)
+            if budget.said is not None and not budget.told:
+                self._send([budget.lowered_finding(f"{self.kind} worker {self.index}: ")])
+            if late or t0 - self._times_sent >= SAMPLE_TIMES_EVERY_S:
+                self._times_sent = t0
+                self.sender.call({"events": [], "sampling": {**self.sample_times.as_dict(), **budget.as_dict(),
                                                              **self.cost()}})
         except Exception as e:
             self.report_internal("sample() timing", e)
-        self.hooks_s += time.perf_counter() - t0
+        self.hooks_s += time.perf_counter() - t0 - judged
 
     def cost(self) -> dict:
         """flow1's own time in this runner so far, and the sample() time it is a share of:
@@ -360,25 +387,53 @@ class RunnerAgent:
                             {"hook": where, "exception": type(exc).__name__, "error": error_line(exc),
                              TRACEBACK: traceback_text(exc)})])
 
-    def on_sample_end(self, samples: list | None = None) -> None:
-        t0 = time.perf_counter()
-        judged = self._on_sample_end(samples)
-        self.hooks_s += time.perf_counter() - t0 - judged
+    def _hold_or_read(self, samples: list, t0: float) -> float:
+        """A small sample (an off-policy algorithm's one step per call) is held, a few
+        attribute reads per episode, and read with the next ones: at most ``HOLD_STEPS`` steps
+        or ``HOLD_S`` seconds later; a larger one is read at once, after what was held.
+        Returns the judgements' time (counted with the checks')."""
+        parts = episode_parts(samples)
+        held = self._held
+        if parts:
+            steps = 0
+            for p in parts:
+                steps += p.n
+            if steps < HOLD_MAX_SAMPLE_STEPS:
+                if not held:
+                    self._held_since = t0
+                held.extend(parts)
+                self._held_steps += steps
+                if self._held_steps < HOLD_STEPS and t0 - self._held_since < HOLD_S:
+                    return 0.0
+                parts = []
+        if held or parts or t0 - self._held_since >= HOLD_S:
+            if held:
+                parts = held + parts
+                self._held, self._held_steps = [], 0
+            self._held_since = t0
+            return self._read(parts)
+        return 0.0
 
-    def _on_sample_end(self, samples: list | None) -> float:
+    def flush(self) -> None:
+        """Read what is held now (the runner stops)."""
+        if self._held:
+            parts, self._held, self._held_steps = self._held, [], 0
+            self._read(parts)
+
+    def _read(self, parts: list[EpisodePart]) -> float:
         """The scan, the state sampling, the judgements when due and the sends; returns the
         judgements' time (counted with the checks')."""
         spent = 0.0
-        if samples and not self.scan.broken:
+        if parts and not self.scan.broken:
             try:
                 with self._lock:
-                    self.scan.scan(samples)
+                    self.scan.scan_parts(parts)
             except Exception as e:   # an episode this scan cannot read: said once, the checked episodes go on
                 self.scan.broken = True
                 self.report_internal("the scan of every sampled step", e)
-        if self.states is not None and samples:
+        if self.states is not None and parts:
             try:
-                self.states.add(samples)
+                self.states.add_parts(parts)
                 self.states.maybe_send()
             except Exception as e:
                 self.report_internal("state sampling", e)

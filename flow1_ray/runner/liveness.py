@@ -218,7 +218,9 @@ class WorkerLiveness:
     """The holder side: one per EnvRunner (per process and worker key).
 
     Per-step cost: :meth:`step_begin` / :meth:`step_end` are attribute writes; the lock
-    file is written only by the watchdog thread and at sample start/end.
+    file is written by the watchdog thread every tick and at a sample's start and end, unless
+    the header was written less than half a tick before (an off-policy runner's one-step
+    sample() calls, hundreds a second: the tick writes their state, at most a tick late).
     """
 
     def __init__(self, directory: Path, name: str, meta: dict[str, Any], *, heartbeat_interval_s: float = 0.2,
@@ -239,6 +241,7 @@ class WorkerLiveness:
         self.in_step_since = 0.0
         self.step_time_ema = 0.0
         self.rss = _rss()
+        self._written_at = 0.0   # time.monotonic() of the last header write
         self.sample_thread = threading.get_ident()
         self._stack_written = False
         self._lock = threading.Lock()
@@ -297,12 +300,14 @@ class WorkerLiveness:
             # here puts faulthandler first in the chain, so the report lands at once.
             faulthandler.enable(file=self._tb_file, all_threads=True)
             self._outermost = True
-        self.write_header()
+        if time.monotonic() - self._written_at >= self.interval / 2:
+            self.write_header()
 
     def idle(self) -> None:
         self.state = IDLE
         self.busy_since = 0.0
-        self.write_header()
+        if time.monotonic() - self._written_at >= self.interval / 2:
+            self.write_header()
 
     def record_exception(self, exc: BaseException) -> dict:
         """Write what the env's step raised next to the lock (the process may exit next)."""
@@ -326,6 +331,7 @@ class WorkerLiveness:
                                self.in_step_since, self.step_time_ema, self.rss)
             try:
                 os.pwrite(self.fd, data, 0)
+                self._written_at = time.monotonic()
             except OSError:
                 pass
 

@@ -1,6 +1,7 @@
 """Sampled (state, action) pairs from an EnvRunner for the StateClusterer.
 
-Nothing runs per env step: once per ``sample()`` (``on_sample_end``), a share
+Nothing runs per env step: after ``sample()`` (small samples read together, see
+:mod:`flow1_ray.runner.agent`), a share
 ``state_sample_rate`` of the steps of the returned episodes (already NumPy arrays) is
 taken with one vectorised draw per episode, flattened to features (images pooled, so a
 row is small) with its action index, whether that step terminated the episode (a
@@ -27,34 +28,12 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium import spaces
 
+from ..checks.episode_parts import EpisodePart, episode_parts, part_rows
 from ..clustering.state_action_map import action_index, flatten_observations, is_frame_space, policy_stats
 from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .sender import Sender
 
 MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped, counted
-
-
-def _take(obs: Any, idx: Any) -> Any:
-    if isinstance(obs, dict):
-        return {k: _take(v, idx) for k, v in obs.items()}
-    if isinstance(obs, (tuple, list)):
-        return type(obs)(_take(v, idx) for v in obs)
-    return np.asarray(obs)[idx]
-
-
-def _rows(ep: Any, name: str, n: int) -> Any:
-    """The episode's first ``n`` values of ``name`` (observations, actions, or an extra model
-    output such as ``action_dist_inputs``): a view of RLlib's buffer past its lookback where
-    that buffer is one NumPy array, else what the episode's getter returns."""
-    buf = ep.extra_model_outputs.get(name) if name == "action_dist_inputs" else getattr(ep, name, None)
-    data, lookback = getattr(buf, "data", None), getattr(buf, "lookback", None)
-    if isinstance(data, np.ndarray) and isinstance(lookback, int) and len(data) >= lookback + n:
-        return data[lookback:lookback + n]
-    if name == "observations":
-        return _take(ep.get_observations(slice(0, n)), slice(None))
-    if name == "actions":
-        return _take(ep.get_actions(slice(0, n)), slice(None))
-    return np.asarray(ep.get_extra_model_outputs(name))[:n]
 
 
 def _concat(parts: list[Any]) -> Any:
@@ -101,22 +80,21 @@ class _Stream:
     def rows(self) -> int:
         return sum(len(c[0]) for c in self.chunks)
 
-    def take(self, episodes: list[Any], rng: np.random.Generator, rate: float) -> int:
-        """Each episode (chunk) is taken whole with probability ``rate``: every step has the
+    def take(self, parts: list[EpisodePart], rng: np.random.Generator, rate: float) -> int:
+        """Each episode chunk is taken whole with probability ``rate``: every step has the
         same chance as when steps were drawn one by one, and only a ``rate`` share of the
-        episodes is read. Their rows are read straight from RLlib's buffers where those are
+        chunks is read. Their rows are read straight from RLlib's buffers where those are
         NumPy arrays (the getters' per-episode slicing cost more than the rest), and the
         policy's statistics are computed once over all the taken rows."""
         obs, acts, fails, logits = [], [], [], []
-        for ep in episodes:
-            n = len(ep)
-            if n == 0 or rng.random() >= rate:
+        for p, draw in zip(parts, rng.random(len(parts))):
+            if draw >= rate:
                 continue
-            obs.append(_rows(ep, "observations", n))
-            acts.append(_rows(ep, "actions", n))
-            fails.append(np.zeros(n, bool))
-            fails[-1][-1] = bool(ep.is_terminated)
-            logits.append(self._logits(ep, n))
+            obs.append(part_rows(p, "observations"))
+            acts.append(part_rows(p, "actions"))
+            fails.append(np.zeros(p.n, bool))
+            fails[-1][-1] = p.terminated
+            logits.append(self._logits(p))
         if not obs:
             return 0
         if self.image:   # pooled episode by episode: no copy of every taken frame at full size
@@ -127,12 +105,13 @@ class _Stream:
         self.chunks.append((x, a, np.concatenate(fails), self._policy(logits, [len(f) for f in fails])))
         return len(x)
 
-    def _logits(self, ep: Any, n: int) -> np.ndarray | None:
-        """The episode's Categorical logits (n, actions), None where it has none (DQN)."""
-        if self.n_discrete < 2:
-            return None
+    def _logits(self, part: EpisodePart) -> np.ndarray | None:
+        """The chunk's Categorical logits (n, actions), None where it has none (DQN)."""
+        if self.n_discrete < 2 or "action_dist_inputs" not in part.episode.extra_model_outputs:
+            return None   # no such output (epsilon-greedy): no exception raised and caught per chunk
+        n = part.n
         try:
-            z = _rows(ep, "action_dist_inputs", n)
+            z = part_rows(part, "action_dist_inputs")
         except Exception:   # no such output: epsilon-greedy or the count-based rules alone
             return None
         z = np.asarray(z)
@@ -144,13 +123,22 @@ class _Stream:
         if logits and all(z is not None for z in logits):
             self.policy_kind = "stochastic"
             return policy_stats(np.concatenate(logits))
+        if self.n_discrete >= 2 and not any(z is not None for z in logits):   # DQN: one epsilon for all
+            eps = self.epsilon()
+            if eps is not None:
+                self.policy_kind = "epsilon_greedy"
+                stats = np.asarray(_epsilon_greedy_stats(round(eps, 3), self.n_discrete), np.float32)
+                return np.tile(stats, (sum(lengths), 1))
         parts = []
+        eps: float | None = None
+        eps_read = False   # read once: the module's schedule is the same for every chunk
         for z, n in zip(logits, lengths):
             if z is not None:
                 self.policy_kind = "stochastic"
                 parts.append(policy_stats(z))
                 continue
-            eps = self.epsilon() if self.n_discrete >= 2 else None
+            if not eps_read and self.n_discrete >= 2:
+                eps, eps_read = self.epsilon(), True
             if eps is not None:
                 self.policy_kind = "epsilon_greedy"
                 # a decaying epsilon is new at every call: to 3 decimals, its stats are the same
@@ -217,17 +205,16 @@ class StateSampler:
         return st
 
     def add(self, episodes: list[Any]) -> int:
-        """Take this sample()'s share of rows; returns how many were taken."""
+        """:meth:`add_parts` of a sample's episodes."""
+        return self.add_parts(episode_parts(episodes))
+
+    def add_parts(self, parts: list[EpisodePart]) -> int:
+        """Take the share of rows of these episode chunks; returns how many were taken."""
         if self.rate <= 0:
             return 0
-        by_module: dict[str, list[Any]] = {}
-        for ep in episodes:
-            agents = getattr(ep, "agent_episodes", None)
-            if agents is None:
-                by_module.setdefault(DEFAULT_MODULE, []).append(ep)
-                continue
-            for aid, sa in agents.items():
-                by_module.setdefault(str(ep.module_for(aid)), []).append(sa)
+        by_module: dict[str, list[EpisodePart]] = {}
+        for p in parts:
+            by_module.setdefault(p.module, []).append(p)
         taken = 0
         for mid, eps in by_module.items():
             st = self._stream(mid)
