@@ -205,9 +205,12 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
             # flow1's CPU by its own accounting: its actors' processes, the driver hook, its
             # measured time inside the runners and the Learner's tracing; as a share of all the
             # machine's busy CPU
-            own_ms = ((cpu["flow1 actors"] - p0["flow1 actors"]) * 1e3 + sum(hook_ms)
-                      + (_runner_own_s(result) - own0) * 1e3 + tracing_s * 1e3)
+            runners_ms, tracing_ms = (_runner_own_s(result) - own0) * 1e3, tracing_s * 1e3
+            own_ms = (cpu["flow1 actors"] - p0["flow1 actors"]) * 1e3 + sum(hook_ms) + runners_ms + tracing_ms
             roles["flow1 % of CPU"] = own_ms / busy_ms * 100
+            # its parts apart, per 1000 env steps: the runners' own accounting, the Learner tracing
+            roles["flow1 in runners"] = runners_ms / steps * 1000.0
+            roles["flow1 tracing"] = tracing_ms / steps * 1000.0
         group = algo.env_runner_group
         sampled, t0 = 0, time.perf_counter()
         for _ in range(a.calls):
