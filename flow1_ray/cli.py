@@ -1,4 +1,4 @@
-"""The ``flow1`` command: ``check``, ``train``, ``report``, ``diagnose``, ``serve``.
+"""The ``flow1`` command: ``check``, ``train``, ``report``, ``diagnose``, ``serve``, ``whatif``.
 
 Exit codes: 0 no FAIL, 1 FAIL (or WARN with ``--fail-on WARN``), 2 usage or input error.
 A :class:`Flow1InputError` becomes one line on stderr, never a traceback.
@@ -82,6 +82,24 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-blind", action="store_true",
                    help="exit 0 on a run flow1 did not watch whole (a watcher off, no clean stop, events parts "
                         "skipped) when nothing reached --fail-on (default: exit 1)")
+    w = sub.add_parser("whatif", help="test a run's advice: branches from its checkpoint with the advised (or given) "
+                                      "knobs, each knob read back, judged against a baseline over seeds")
+    w.add_argument("path", help="a checkpoint folder (algo.save_to_path) or a flow1 run directory (its newest "
+                                "checkpoint: the guard's on_fail='checkpoint' or checkpoint_every)")
+    w.add_argument("--set", action="append", default=[], metavar="'KNOB=VALUE ...'", dest="sets",
+                   help="one branch with these changes (config.training unless METHOD.KNOB=VALUE); repeatable")
+    w.add_argument("--from-advice", action="store_true",
+                   help="one branch per distinct knob the run's findings advised first")
+    w.add_argument("--iterations", type=int, default=5, help="train() iterations per branch run (default 5)")
+    w.add_argument("--seeds", type=int, default=3,
+                   help="seeds per branch (default 3: the least for the permutation test to reach p = 0.05)")
+    w.add_argument("--parallel", type=int, default=2, help="branch runs at once (default 2)")
+    w.add_argument("--cpus-per-branch", type=float, default=1.0, help="CPUs one branch run takes (default 1)")
+    w.add_argument("--env-runners", type=int, default=0,
+                   help="EnvRunners per branch run (default 0: it samples in its own process; batch sizes unchanged)")
+    w.add_argument("--max-branches", type=int, default=6, help="refuse plans with more branches than this")
+    w.add_argument("--output-dir", metavar="DIR", help="where the what-if's folder goes (default RUN_DIR/whatif)")
+    w.add_argument("--json", metavar="PATH", help="write the verdicts as JSON to PATH ('-' for stdout)")
     s = sub.add_parser("serve", help="a live panel of a run in the browser: result, cause, hypothesis, risk "
                                      "(read-only; follows the run as it is written)")
     s.add_argument("path", help="a run directory, or an output directory whose runs the panel lists "
@@ -171,6 +189,30 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     print_gaps(human, report)
     _write_json(args.json, report.to_json())
     return _judged(report, report.exit_code(args.fail_on))
+
+
+def _cmd_whatif(args: argparse.Namespace) -> int:
+    """Exit 0 when every branch ran with its knobs in effect (whatever the verdicts), 1 when
+    a branch failed or a knob could not be put in effect (the what-if did not test what it
+    was asked to), 2 on bad input."""
+    import json
+
+    from .whatif.run import VERDICTS_MD, run_whatif, summary_lines
+    from .whatif.verdict import NOT_IN_EFFECT
+
+    def say(line: str) -> None:   # the stream looked up per line: Ray's log routing replaces them for a while
+        print(line, file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+
+    o = run_whatif(args.path, sets=args.sets, from_advice=args.from_advice, iterations=args.iterations,
+                   seeds=args.seeds, parallel=args.parallel, cpus_per_branch=args.cpus_per_branch,
+                   env_runners=args.env_runners, output_dir=args.output_dir, max_branches=args.max_branches,
+                   ray_log=True, say=say)
+    for line in summary_lines(o):
+        say(line)
+    say(f"verdicts: {o.out_dir / VERDICTS_MD}")
+    _write_json(args.json, json.dumps({"out_dir": str(o.out_dir), "verdicts": o.verdicts}, default=str))
+    bad = o.failed() or [v for v in o.verdicts if v["verdict"] == NOT_IN_EFFECT]
+    return EXIT_FAIL if bad else EXIT_OK
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -319,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_diagnose(args)
         if args.command == "serve":
             return _cmd_serve(args)
+        if args.command == "whatif":
+            return _cmd_whatif(args)
     except Flow1InputError as e:
         from .events import one_line
 

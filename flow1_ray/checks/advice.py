@@ -32,7 +32,7 @@ class Knob:
 
     def as_dict(self) -> dict:
         return {"knob": self.name, "current": self.current, "value": self.value, "why": self.why,
-                "line": self.line()}
+                "line": self.line(), "method": self.method}
 
 
 def _literal(v: Any) -> str:
