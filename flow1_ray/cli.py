@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--iterations", type=int, default=5, help="train() iterations per branch run (default 5)")
     w.add_argument("--seeds", type=int, default=3,
                    help="seeds per branch (default 3: the least for the permutation test to reach p = 0.05)")
+    w.add_argument("--first-seed", type=int, default=0, help="seeds are FIRST .. FIRST+SEEDS-1 (default 0)")
     w.add_argument("--parallel", type=int, default=2, help="branch runs at once (default 2)")
     w.add_argument("--cpus-per-branch", type=float, default=1.0, help="CPUs one branch run takes (default 1)")
     w.add_argument("--env-runners", type=int, default=0,
@@ -206,7 +207,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     o = run_whatif(args.path, sets=args.sets, from_advice=args.from_advice, iterations=args.iterations,
                    seeds=args.seeds, parallel=args.parallel, cpus_per_branch=args.cpus_per_branch,
                    env_runners=args.env_runners, output_dir=args.output_dir, max_branches=args.max_branches,
-                   ray_log=True, say=say)
+                   first_seed=args.first_seed, ray_log=True, say=say)
     for line in summary_lines(o):
         say(line)
     say(f"verdicts: {o.out_dir / VERDICTS_MD}")

@@ -139,7 +139,7 @@ def parse_set(group: str) -> tuple[Change, ...]:
     """``"lr=0.001 entropy_coeff=0.01"`` (one branch); ``method.knob=value`` names the config
     method (``rl_module.model_config={'fcnet_hiddens': [64, 64]}``), else ``training``."""
     changes = []
-    for item in shlex.split(group):
+    for item in shlex.split(group, posix=False):   # quotes kept: a value is a Python literal
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise Flow1InputError(f"--set {group!r}: expected knob=value, actual {item!r}")

@@ -121,7 +121,8 @@ def _ray(parallel: int, cpus: float) -> str:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
         return "cluster"
-    ray.init(num_cpus=max(1, min(math.ceil(parallel * cpus), os.cpu_count() or 1)), include_dashboard=False,
+    ray.init(address="local", num_cpus=max(1, min(math.ceil(parallel * cpus), os.cpu_count() or 1)),
+             include_dashboard=False,
              object_store_memory=150 * 1024**2, log_to_driver=False, configure_logging=False)
     return "local"
 
@@ -140,7 +141,7 @@ def _quota(parallel: int, cpus: float, tasks: int) -> str:
 
 def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = False, iterations: int = 5,
                seeds: int = 3, parallel: int = 2, cpus_per_branch: float = 1.0, env_runners: int = 0,
-               output_dir: str | None = None, max_branches: int = 6, ray_log: bool = False,
+               output_dir: str | None = None, max_branches: int = 6, ray_log: bool = False, first_seed: int = 0,
                say: Callable[[str], None] = lambda s: None) -> Outcome:
     """Plan, run and judge; ``say`` gets progress lines. Raises Flow1InputError on bad input.
     A Ray this call starts it also stops; ``ray_log``: Ray's own output goes to the what-if's
@@ -165,7 +166,7 @@ def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = 
     for line in describe(branches, seeds, iterations):
         say("  " + line)
     specs = [BranchSpec(b.name, str(source.checkpoint), b.changes, seed, iterations, env_runners)
-             for seed in range(seeds) for b in branches]
+             for seed in range(first_seed, first_seed + seeds) for b in branches]
     if ray_log:
         from ..raylog import RAY_LOG, RayLog
 
