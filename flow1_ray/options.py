@@ -45,6 +45,8 @@ class Flow1Options:
     snapshot_max_mb: float = 64.0        # ... and this many MB each
     loss_plateau_iters: int = 10         # a snapshot when a module's total loss made no new low for this long
     on_fail: str = "report"              # "checkpoint" | "stop" | "checkpoint+stop": act on the first FAIL
+    checkpoint_every: int = 0            # > 0: a checkpoint every this many iterations in RUN_DIR/checkpoints/
+    checkpoints_kept: int = 3            # ... the newest this many kept (flow1 whatif branches from before a symptom)
     # the driver watchdog (flow1_ray/driver/watchdog.py): a build or a train() that never returns
     driver_watch: bool = True
     startup_timeout_s: float = 15.0      # build_algo() waiting this long on unplaceable actors is named
@@ -78,6 +80,9 @@ class Flow1Options:
         if self.grad_every < 1 or self.snapshots_max < 0 or self.snapshot_rows < 1:
             raise ValueError(f"grad_every and snapshot_rows must be >= 1 and snapshots_max >= 0, got "
                              f"{self.grad_every}, {self.snapshot_rows}, {self.snapshots_max}")
+        if self.checkpoint_every < 0 or self.checkpoints_kept < 1:
+            raise ValueError(f"checkpoint_every must be >= 0 and checkpoints_kept >= 1, got {self.checkpoint_every}, "
+                             f"{self.checkpoints_kept}")
         if self.clusterer_num_gpus is not None and self.clusterer_num_gpus < 0:
             raise ValueError(f"clusterer_num_gpus must be >= 0 or None, got {self.clusterer_num_gpus}")
 

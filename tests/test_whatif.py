@@ -74,7 +74,7 @@ def test_set_groups_parse_into_config_calls():
     assert parse_set("lr=0.001 entropy_coeff=0.01") == (Change("lr", 0.001), Change("entropy_coeff", 0.01))
     (c,) = parse_set("rl_module.model_config={'fcnet_hiddens':[64,64]}")
     assert (c.method, c.knob, c.value) == ("rl_module", "model_config", {"fcnet_hiddens": [64, 64]})
-    for bad in ("lr", "=1", "1x=2", "a-b.lr=1"):
+    for bad in ("lr", "=1", "1x=2", "a-b.lr=1", "debugging.seed=3"):
         with pytest.raises(Flow1InputError):
             parse_set(bad)
 
@@ -165,3 +165,32 @@ def test_the_sick_runs_advice_is_tested_the_lr_holds_a_harmful_lr_is_harmful(ray
                                                                            "entropy_coeff=0.01") for s in range(3)}
     assert {r["default_optimizer_learning_rate"] for r in curves if r["branch"] == advised} == {float(advised[3:])}
     assert "Traceback" not in p.stderr and "core_worker" not in p.stderr   # Ray's lines went to ray.log
+
+
+def test_rolling_checkpoints_are_bounded_and_a_neutral_knob_never_holds(ray_session, tmp_path):
+    """checkpoint_every=1, checkpoints_kept=2: after 3 iterations the run directory holds
+    iter 2 and 3 only; whatif branches from the newest (no finding), and a knob that changes
+    nothing the learner does (the log level) is "did not hold" or "inconclusive"."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from flow1_ray import Flow1Callbacks
+    from flow1_ray.whatif.run import run_whatif
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False,
+                                     checkpoint_every=1, checkpoints_kept=2)
+    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
+            .env_runners(num_env_runners=1, sample_timeout_s=20)
+            .training(train_batch_size_per_learner=500)).build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+    finally:
+        algo.stop()
+    run_dir = Path(results[-1]["flow1"]["run_dir"])
+    kept = results[-1]["flow1"]["learner"]["checkpoints"]
+    assert [Path(p).name for p in kept["kept"]] == ["iter000002", "iter000003"] and kept["seconds"] > 0
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter000002", "iter000003"]
+    o = run_whatif(str(run_dir), sets=["debugging.log_level='WARN'"], seeds=2, iterations=1, parallel=2)
+    assert o.source.checkpoint == run_dir / "checkpoints" / "iter000003" and not o.failed()
+    (v,) = o.verdicts
+    assert v["finding"] is None and v["verdict"] in (NOT_HELD, INCONCLUSIVE), v["why"]
+    assert (o.out_dir / "verdicts.json").is_file() and o.out_dir.parent == run_dir / "whatif"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from typing import Any
 
 from .. import codes as C
@@ -73,6 +74,8 @@ class LearnerWatch:
         self.loss_best: dict[str, tuple[float, int]] = {}
         self.plateau_reported: set[str] = set()
         self.guard_done = False
+        self.rolling: list[str] = []            # checkpoint_every: the checkpoints kept, oldest first
+        self.rolling_s = 0.0                    # ... and the driver's time spent saving them
         self.stop_reason: str | None = None
 
     # -- the tracing on the Learners -------------------------------------------------------
@@ -155,9 +158,14 @@ class LearnerWatch:
             ev = self._guard(fails[0], iteration)
             if ev is not None:
                 send("events", [ev.to_dict()])
+        ev = self._rolling(iteration)
+        if ev is not None:
+            send("events", [ev.to_dict()])
         if self.stop_reason is not None:
             result["done"] = True
         values = self.diagnosis.values()
+        if self.opts.checkpoint_every:
+            values["checkpoints"] = {"kept": list(self.rolling), "seconds": round(self.rolling_s, 3)}
         values["tracing"] = {k: v for k, v in self.status.items() if k != "off_traceback"}
         values["snapshots"] = self.snapshots
         if self.stop_reason is not None:
@@ -232,6 +240,28 @@ class LearnerWatch:
             {"path": path, "trigger": trigger, "columns": cols, "rows_max": self.opts.snapshot_rows},
             iteration=iteration)
 
+    def _rolling(self, iteration: int) -> Event | None:
+        """checkpoint_every: the run saved every N iterations to RUN_DIR/checkpoints/iter<N>,
+        the newest ``checkpoints_kept`` kept, so that ``flow1 whatif`` can branch from before
+        a symptom. In the driver, between train() calls: opt-in, its time in the result."""
+        every = self.opts.checkpoint_every
+        if every <= 0 or iteration % every:
+            return None
+        path = Location(self.opts.resolved_output_dir()) / self.run_id / S.CHECKPOINTS_DIR / f"iter{iteration:06d}"
+        t0 = time.perf_counter()
+        try:
+            self.algorithm.save_to_path(str(path))
+            self.rolling.append(str(path))
+            while len(self.rolling) > self.opts.checkpoints_kept:
+                _remove(Location(self.rolling.pop(0)))
+        except Exception as e:   # noqa: BLE001 -- a checkpoint that cannot be written never stops training
+            from ..watchers import internal_event
+
+            return internal_event("rolling checkpoint", e, iteration=iteration)
+        finally:
+            self.rolling_s += time.perf_counter() - t0
+        return None
+
     def _guard(self, code: str, iteration: int) -> Event | None:
         """on_fail: a checkpoint beside the run directory and/or a clean stop (Tune stops a
         trial whose result says ``done``)."""
@@ -252,6 +282,15 @@ class LearnerWatch:
         return Event(C.GUARD_ACTION, f"on_fail={action!r}: {code} at iteration {iteration}: " + "; ".join(did),
                      {"on_fail": action, "finding": code, "checkpoint": path, "stopped": "stop" in action},
                      iteration=iteration)
+
+
+def _remove(loc: Location) -> None:
+    if loc.local:
+        import shutil
+
+        shutil.rmtree(loc.path, ignore_errors=True)
+    else:
+        loc.fs.delete_dir(loc.path)
 
 
 def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, heartbeat_s: float = 1.0,

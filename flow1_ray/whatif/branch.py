@@ -127,11 +127,15 @@ def load_config(checkpoint: str) -> Any:
 
 
 def branch_config(config: Any, changes: tuple[Change, ...], seed: int, env_runners: int) -> Any:
-    """A copy of the run's config with the changes, no callbacks (a branch is judged on its
-    results), ``env_runners`` runners (0: it samples in its own process), no evaluation."""
+    """A copy of the run's config: no callbacks (a branch is judged on its results),
+    ``env_runners`` runners (0: it samples in its own process), no evaluation, quiet logs;
+    then the branch's changes (they win over those), then its seed."""
     from ray.rllib.callbacks.callbacks import RLlibCallback
 
     c = config.copy(copy_frozen=False)
+    c.callbacks_class = RLlibCallback
+    c.callbacks_on_environment_created = None
+    c = c.env_runners(num_env_runners=env_runners).debugging(log_level="ERROR").evaluation(evaluation_interval=None)
     for ch in changes:
         if ch.method == "rl_module" and ch.knob == "model_config" and isinstance(ch.value, dict):
             model = dict(c.model_config or {})
@@ -139,10 +143,7 @@ def branch_config(config: Any, changes: tuple[Change, ...], seed: int, env_runne
             c = c.rl_module(model_config=model)
         else:
             c = getattr(c, ch.method)(**{ch.knob: ch.value})
-    c.callbacks_class = RLlibCallback
-    c.callbacks_on_environment_created = None
-    return (c.env_runners(num_env_runners=env_runners).debugging(seed=seed, log_level="ERROR")
-            .evaluation(evaluation_interval=None))
+    return c.debugging(seed=seed)
 
 
 def restore(algo: Any, checkpoint: str) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import schema as S
 from ..errors import Flow1InputError
 from .branch import Change, change_from_knob, parse_value
 from .verdict import RETURN, Signal, signal_for
@@ -19,7 +20,6 @@ CHECKPOINT_FILE = "class_and_ctor_args.pkl"
 #: the guard's checkpoint beside the run directory (``on_fail="checkpoint"``) and the rolling
 #: ones inside it
 GUARD_CHECKPOINT = re.compile(r"^(?P<run_id>.+)-checkpoint-iter(?P<iteration>\d+)$")
-ROLLING_DIR = "checkpoints"
 BASELINE = "baseline"
 
 
@@ -32,6 +32,7 @@ class Advice:
     status: str
     knobs: tuple[dict, ...]
     message: str = ""
+    iteration: int | None = None
 
 
 @dataclass
@@ -70,7 +71,7 @@ def _iteration(checkpoint: Path) -> int | None:
 def checkpoints_of(run_dir: Path) -> list[Path]:
     """The run's checkpoints, oldest first: the guard's beside it and the rolling ones in it."""
     found = [p for p in run_dir.parent.glob(f"{run_dir.name}-checkpoint-iter*") if is_checkpoint(p)]
-    rolling = run_dir / ROLLING_DIR
+    rolling = run_dir / S.CHECKPOINTS_DIR
     if rolling.is_dir():
         found += [p for p in rolling.iterdir() if is_checkpoint(p)]
     return sorted(found, key=lambda p: (_iteration(p) or 0, p.name))
@@ -82,7 +83,7 @@ def run_dir_of(checkpoint: Path) -> Path | None:
     candidates = []
     if m:
         candidates.append(checkpoint.parent / m.group("run_id"))
-    if checkpoint.parent.name == ROLLING_DIR:
+    if checkpoint.parent.name == S.CHECKPOINTS_DIR:
         candidates.append(checkpoint.parent.parent)
     from ..report.rundir import is_run_dir
     from ..store import Location
@@ -108,10 +109,22 @@ def resolve(path: str) -> Source:
             raise Flow1InputError(
                 f"{p} has no checkpoint to branch from: run with Flow1Callbacks.with_options(on_fail='checkpoint') "
                 f"or checkpoint_every=N, or pass a checkpoint folder (algo.save_to_path)")
-        checkpoint = found[-1]
+        advice = read_advice(p)
+        return Source(before_symptom(found, advice), p, _iteration(before_symptom(found, advice)), advice)
     else:
         raise Flow1InputError(f"{p} is neither a checkpoint (no {CHECKPOINT_FILE}) nor a flow1 run directory")
     return Source(checkpoint, run_dir, _iteration(checkpoint), read_advice(run_dir) if run_dir else [])
+
+
+def before_symptom(checkpoints: list[Path], advice: list[Advice]) -> Path:
+    """The newest checkpoint taken before the run's first advised finding (a branch then
+    starts from a state the symptom had not yet shaped); else the oldest there is (the
+    guard's is taken at the FAIL's iteration)."""
+    first = min((a.iteration for a in advice if a.iteration is not None), default=None)
+    if first is None:
+        return checkpoints[-1]
+    earlier = [c for c in checkpoints if (_iteration(c) or 0) < first]
+    return earlier[-1] if earlier else checkpoints[0]
 
 
 def read_advice(run_dir: Path) -> list[Advice]:
@@ -131,7 +144,7 @@ def read_advice(run_dir: Path) -> list[Advice]:
             continue
         seen.add(key)
         out.append(Advice(e.code, ev.get("module_id"), e.status, tuple(k for k in knobs if isinstance(k, dict)),
-                          e.message))
+                          e.message, e.iteration))
     return out
 
 
@@ -147,6 +160,8 @@ def parse_set(group: str) -> tuple[Change, ...]:
         method = method or "training"
         if not knob.isidentifier() or not method.isidentifier():
             raise Flow1InputError(f"--set {group!r}: {name!r} is not a config knob name")
+        if knob == "seed":
+            raise Flow1InputError(f"--set {group!r}: the seed is the what-if's own (--seeds, --first-seed)")
         changes.append(Change(knob, parse_value(value), method))
     if not changes:
         raise Flow1InputError("--set needs at least one knob=value")

@@ -19,11 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from ..schema import WHATIF_DIR
 from .branch import BranchResult, BranchSpec, run_branch
 from .plan import BASELINE, Branch, Source, describe, plan, resolve
 from .verdict import NOT_IN_EFFECT, RETURN, Comparison, Signal, Verdict, compare, judge, reduce_series, signal_for
 
-WHATIF_DIR = "whatif"
 VERDICTS_JSON, VERDICTS_MD, CURVES_PARQUET = "verdicts.json", "verdicts.md", "curves.parquet"
 
 
