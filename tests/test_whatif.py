@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from flow1_ray.errors import Flow1InputError
-from flow1_ray.whatif.branch import Change, change_from_knob
+from flow1_ray.whatif.branch import change, change_from_knob
 from flow1_ray.whatif.plan import Advice, Source, parse_set, plan
 from flow1_ray.whatif.verdict import (ALPHA, HARMFUL, HELD, INCONCLUSIVE, NOT_HELD, RETURN, SIGNALS, compare, judge,
                                       permutation_p, reduce_series)
@@ -71,9 +71,9 @@ def test_held_needs_the_band_and_no_harm_elsewhere():
 
 # -- the plan ----------------------------------------------------------------------------
 def test_set_groups_parse_into_config_calls():
-    assert parse_set("lr=0.001 entropy_coeff=0.01") == (Change("lr", 0.001), Change("entropy_coeff", 0.01))
+    assert parse_set("lr=0.001 entropy_coeff=0.01") == (change("lr", 0.001), change("entropy_coeff", 0.01))
     (c,) = parse_set("rl_module.model_config={'fcnet_hiddens':[64,64]}")
-    assert (c.method, c.knob, c.value) == ("rl_module", "model_config", {"fcnet_hiddens": [64, 64]})
+    assert (c.method, c.name, c.value) == ("rl_module", "model_config", {"fcnet_hiddens": [64, 64]})
     for bad in ("lr", "=1", "1x=2", "a-b.lr=1", "debugging.seed=3"):
         with pytest.raises(Flow1InputError):
             parse_set(bad)
@@ -81,10 +81,10 @@ def test_set_groups_parse_into_config_calls():
 
 def test_an_advised_knob_becomes_a_change():
     assert change_from_knob({"knob": "lr", "value": 0.0097, "line": "config.training(lr=0.0097)"}) == \
-        Change("lr", 0.0097, "training")
+        change("lr", 0.0097, "training")
     c = change_from_knob({"knob": "model_config", "value": "DefaultModelConfig(fcnet_hiddens=[512, 512])",
                           "line": "config.rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[512, 512]))"})
-    assert c == Change("model_config", {"fcnet_hiddens": [512, 512]}, "rl_module")
+    assert c == change("model_config", {"fcnet_hiddens": [512, 512]}, "rl_module")
     assert change_from_knob({"knob": "model_config", "value": "DefaultModelConfig(__import__('os'))",
                              "line": "config.rl_module(...)"}) is None
 
@@ -194,3 +194,46 @@ def test_rolling_checkpoints_are_bounded_and_a_neutral_knob_never_holds(ray_sess
     (v,) = o.verdicts
     assert v["finding"] is None and v["verdict"] in (NOT_HELD, INCONCLUSIVE), v["why"]
     assert (o.out_dir / "verdicts.json").is_file() and o.out_dir.parent == run_dir / "whatif"
+    from flow1_ray.report.html import render_html
+    from flow1_ray.report.rundir import load_run_report
+
+    report = load_run_report(run_dir)   # the report reads it back: its table and its picture
+    assert [v["branch"] for v in report.summary["whatif"][0]["verdicts"]] == ["log_level='WARN'"]
+    assert f'alt="what-if {o.out_dir.name} curves" src="data:image/png;base64,' in render_html(report, run_dir)
+
+
+def test_the_report_shows_a_whatifs_verdicts_and_curves_and_names_a_damaged_one(tmp_path):
+    """A run directory's whatif/ read back as untrusted input: a good one's table and picture
+    in the HTML page and the Markdown, a verdicts.json that is not JSON named among the
+    skipped items, nothing raised."""
+    import pyarrow as pa
+
+    from flow1_ray.report.html import render_html
+    from flow1_ray.report.rundir import load_run_report
+
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    good = run / "whatif" / "20261202T000001Z"
+    good.mkdir(parents=True)
+    verdicts = [{"branch": "lr=0.0097", "finding": "KL_SPIKE", "module_id": "default_policy", "verdict": HELD,
+                 "why": "KL 0.362 -> 0.026 <script>", "readback": [
+                     {"knob": "lr", "asked": 0.0097, "after_restore": 0.05,
+                      "status": "overwritten by the restore, re-applied"}]}]
+    (good / "verdicts.json").write_text(json.dumps({"checkpoint": "ck", "iteration": 1, "seeds": 2, "iterations": 2,
+                                                    "verdicts": verdicts, "runs": []}))
+    rows = [{"branch": b, "seed": s, "iteration": i, "module_id": "default_policy", "episode_return_mean": 10.0 + i,
+             "mean_kl_loss": kl, "entropy_ratio": 0.5} for b, kl in (("baseline", 0.4), ("lr=0.0097", 0.02))
+            for s in range(2) for i in (1, 2)]
+    pq.write_table(pa.Table.from_pylist(rows), good / "curves.parquet")
+    bad = run / "whatif" / "20261202T000002Z"
+    bad.mkdir()
+    (bad / "verdicts.json").write_text("{not json")
+    report = load_run_report(run)
+    (w,) = report.summary["whatif"]
+    assert w["id"] == good.name and w["verdicts"][0]["readback"] == [
+        "lr: asked 0.0097, after the restore 0.05 (overwritten by the restore, re-applied)"]
+    assert any("20261202T000002Z/verdicts.json: not JSON" in s for s in report.skipped)
+    page = render_html(report, run)
+    assert 'id="whatif-1"' in page and "KL 0.362 -&gt; 0.026 &lt;script&gt;" in page and "<script>" not in page
+    assert 'alt="what-if 20261202T000001Z curves" src="data:image/png;base64,' in page
+    assert "## What-if 20261202T000001Z" in report.to_markdown()

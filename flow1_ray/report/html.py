@@ -1,5 +1,6 @@
 """The run as one self-contained HTML page: verdict, findings with their evidence and advice,
-a worker timeline, the curves, the heatmaps and the learner tables.
+a worker timeline, the curves, the heatmaps, the learner tables and the what-ifs (each
+branch's verdicts and curves against the baseline's).
 
 Everything the page shows is inside the file (plots as embedded PNGs, no script, no font,
 no stylesheet from the network), so it opens from disk anywhere. Every string that came
@@ -81,6 +82,15 @@ img{max-width:100%} .muted{color:#777} details summary{cursor:pointer}
 <table><tr><th>module</th><th>layer</th><th>gradient RMS</th><th>iteration</th></tr>
 {% for g in gradients %}<tr><td>{{ g.module_id }}</td><td>{{ g.layer }}</td><td>{{ g.grad_rms }}</td><td>{{ g.iteration }}</td></tr>{% endfor %}
 </table>{% endif %}
+{% for w in whatifs %}<h2 id="whatif-{{ loop.index }}">What-if {{ w.id }}: the advice tested</h2>
+<p class="muted">From {{ w.checkpoint }}{% if w.iteration %} (iteration {{ w.iteration }}){% endif %}, {{ w.seeds }} seeds x {{ w.iterations }} iterations a branch; each branch's curve against the baseline's (the mean over seeds, the band their range).</p>
+<table class="whatif"><tr><th>branch</th><th>finding</th><th>verdict</th><th>why</th></tr>
+{% for v in w.verdicts %}<tr><td><code>{{ v.branch }}</code></td><td>{{ v.finding or "(the return)" }}</td><td>{{ v.verdict }}</td>
+<td>{{ v.why }}{% for r in v.readback %}<br><span class="muted">read back: {{ r }}</span>{% endfor %}</td></tr>{% endfor %}
+{% for f in w.failed %}<tr><td colspan="4">failed: {{ f }}</td></tr>{% endfor %}
+</table>
+{% if w.png %}<img alt="what-if {{ w.id }} curves" src="data:image/png;base64,{{ w.png }}">{% endif %}
+{% endfor %}
 {% if snapshots %}<h2>Learner snapshots</h2><ul>{% for s in snapshots %}<li>{{ s }}</li>{% endfor %}</ul>{% endif %}
 </body></html>
 """
@@ -204,6 +214,13 @@ def _signals(d: Location) -> str | None:
     return _png(fig)
 
 
+def _whatif_png(d: Location, whatif_id: str) -> str | None:
+    from .whatif import draw
+
+    fig = draw(d, whatif_id)
+    return _png(fig) if fig is not None else None
+
+
 def _natural(name: str) -> list:
     """``mlp.10`` after ``mlp.2``: the numbers in a layer name compared as numbers."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
@@ -257,7 +274,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
         numbers.append((f"workers {k}", v))
     numbers = [(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v)
                for k, v in numbers]
-    heatmaps, gradients, snapshots = [], [], []
+    heatmaps, gradients, snapshots, whatifs = [], [], [], []
     curves = signals = None
     late: list[str] = []   # what could not be drawn now (the verdict below already counts the rest)
     if d is not None:
@@ -271,6 +288,8 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
         signals = _drawn("the learner rules' signals", lambda: _signals(d), late)
         gradients = last_trace(read_table(d, LEARNER_DIR).table.to_pylist())
         snapshots = (s.get("learner") or {}).get("snapshots", [])
+        for w in s.get("whatif") or []:
+            whatifs.append({**w, "png": _drawn(f"what-if {w['id']} curves", lambda w=w: _whatif_png(d, w["id"]), late)})
     timeline = _drawn("worker timeline", lambda: _timeline(report), late)
     if late:
         report.skipped.extend(x for x in late if x not in report.skipped)
@@ -279,4 +298,4 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
         not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
         modules=findings_by_module(report.events), timeline=timeline, curves=curves, signals=signals, heatmaps=heatmaps,
-        gradients=gradients, snapshots=snapshots)
+        gradients=gradients, snapshots=snapshots, whatifs=whatifs)

@@ -281,6 +281,14 @@ class Report:
 
                 lines += ["", f"![P(action | cluster)]({quote(sa['heatmaps'][-1])})", "",
                           f"{len(sa['heatmaps'])} heatmap(s) in `heatmaps/`."]
+        for w in self.summary.get("whatif") or []:
+            lines += ["", f"## What-if {md(w['id'])}: the advice tested", "",
+                      f"From {md(w.get('checkpoint'))}, {md(w.get('seeds'))} seeds x {md(w.get('iterations'))} "
+                      f"iterations a branch.", "", "| branch | finding | verdict | why |", "|---|---|---|---|"]
+            for v in w["verdicts"]:
+                lines.append(f"| {md(v['branch'])} | {md(v.get('finding') or '(the return)')} | {md(v['verdict'])} | "
+                             f"{md(v.get('why'))} |")
+            lines += [f"- failed: {md(f)}" for f in w.get("failed", [])]
         return "\n".join(lines) + "\n"
 
 

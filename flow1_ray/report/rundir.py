@@ -68,6 +68,12 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
     skipped += more
     if learner:
         summary["learner"] = learner
+    from .whatif import read_whatifs
+
+    whatifs, more = read_whatifs(d)
+    skipped += more
+    if whatifs:
+        summary["whatif"] = whatifs
     return Report(target=one_line(d.name), events=events, summary=summary, skipped=skipped, not_judged=not_judged,
                   completeness=life)
 

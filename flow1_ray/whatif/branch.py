@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..checks.advice import Knob
+
 #: the learner's result names a branch keeps per iteration and module
 STATS = ("mean_kl_loss", "entropy", "policy_loss", "vf_loss", "vf_explained_var", "curr_kl_coeff",
          "curr_entropy_coeff", "default_optimizer_learning_rate", "total_loss", "qf_loss", "qf_mean",
@@ -33,19 +35,10 @@ STATS = ("mean_kl_loss", "entropy", "policy_loss", "vf_loss", "vf_explained_var"
 _LINE = re.compile(r"^config\.(\w+)\(")
 
 
-@dataclass(frozen=True)
-class Change:
-    """``config.<method>(<knob>=<value>)``."""
-
-    knob: str
-    value: Any
-    method: str = "training"
-
-    def line(self) -> str:
-        return f"config.{self.method}({self.knob}={self.value!r})"
-
-    def as_dict(self) -> dict:
-        return {"knob": self.knob, "value": self.value, "method": self.method}
+def change(knob: str, value: Any, method: str = "training") -> Knob:
+    """A branch's change, ``config.<method>(<knob>=<value>)``: an advice's :class:`Knob`
+    with no current value or reason (what ``--set`` gives)."""
+    return Knob(knob, None, value, "", method)
 
 
 @dataclass(frozen=True)
@@ -54,7 +47,7 @@ class BranchSpec:
 
     branch: str
     checkpoint: str
-    changes: tuple[Change, ...]
+    changes: tuple[Knob, ...]
     seed: int
     iterations: int
     env_runners: int = 0
@@ -83,8 +76,8 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def change_from_knob(knob: Mapping) -> Change | None:
-    """A finding's advised knob (``Knob.as_dict()``) as a Change; None when its value is not
+def change_from_knob(knob: Mapping) -> Knob | None:
+    """A finding's advised knob (``Knob.as_dict()``) as a branch's change; None when its value is not
     something a config method takes (a ``DefaultModelConfig(...)`` is rebuilt from its text)."""
     name, value = knob.get("knob"), knob.get("value")
     m = _LINE.match(str(knob.get("line") or ""))
@@ -95,7 +88,7 @@ def change_from_knob(knob: Mapping) -> Change | None:
         value = _model_config_kwargs(value)
         if value is None:
             return None
-    return Change(name, value, method)
+    return change(name, value, method)
 
 
 def _model_config_kwargs(text: str) -> dict | None:
@@ -126,7 +119,7 @@ def load_config(checkpoint: str) -> Any:
     return AlgorithmConfig.from_state(state)
 
 
-def branch_config(config: Any, changes: tuple[Change, ...], seed: int, env_runners: int) -> Any:
+def branch_config(config: Any, changes: tuple[Knob, ...], seed: int, env_runners: int) -> Any:
     """A copy of the run's config: no callbacks (a branch is judged on its results),
     ``env_runners`` runners (0: it samples in its own process), no evaluation, quiet logs;
     then the branch's changes (they win over those), then its seed."""
@@ -137,12 +130,12 @@ def branch_config(config: Any, changes: tuple[Change, ...], seed: int, env_runne
     c.callbacks_on_environment_created = None
     c = c.env_runners(num_env_runners=env_runners).debugging(log_level="ERROR").evaluation(evaluation_interval=None)
     for ch in changes:
-        if ch.method == "rl_module" and ch.knob == "model_config" and isinstance(ch.value, dict):
+        if ch.method == "rl_module" and ch.name == "model_config" and isinstance(ch.value, dict):
             model = dict(c.model_config or {})
             model.update(ch.value)
             c = c.rl_module(model_config=model)
         else:
-            c = getattr(c, ch.method)(**{ch.knob: ch.value})
+            c = getattr(c, ch.method)(**{ch.name: ch.value})
     return c.debugging(seed=seed)
 
 
@@ -208,7 +201,7 @@ def _same(asked: Any, got: Any) -> bool:
     return asked == got
 
 
-def read_back(algo: Any, changes: tuple[Change, ...], modules: tuple[str, ...]) -> tuple[list[dict], bool]:
+def read_back(algo: Any, changes: tuple[Knob, ...], modules: tuple[str, ...]) -> tuple[list[dict], bool]:
     """Each change, in each module, as the Learner holds it after the restore: asked,
     effective, and what was done (re-applied where the restore overwrote it)."""
     rows: list[dict] = []
@@ -217,12 +210,12 @@ def read_back(algo: Any, changes: tuple[Change, ...], modules: tuple[str, ...]) 
         out = []
         for ch in changes:
             for mid in modules:
-                got = effective(learner, ch.knob, mid)
-                row = {"knob": ch.knob, "module_id": mid, "asked": _first(ch.value), "after_restore": got,
+                got = effective(learner, ch.name, mid)
+                row = {"knob": ch.name, "module_id": mid, "asked": _first(ch.value), "after_restore": got,
                        "effective": got, "status": "in effect"}
                 if not _same(ch.value, got):
-                    fixed = _reapply(learner, ch.knob, ch.value, mid)
-                    row["effective"] = effective(learner, ch.knob, mid) if fixed else got
+                    fixed = _reapply(learner, ch.name, ch.value, mid)
+                    row["effective"] = effective(learner, ch.name, mid) if fixed else got
                     row["status"] = ("overwritten by the restore, re-applied" if fixed and _same(ch.value, row["effective"])
                                      else "not in effect")
                 out.append(row)

@@ -13,7 +13,8 @@ from typing import Any
 
 from .. import schema as S
 from ..errors import Flow1InputError
-from .branch import Change, change_from_knob, parse_value
+from ..checks.advice import Knob
+from .branch import change, change_from_knob, parse_value
 from .verdict import RETURN, Signal, signal_for
 
 CHECKPOINT_FILE = "class_and_ctor_args.pkl"
@@ -41,7 +42,7 @@ class Branch:
     the signal its verdict reads (fixed here, before it runs)."""
 
     name: str
-    changes: tuple[Change, ...] = ()
+    changes: tuple[Knob, ...] = ()
     advice: list[Advice] = field(default_factory=list)
     signal: Signal = RETURN
 
@@ -148,7 +149,7 @@ def read_advice(run_dir: Path) -> list[Advice]:
     return out
 
 
-def parse_set(group: str) -> tuple[Change, ...]:
+def parse_set(group: str) -> tuple[Knob, ...]:
     """``"lr=0.001 entropy_coeff=0.01"`` (one branch); ``method.knob=value`` names the config
     method (``rl_module.model_config={'fcnet_hiddens': [64, 64]}``), else ``training``."""
     changes = []
@@ -162,14 +163,14 @@ def parse_set(group: str) -> tuple[Change, ...]:
             raise Flow1InputError(f"--set {group!r}: {name!r} is not a config knob name")
         if knob == "seed":
             raise Flow1InputError(f"--set {group!r}: the seed is the what-if's own (--seeds, --first-seed)")
-        changes.append(Change(knob, parse_value(value), method))
+        changes.append(change(knob, parse_value(value), method))
     if not changes:
         raise Flow1InputError("--set needs at least one knob=value")
     return tuple(changes)
 
 
-def branch_name(changes: tuple[Change, ...]) -> str:
-    return " ".join(f"{c.knob}={c.value!r}" if isinstance(c.value, str) else f"{c.knob}={c.value}"
+def branch_name(changes: tuple[Knob, ...]) -> str:
+    return " ".join(f"{c.name}={c.value!r}" if isinstance(c.value, str) else f"{c.name}={c.value}"
                     for c in changes) or BASELINE
 
 
@@ -194,7 +195,7 @@ def plan(source: Source, sets: list[str], from_advice: bool, max_branches: int =
                 name = branch_name((change,))
                 branches.setdefault(name, Branch(name, (change,), signal=signal_for(adv.code)))
     for b in branches.values():   # each branch judged for every finding that advised its knob
-        knobs = {c.knob for c in b.changes}
+        knobs = {c.name for c in b.changes}
         b.advice = [a for a in source.advice if b.name != BASELINE and
                     any(isinstance(k, dict) and k.get("knob") in knobs for k in a.knobs)]
         if b.advice and b.signal is RETURN:
