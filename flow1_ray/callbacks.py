@@ -129,6 +129,11 @@ class Flow1Callbacks(RLlibCallback):
                 self._watch.on_stop_begin()
             if self._run is not None:
                 self._run.stopping()
+            if self._learner is not None:
+                try:
+                    self._learner.stop()
+                except Exception as e:
+                    self._internal_error("cleanup(learner)", e)
             try:
                 return original_cleanup(*args, **kw)
             finally:

@@ -47,6 +47,11 @@ class Flow1Options:
     on_fail: str = "report"              # "checkpoint" | "stop" | "checkpoint+stop": act on the first FAIL
     checkpoint_every: int = 0            # > 0: a checkpoint every this many iterations in RUN_DIR/checkpoints/
     checkpoints_kept: int = 3            # ... the newest this many kept (flow1 whatif branches from before a symptom)
+    whatif: bool = False                 # the first finding that advises knobs launches flow1 whatif beside the run ...
+    whatif_seeds: int = 3                # ... this many seeds a branch ...
+    whatif_iterations: int = 5           # ... of this many iterations ...
+    whatif_parallel: int = 1             # ... this many branch runs at once (each a Ray task of 1 CPU, when free) ...
+    whatif_max: int = 1                  # ... at most this many what-ifs per run
     # the driver watchdog (flow1_ray/driver/watchdog.py): a build or a train() that never returns
     driver_watch: bool = True
     startup_timeout_s: float = 15.0      # build_algo() waiting this long on unplaceable actors is named
@@ -80,6 +85,10 @@ class Flow1Options:
         if self.grad_every < 1 or self.snapshots_max < 0 or self.snapshot_rows < 1:
             raise ValueError(f"grad_every and snapshot_rows must be >= 1 and snapshots_max >= 0, got "
                              f"{self.grad_every}, {self.snapshot_rows}, {self.snapshots_max}")
+        if min(self.whatif_seeds, self.whatif_iterations, self.whatif_parallel) < 1 or self.whatif_max < 0:
+            raise ValueError(f"whatif_seeds, whatif_iterations and whatif_parallel must be >= 1 and whatif_max >= 0, "
+                             f"got {self.whatif_seeds}, {self.whatif_iterations}, {self.whatif_parallel}, "
+                             f"{self.whatif_max}")
         if self.checkpoint_every < 0 or self.checkpoints_kept < 1:
             raise ValueError(f"checkpoint_every must be >= 0 and checkpoints_kept >= 1, got {self.checkpoint_every}, "
                              f"{self.checkpoints_kept}")

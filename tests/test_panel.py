@@ -81,6 +81,23 @@ def test_serve_gives_one_line_and_exit_2_for_a_path_that_is_not_a_run_or_a_port_
 
 
 @needs_browser
+def _whatif(run, branch: str) -> None:
+    """A finished what-if as flow1 whatif writes it: verdicts.json, curves.parquet."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = run / "whatif" / "20260101T000001Z"
+    d.mkdir(parents=True)
+    rows = [{"branch": b, "seed": s, "iteration": i, "module_id": "default_policy", "episode_return_mean": 10.0 + i,
+             "mean_kl_loss": kl} for b, kl in (("baseline", 0.4), (branch, 0.02)) for s in range(2) for i in (1, 2)]
+    pq.write_table(pa.Table.from_pylist(rows), d / "curves.parquet")
+    (d / "verdicts.json").write_text(json.dumps({"checkpoint": "ck", "seeds": 2, "iterations": 2, "verdicts": [
+        {"branch": branch, "finding": "KL_SPIKE", "verdict": "held", "why": "KL 0.4 -> 0.02", "readback": [
+            {"knob": "lr", "asked": 0.0097, "after_restore": 0.05, "status": "overwritten by the restore, re-applied"}]}]}))
+
+
 def test_the_panel_shows_four_quadrants_and_a_new_event_within_3_s(tmp_path, cli_env):
     run = tmp_path / "20260101-000000-aaaaaa"
     rec = _recorder(run)
@@ -119,6 +136,14 @@ def test_the_panel_shows_four_quadrants_and_a_new_event_within_3_s(tmp_path, cli
             assert_no_alert(d)
             assert EVIL in text(d, "q-cause")
             assert not d.find_elements("css selector", "img[src='x']"), "the run's <img> became an element"
+
+            # flow1 whatif finishes beside the run: its verdicts and curves join the hypothesis quadrant
+            _whatif(run, f"lr=0.0097 {EVIL}")
+            assert wait_for(lambda: "What-if 20260101T000001Z" in text(d, "q-hypothesis"), 10)
+            assert "held" in text(d, "whatif-0") and f"lr=0.0097 {EVIL}" in text(d, "whatif-0")
+            assert "read back: lr: asked 0.0097, after the restore 0.05" in text(d, "whatif-0")
+            assert wait_for(lambda: d.find_elements("css selector", "#whatif-graph-0 .main-svg"), 10)
+            assert_no_alert(d)
             assert_not_blank(screenshot(d, "panel", tmp_path))
         finally:
             d.quit()

@@ -237,3 +237,95 @@ def test_the_report_shows_a_whatifs_verdicts_and_curves_and_names_a_damaged_one(
     assert 'id="whatif-1"' in page and "KL 0.362 -&gt; 0.026 &lt;script&gt;" in page and "<script>" not in page
     assert 'alt="what-if 20261202T000001Z curves" src="data:image/png;base64,' in page
     assert "## What-if 20261202T000001Z" in report.to_markdown()
+
+
+def _config(algo: str):
+    from ray.rllib.algorithms.appo import APPOConfig
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.algorithms.sac import SACConfig
+
+    if algo == "DQN":
+        return DQNConfig().environment("CartPole-v1").training(num_steps_sampled_before_learning_starts=64,
+                                                              train_batch_size_per_learner=32)
+    if algo == "SAC":
+        return (SACConfig().environment("Pendulum-v1").rl_module(model_config={"fcnet_hiddens": [32]})
+                .training(num_steps_sampled_before_learning_starts=64, train_batch_size_per_learner=32))
+    if algo == "APPO":   # its Learner is an actor by default: the branch keeps it in its own process
+        return APPOConfig().environment("CartPole-v1").training(train_batch_size_per_learner=200)
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    return (PPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2})
+            .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, *a, **k: f"p{aid}")
+            .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={"p0": RLModuleSpec(), "p1": RLModuleSpec()}))
+            .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=1))
+
+
+@pytest.mark.parametrize("algo, knob, value", [("DQN", "lr", 0.002), ("SAC", "actor_lr", 0.001),
+                                               ("APPO", "lr", 0.001), ("PPO multi-agent", "lr", 0.001)])
+def test_branches_run_and_read_back_on_every_algorithm_flow1_advises(ray_session, tmp_path, algo, knob, value):
+    """A checkpoint of each algorithm, one --set branch: it builds, restores, reads its knob
+    back from every module's optimizers (SAC's actor_lr: the "policy" optimizer only) and
+    trains; the restore's overwrite is re-applied, never left in place."""
+    from flow1_ray.whatif.run import run_whatif
+
+    config = _config(algo).env_runners(num_env_runners=0).debugging(seed=0)
+    if algo == "APPO":
+        config = config.learners(num_learners=0)
+    run = config.build_algo()
+    try:
+        run.train()
+        run.save_to_path(str(tmp_path / "ck"))
+    finally:
+        run.stop()
+    o = run_whatif(str(tmp_path / "ck"), sets=[f"{knob}={value}"], seeds=1, iterations=1, parallel=2)
+    assert not o.failed(), [r.error for r in o.results]
+    (branch,) = [r for r in o.results if r.branch != "baseline"]
+    modules = {"PPO multi-agent": {"p0", "p1"}}.get(algo, {"default_policy"})
+    assert {x["module_id"] for x in branch.readback} == modules and branch.in_effect
+    for x in branch.readback:
+        assert x["effective"] == pytest.approx(value) and x["status"] in (
+            "in effect", "overwritten by the restore, re-applied"), x
+    assert {r["module_id"] for r in branch.curves} == modules
+
+
+def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_session, tmp_path):
+    """with_options(whatif=True): the first advised finding saves a checkpoint, branches run
+    as Ray tasks on the CPU the run leaves free while train() goes on, and the verdicts come
+    back as WHATIF_VERDICT events (the advised lr held for the KL spike)."""
+    import time
+
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from flow1_ray import Flow1Callbacks
+    from flow1_ray import codes as C
+    from flow1_ray.store import load_events
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False,
+                                     whatif=True, whatif_seeds=3, whatif_iterations=3, whatif_parallel=1)
+    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
+            .env_runners(num_env_runners=1, sample_timeout_s=20)
+            .training(train_batch_size_per_learner=1000, lr=0.05, num_epochs=10)).build_algo()
+    trained_after_start, t0 = 0, time.monotonic()
+    try:
+        run_dir = Path(algo.train()["flow1"]["run_dir"])
+        while time.monotonic() - t0 < 400:
+            algo.train()
+            trained_after_start += 1
+            if list((run_dir / "whatif").glob("*/verdicts.json")):
+                break
+        algo.train()   # the verdict events reach the Recorder
+        time.sleep(3)
+    finally:
+        algo.stop()
+    events = [e for e in load_events(run_dir).to_pylist() if e["code"] in (C.WHATIF_STARTED, C.WHATIF_VERDICT)]
+    started = [e for e in events if e["code"] == C.WHATIF_STARTED]
+    assert len(started) == 1 and started[0]["iteration"] == 1, events
+    assert json.loads(started[0]["evidence"])["checkpoint"] == str(run_dir / "checkpoints" / "iter000001")
+    verdicts = {(json.loads(e["evidence"]).get("branch"), json.loads(e["evidence"]).get("finding")):
+                json.loads(e["evidence"]).get("verdict") for e in events if e["code"] == C.WHATIF_VERDICT}
+    spike = [v for (b, f), v in verdicts.items() if f == C.KL_SPIKE and b.startswith("lr=")]
+    assert spike == [HELD], verdicts
+    assert trained_after_start >= 2   # train() went on while the branches ran

@@ -43,6 +43,7 @@ RULE_MODULES = (
     "flow1_ray.checks.eval_gap",
     "flow1_ray.checks.gradients",
     "flow1_ray.driver.learner_watch",
+    "flow1_ray.driver.live_whatif",
     "flow1_ray.checks.incidents",
     "flow1_ray.checks.sampling",
     "flow1_ray.driver.watchdog",

@@ -75,6 +75,11 @@ class LearnerWatch:
         self.plateau_reported: set[str] = set()
         self.guard_done = False
         self.rolling: list[str] = []            # checkpoint_every: the checkpoints kept, oldest first
+        self.live = None                        # with_options(whatif=True): the what-ifs beside the run
+        if opts.whatif:
+            from .live_whatif import LiveWhatif
+
+            self.live = LiveWhatif(algorithm, opts, run_id)
         self.rolling_s = 0.0                    # ... and the driver's time spent saving them
         self.stop_reason: str | None = None
 
@@ -161,6 +166,15 @@ class LearnerWatch:
         ev = self._rolling(iteration)
         if ev is not None:
             send("events", [ev.to_dict()])
+        if self.live is not None:
+            try:
+                ev = self.live.maybe_launch(events, iteration, self.rolling, send)
+            except Exception as e:   # noqa: BLE001 -- a what-if that cannot start never stops training
+                from ..watchers import internal_event
+
+                ev = internal_event("live what-if", e, iteration=iteration)
+            if ev is not None:
+                send("events", [ev.to_dict()])
         if self.stop_reason is not None:
             result["done"] = True
         values = self.diagnosis.values()
@@ -239,6 +253,11 @@ class LearnerWatch:
             f"gradient RMS saved to {path}"),
             {"path": path, "trigger": trigger, "columns": cols, "rows_max": self.opts.snapshot_rows},
             iteration=iteration)
+
+    def stop(self) -> None:
+        """The run stops: a live what-if still running is cancelled (it says so)."""
+        if self.live is not None:
+            self.live.stop()
 
     def _rolling(self, iteration: int) -> Event | None:
         """checkpoint_every: the run saved every N iterations to RUN_DIR/checkpoints/iter<N>,

@@ -17,6 +17,7 @@ from typing import Callable
 import pyarrow as pa
 
 from .. import codes as C
+from .. import schema as S
 from ..errors import Flow1InputError
 from ..events import Event, events_from_table, one_line
 from ..runrecord import RUN_JSON, completeness
@@ -94,6 +95,8 @@ class RunFollower:
         self.learner: list[dict] = []             # kind == "module" rows: the curves
         self.heatmaps: list[str] = []             # names under heatmaps/ that may be shown
         self.snapshots: list[str] = []
+        self.whatifs: list[dict] = []             # flow1 whatif's finished what-ifs (report.whatif), newest first
+        self._whatifs_done: tuple = ()
         self.last_change = 0.0                    # wall time of the last poll that found something
         self.skipped: list[str] = []              # what could not be read, each named once
         self._skipped_set: set[str] = set()
@@ -128,6 +131,8 @@ class RunFollower:
             if snapshots != self.snapshots:
                 self.snapshots = snapshots
                 changed.add(SNAPSHOTS_DIR)
+            if self._poll_whatifs():
+                changed.add(S.WHATIF_DIR)
             if now - self._life_at >= LIFE_EVERY_S or force:   # three small files: not at every poll
                 self.life = completeness(self.dir)
                 self._life_at = now
@@ -186,6 +191,26 @@ class RunFollower:
         if shown:
             self.heatmaps = sorted(self.heatmaps + [n.split("/", 1)[1] for n in shown])
         return bool(shown)
+
+    def _poll_whatifs(self) -> bool:
+        """The what-ifs that finished (a ``verdicts.json`` is written at a what-if's end),
+        read again when that set changed; a damaged one named once."""
+        from .whatif import SHOWN, VERDICTS_JSON, read_whatifs
+
+        folder = self.dir / S.WHATIF_DIR
+        try:
+            names = sorted((n for n, is_file, is_link in folder.entries() if not is_file and not is_link),
+                           reverse=True)[:SHOWN]
+            done = tuple(n for n in names if (folder / n / VERDICTS_JSON).exists())
+        except Flow1InputError as e:
+            return self._skip(f"{S.WHATIF_DIR}: {e}")
+        if done == self._whatifs_done:
+            return False
+        self._whatifs_done = done
+        self.whatifs, skipped = read_whatifs(self.dir)
+        for what in skipped:
+            self._skip(what)
+        return True
 
     def _add_events(self, table: pa.Table, sub: str) -> None:
         parts = table.column(PART_COLUMN).to_pylist()

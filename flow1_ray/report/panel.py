@@ -291,7 +291,7 @@ def hypothesis_block(f: RunFollower) -> list:
     from dash import html
 
     hs = hypotheses(f.findings, f.snapshots)
-    if not hs:
+    if not hs and not f.whatifs:
         return [html.P("Nothing to test yet: no finding points at a knob, a frame or a batch.", className="muted")]
     out: list = []
     knobs = [h for h in hs if h["kind"] == "knob"]
@@ -309,7 +309,50 @@ def hypothesis_block(f: RunFollower) -> list:
     if snaps:
         out.append(html.H3("Snapshots to replay", style={"fontSize": ".9rem"}))
         out.append(html.Ul([html.Li([html.Code(f"snapshots/{h['name']}"), f": {h['what']}"]) for h in snaps]))
+    return out + whatif_blocks(f)
+
+
+def whatif_blocks(f: RunFollower) -> list:
+    """flow1 whatif's verdicts (each advice tested by branches from a checkpoint), newest
+    first, each with its branches' curves against the baseline's."""
+    from dash import dcc, html
+
+    out: list = []
+    for i, w in enumerate(f.whatifs):
+        out.append(html.H3(f"What-if {w['id']}: the advice tested", style={"fontSize": ".9rem"}))
+        out.append(html.Table(id=f"whatif-{i}", className="whatif", children=[
+            html.Tr([html.Th(t) for t in ("branch", "finding", "verdict", "why")])] + [
+            html.Tr([html.Td(html.Code(v["branch"])), html.Td(v.get("finding") or "(the return)"), html.Td(v["verdict"]),
+                     html.Td([v.get("why") or ""] + [html.Div(f"read back: {r}", className="muted")
+                                                     for r in v.get("readback", [])])])
+            for v in w["verdicts"]] + [html.Tr(html.Td(f"failed: {x}", colSpan=4)) for x in w.get("failed", [])]))
+        fig = whatif_figure(f.dir, w["id"])
+        if fig is not None:
+            out.append(dcc.Graph(id=f"whatif-graph-{i}", figure=fig, config=GRAPH_CONFIG))
     return out
+
+
+def whatif_figure(d: Location, whatif_id: str) -> Any:
+    """Each branch's mean over seeds against the baseline's (black), per signal with data."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from .whatif import PLOTTED, branch_rows, branch_series
+
+    rows = branch_rows(d, whatif_id)
+    shown = [(c, t) for c, t in PLOTTED if any(isinstance(r.get(c), (int, float)) for r in rows)]
+    if not shown:
+        return None
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[t for _, t in shown])
+    for j, (col, _) in enumerate(shown):
+        series = branch_series(rows, col)
+        for b in sorted(series, key=lambda b: (b != "baseline", b)):
+            xs, mean, _, _ = series[b]
+            fig.add_trace(go.Scatter(x=xs, y=mean, name=esc(b), legendgroup=esc(b), showlegend=j == 0,
+                                     mode=_mode(len(xs)), line={"color": "black"} if b == "baseline" else None),
+                          row=1, col=j + 1)
+    fig.update_annotations(font_size=12)
+    return _layout(fig, 220)
 
 
 def risk_block(f: RunFollower) -> list:
@@ -344,7 +387,7 @@ def _quadrants(f: RunFollower, changed: Callable[..., bool]) -> dict[str, Any]:
             "policy-wrap": ({} if f.learner else {"display": "none"}) if ln else keep,
             "heatmap": heatmap_block(f) if hm else keep,
             "cause": cause_block(f) if ev else keep,
-            "hypothesis": hypothesis_block(f) if ev or changed(SNAPSHOTS_DIR) else keep,
+            "hypothesis": hypothesis_block(f) if ev or changed(SNAPSHOTS_DIR, S.WHATIF_DIR) else keep,
             "risk": risk_block(f) if ev or mt else keep,
             "timeline-graph": (timeline_figure(f) if f.timeline else keep) if ev else keep,
             "timeline-wrap": ({} if f.timeline else {"display": "none"}) if ev else keep}

@@ -73,13 +73,17 @@ def read_whatifs(d: Location) -> tuple[list[dict], list[str]]:
     return out, skipped
 
 
-def _rows(d: Location, whatif_id: str) -> list[dict]:
+def branch_rows(d: Location, whatif_id: str) -> list[dict]:
+    """A what-if's ``curves.parquet`` rows ([] when it cannot be read: the verdicts stand alone)."""
     import pyarrow.parquet as pq
 
     data, _ = read_file(d, f"{S.WHATIF_DIR}/{whatif_id}/{CURVES_PARQUET}", max_bytes=64 * 1024**2)
     if data is None:
         return []
-    return pq.read_table(io.BytesIO(data)).to_pylist()
+    try:
+        return pq.read_table(io.BytesIO(data)).to_pylist()
+    except Exception:   # noqa: BLE001 -- not Parquet: no picture, the verdicts stand alone
+        return []
 
 
 def _num(v: Any) -> float:
@@ -109,7 +113,7 @@ PLOTTED = (("episode_return_mean", "episode return"), ("mean_kl_loss", "KL"), ("
 def draw(d: Location, whatif_id: str) -> Any:
     """A matplotlib figure: each branch's curve against the baseline's (the mean over seeds,
     the band their min to max), one panel per signal with data; None without curves."""
-    rows = _rows(d, whatif_id)
+    rows = branch_rows(d, whatif_id)
     shown = [(c, t) for c, t in PLOTTED if any(math.isfinite(_num(r.get(c))) for r in rows)]
     if not shown:
         return None

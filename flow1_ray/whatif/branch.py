@@ -121,14 +121,17 @@ def load_config(checkpoint: str) -> Any:
 
 def branch_config(config: Any, changes: tuple[Knob, ...], seed: int, env_runners: int) -> Any:
     """A copy of the run's config: no callbacks (a branch is judged on its results),
-    ``env_runners`` runners (0: it samples in its own process), no evaluation, quiet logs;
-    then the branch's changes (they win over those), then its seed."""
+    ``env_runners`` runners (0: it samples in its own process), its Learner in its own
+    process (APPO's and IMPALA's default Learner actor would need a CPU the quota did not
+    give), no evaluation, quiet logs; then the branch's changes (they win over those), then
+    its seed."""
     from ray.rllib.callbacks.callbacks import RLlibCallback
 
     c = config.copy(copy_frozen=False)
     c.callbacks_class = RLlibCallback
     c.callbacks_on_environment_created = None
-    c = c.env_runners(num_env_runners=env_runners).debugging(log_level="ERROR").evaluation(evaluation_interval=None)
+    c = (c.env_runners(num_env_runners=env_runners).learners(num_learners=0)
+         .debugging(log_level="ERROR").evaluation(evaluation_interval=None))
     for ch in changes:
         if ch.method == "rl_module" and ch.name == "model_config" and isinstance(ch.value, dict):
             model = dict(c.model_config or {})
@@ -165,26 +168,38 @@ def _first(v: Any) -> Any:
     return v
 
 
+#: a knob that is an optimizer's learning rate: the optimizers (by the name RLlib registers
+#: them under, ``None``: all of the module's) whose ``param_groups`` hold it -- a restore
+#: overwrites each of them with the checkpoint's value
+LR_KNOBS: dict[str, tuple[str, ...] | None] = {
+    "lr": None, "critic_lr": ("qf", "qf_twin"), "actor_lr": ("policy",), "alpha_lr": ("alpha",)}
+
+
+def _optimizers(learner: Any, knob: str, module_id: str) -> list:
+    names = LR_KNOBS[knob]
+    return [opt for name, opt in learner.get_optimizers_for_module(module_id) if names is None or name in names]
+
+
 def effective(learner: Any, knob: str, module_id: str) -> Any:
-    """The value the built Learner uses for ``knob`` (its optimizers' lr, PPO's current
-    entropy and KL coefficients), else the per-module config it reads."""
-    if knob == "lr":
-        optims = learner.get_optimizers_for_module(module_id)
-        return float(optims[0][1].param_groups[0]["lr"]) if optims else None
+    """The value the built Learner uses for ``knob``: its optimizers' lr (SAC's per-network
+    rates too), PPO's current entropy and KL coefficients, else the per-module config it
+    reads. Optimizers that disagree give a list."""
+    if knob in LR_KNOBS:
+        rates = sorted({float(opt.param_groups[0]["lr"]) for opt in _optimizers(learner, knob, module_id)})
+        return rates[0] if len(rates) == 1 else (rates or None)
     if knob == "entropy_coeff" and hasattr(learner, "entropy_coeff_schedulers_per_module"):
         return float(learner.entropy_coeff_schedulers_per_module[module_id].get_current_value())
     if knob == "kl_coeff" and hasattr(learner, "curr_kl_coeffs_per_module"):
         return float(learner.curr_kl_coeffs_per_module[module_id])
-    cfg = learner.config.get_config_for_module(module_id)
     if knob == "model_config":
         return dict(learner.module[module_id].model_config or {})
-    return getattr(cfg, knob, None)
+    return getattr(learner.config.get_config_for_module(module_id), knob, None)
 
 
 def _reapply(learner: Any, knob: str, value: Any, module_id: str) -> bool:
     """Set a knob the restore overwrote back to the branch's value (the optimizers' lr)."""
-    if knob == "lr":
-        for _, opt in learner.get_optimizers_for_module(module_id):
+    if knob in LR_KNOBS:
+        for opt in _optimizers(learner, knob, module_id):
             learner._set_optimizer_lr(opt, float(_first(value)))
         return True
     return False

@@ -64,7 +64,7 @@ def is_checkpoint(p: Path) -> bool:
     return (p / CHECKPOINT_FILE).is_file()
 
 
-def _iteration(checkpoint: Path) -> int | None:
+def checkpoint_iteration(checkpoint: Path) -> int | None:
     m = GUARD_CHECKPOINT.match(checkpoint.name) or re.match(r"^iter(?P<iteration>\d+)$", checkpoint.name)
     return int(m.group("iteration")) if m else None
 
@@ -75,7 +75,7 @@ def checkpoints_of(run_dir: Path) -> list[Path]:
     rolling = run_dir / S.CHECKPOINTS_DIR
     if rolling.is_dir():
         found += [p for p in rolling.iterdir() if is_checkpoint(p)]
-    return sorted(found, key=lambda p: (_iteration(p) or 0, p.name))
+    return sorted(found, key=lambda p: (checkpoint_iteration(p) or 0, p.name))
 
 
 def run_dir_of(checkpoint: Path) -> Path | None:
@@ -111,10 +111,10 @@ def resolve(path: str) -> Source:
                 f"{p} has no checkpoint to branch from: run with Flow1Callbacks.with_options(on_fail='checkpoint') "
                 f"or checkpoint_every=N, or pass a checkpoint folder (algo.save_to_path)")
         advice = read_advice(p)
-        return Source(before_symptom(found, advice), p, _iteration(before_symptom(found, advice)), advice)
+        return Source(before_symptom(found, advice), p, checkpoint_iteration(before_symptom(found, advice)), advice)
     else:
         raise Flow1InputError(f"{p} is neither a checkpoint (no {CHECKPOINT_FILE}) nor a flow1 run directory")
-    return Source(checkpoint, run_dir, _iteration(checkpoint), read_advice(run_dir) if run_dir else [])
+    return Source(checkpoint, run_dir, checkpoint_iteration(checkpoint), read_advice(run_dir) if run_dir else [])
 
 
 def before_symptom(checkpoints: list[Path], advice: list[Advice]) -> Path:
@@ -124,7 +124,7 @@ def before_symptom(checkpoints: list[Path], advice: list[Advice]) -> Path:
     first = min((a.iteration for a in advice if a.iteration is not None), default=None)
     if first is None:
         return checkpoints[-1]
-    earlier = [c for c in checkpoints if (_iteration(c) or 0) < first]
+    earlier = [c for c in checkpoints if (checkpoint_iteration(c) or 0) < first]
     return earlier[-1] if earlier else checkpoints[0]
 
 

@@ -38,6 +38,7 @@ class Outcome:
     verdicts: list[dict] = field(default_factory=list)
     queued: str = ""
     seconds: float = 0.0
+    cut: bool = False            # stopped before its branches finished (no verdict)
 
     def failed(self) -> list[BranchResult]:
         return [r for r in self.results if r.error]
@@ -153,9 +154,22 @@ def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = 
                               "--env-runners >= 0")
     source = resolve(path)
     branches = plan(source, list(sets or []), from_advice, max_branches)
+    base = Path(output_dir) if output_dir else (source.run_dir or source.checkpoint.parent) / WHATIF_DIR
+    return run_source(source, branches, base, iterations=iterations, seeds=seeds, parallel=parallel,
+                      cpus_per_branch=cpus_per_branch, env_runners=env_runners, ray_log=ray_log,
+                      first_seed=first_seed, say=say)
+
+
+def run_source(source: Source, branches: list[Branch], base: Path, *, iterations: int, seeds: int, parallel: int,
+               cpus_per_branch: float = 1.0, env_runners: int = 0, ray_log: bool = False, first_seed: int = 0,
+               say: Callable[[str], None] = lambda s: None, stop: Any = None) -> Outcome:
+    """The planned branches run and judged, written under ``base/<UTC stamp>/``; ``stop``
+    (a ``threading.Event``): set, the runs in flight are cancelled and no verdict is made
+    (the live what-if of a run that ended first)."""
+    from ..errors import Flow1InputError
+
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(output_dir) if output_dir else (source.run_dir or source.checkpoint.parent) / WHATIF_DIR
     out_dir = base / stamp
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -171,17 +185,18 @@ def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = 
         from ..raylog import RAY_LOG, RayLog
 
         with RayLog(out_dir / RAY_LOG) as log:
-            results, queued = _run(specs, parallel, cpus_per_branch, say, log.ray_speaks)
+            results, queued = _run(specs, parallel, cpus_per_branch, say, log.ray_speaks, stop)
     else:
-        results, queued = _run(specs, parallel, cpus_per_branch, say, None)
-    outcome = Outcome(out_dir, source, branches, results, verdicts(branches, results), queued,
-                      time.monotonic() - t0)
+        results, queued = _run(specs, parallel, cpus_per_branch, say, None, stop)
+    cut = stop is not None and stop.is_set()
+    outcome = Outcome(out_dir, source, branches, results, [] if cut else verdicts(branches, results), queued,
+                      time.monotonic() - t0, cut)
     write(outcome, seeds, iterations, parallel)
     return outcome
 
 
 def _run(specs: list[BranchSpec], parallel: int, cpus: float, say: Callable[[str], None],
-         speaks: Any) -> tuple[list[BranchResult], str]:
+         speaks: Any, stop: Any = None) -> tuple[list[BranchResult], str]:
     """The branch runs as Ray tasks, at most ``parallel`` in flight (a slot freed is taken
     by the next); a task lost (its worker died) is named like a branch that failed."""
     import contextlib
@@ -197,10 +212,14 @@ def _run(specs: list[BranchSpec], parallel: int, cpus: float, say: Callable[[str
         results: list[BranchResult] = []
         pending, waiting = list(specs), {}
         while pending or waiting:
+            if stop is not None and stop.is_set():
+                for ref in waiting:
+                    ray.cancel(ref, force=True)
+                break
             while pending and len(waiting) < parallel:
                 spec = pending.pop(0)
                 waiting[task.remote(spec)] = spec
-            done, _ = ray.wait(list(waiting), num_returns=1)
+            done, _ = ray.wait(list(waiting), num_returns=1, timeout=1.0)
             for ref in done:
                 spec = waiting.pop(ref)
                 try:
@@ -230,7 +249,7 @@ def write(o: Outcome, seeds: int, iterations: int, parallel: int) -> None:
         pq.write_table(pa.Table.from_pylist(rows), o.out_dir / CURVES_PARQUET)
     doc = {"checkpoint": str(o.source.checkpoint), "run_dir": str(o.source.run_dir) if o.source.run_dir else None,
            "iteration": o.source.iteration, "seeds": seeds, "iterations": iterations, "parallel": parallel,
-           "seconds": round(o.seconds, 1), "queued": o.queued,
+           "seconds": round(o.seconds, 1), "queued": o.queued, "cut": o.cut,
            "branches": [b.as_dict() for b in o.branches],
            "runs": [{k: v for k, v in asdict(r).items() if k != "curves"} for r in o.results],
            "verdicts": o.verdicts}
