@@ -329,3 +329,18 @@ def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_sessi
     spike = [v for (b, f), v in verdicts.items() if f == C.KL_SPIKE and b.startswith("lr=")]
     assert spike == [HELD], verdicts
     assert trained_after_start >= 2   # train() went on while the branches ran
+
+
+@pytest.mark.slow
+def test_on_a_cluster_the_branches_spread_over_the_nodes(tmp_path, cli_env):
+    """A head without CPUs and two 1-CPU worker nodes: 4 branch runs asked 4 at a time run on
+    both worker nodes, two at a time (the rest waits in Ray's queue, said)."""
+    env = {k: v for k, v in cli_env.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "whatif_multinode_job.py"), str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=400)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["runs"] == 4 and not out["failed"], out
+    assert out["branch_nodes"] == out["worker_nodes"], out
+    assert "2 wait in Ray's queue" in out["queued"], out
