@@ -337,7 +337,7 @@ def whatif_figure(d: Location, whatif_id: str) -> Any:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from .whatif import PLOTTED, branch_rows, branch_series
+    from .whatif import PLOTTED, branch_rows, branch_series, label, nonfinite
 
     rows = branch_rows(d, whatif_id)
     shown = [(c, t) for c, t in PLOTTED if any(isinstance(r.get(c), (int, float)) for r in rows)]
@@ -345,10 +345,11 @@ def whatif_figure(d: Location, whatif_id: str) -> Any:
         return None
     fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[t for _, t in shown])
     for j, (col, _) in enumerate(shown):
-        series = branch_series(rows, col)
+        series, bad = branch_series(rows, col), nonfinite(rows, col)
         for b in sorted(series, key=lambda b: (b != "baseline", b)):
             xs, mean, _, _ = series[b]
-            fig.add_trace(go.Scatter(x=xs, y=mean, name=esc(b), legendgroup=esc(b), showlegend=j == 0,
+            fig.add_trace(go.Scatter(x=xs, y=mean, name=esc(label(b, bad.get(b, 0))), legendgroup=esc(b),
+                                     showlegend=j == 0 or bool(bad.get(b)),
                                      mode=_mode(len(xs)), line={"color": "black"} if b == "baseline" else None),
                           row=1, col=j + 1)
     fig.update_annotations(font_size=12)

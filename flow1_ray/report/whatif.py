@@ -91,7 +91,8 @@ def _num(v: Any) -> float:
 
 
 def branch_series(rows: list[dict], column: str) -> dict[str, tuple[list[int], list[float], list[float], list[float]]]:
-    """Per branch: iterations, and the mean, min and max over seeds (and modules) of ``column``."""
+    """Per branch: iterations, and the mean, min and max over seeds (and modules) of
+    ``column``, the finite values only (see :func:`nonfinite`)."""
     by: dict[str, dict[int, list[float]]] = {}
     for r in rows:
         b, it = r.get("branch"), r.get("iteration")
@@ -104,6 +105,21 @@ def branch_series(rows: list[dict], column: str) -> dict[str, tuple[list[int], l
         out[b] = (xs, [sum(v) / len(v) if v else math.nan for v in vals],
                   [min(v) if v else math.nan for v in vals], [max(v) if v else math.nan for v in vals])
     return out
+
+
+def nonfinite(rows: list[dict], column: str) -> dict[str, int]:
+    """Per branch, how many values of ``column`` were NaN or infinite (a KL of a policy that
+    collapsed inside one update): a line cannot draw them, its legend says how many."""
+    out: dict[str, int] = {}
+    for r in rows:
+        v = r.get(column)
+        if isinstance(r.get("branch"), str) and isinstance(v, float) and not math.isfinite(v):
+            out[r["branch"]] = out.get(r["branch"], 0) + 1
+    return out
+
+
+def label(branch: str, bad: int) -> str:
+    return branch + (f" ({bad} NaN/inf, not drawn)" if bad else "")
 
 
 #: what a what-if's picture shows: (column, title)
@@ -127,16 +143,16 @@ def draw(d: Location, whatif_id: str) -> Any:
 
     fig, axes = plt.subplots(1, len(shown), figsize=(4.4 * len(shown), 3.2), squeeze=False)
     for ax, (col, title) in zip(axes.ravel(), shown):
-        series = branch_series(rows, col)
+        series, bad = branch_series(rows, col), nonfinite(rows, col)
         for b in sorted(series, key=lambda b: (b != "baseline", b)):
             xs, mean, lo, hi = series[b]
-            label = one_line(b).replace("$", r"\$")
+            name = one_line(label(b, bad.get(b, 0))).replace("$", r"\$")
             style = {"color": "black", "lw": 2.0} if b == "baseline" else {}
-            line, = ax.plot(xs, mean, label=label, **style)
+            line, = ax.plot(xs, mean, label=name, **style)
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15)
         ax.set_title(title)
         ax.set_xlabel("branch iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.ravel()[0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
