@@ -42,6 +42,9 @@ WORKER_STATES = (ALIVE, DEAD, STALLED)         # what a live run counts and expo
 WORKER_STATES_ALL = WORKER_STATES + (STOPPED,)
 UNHEALTHY = (DEAD, STALLED)                    # an open incident
 
+# --- a state cluster's verdicts that are not event codes (checks/state_action.py) -------------
+VERDICT_OK, VERDICT_FIXATED = "OK", "FIXATED"
+
 # --- the run directory ---------------------------------------------------------------------------
 EVENTS_DIR = "events"          # events/part-*.parquet (flow1_ray.events.EVENT_SCHEMA)
 METRICS_DIR = "metrics"        # one row per training iteration: flow1/* keys, env steps, return

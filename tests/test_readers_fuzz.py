@@ -299,7 +299,8 @@ def test_every_reader_on_a_damaged_run(m: Mutation, run_copy, capsys):
     if m.name == "heatmap a link outside":
         secret = (run_copy.parent / "elsewhere" / "secret.png").read_bytes()
         assert base64.b64encode(secret).decode()[:200] not in page, "the linked file was embedded"
-        assert page.count("data:image/png;base64,") == 2, "no timeline here: the curves and the run's own heatmap"
+        # no timeline here: the curves, the cluster map and the run's own heatmap
+        assert page.count("data:image/png;base64,") == 3, "the curves, the cluster map and the run's own heatmap"
 
     # the panel's callbacks, on a real follower: same verdict, same gaps, nothing raised
     list_runs, refresh = panel_callbacks(Runs(run_copy))

@@ -28,8 +28,10 @@ from ..checks.state_action import (Snapshot, StateActionThresholds, cluster_mean
                                    verdicts, warn_codes)
 from ..checks.thresholds import DEFAULT
 from ..clustering.backends import TorchKMeans, resolve_backend
+from ..clustering.describe import Feature
+from ..clustering.frames import FRAME_BANK, FrameBank, nearest
 from ..clustering.reservoir import Reservoir
-from ..clustering.state_action_map import StateActionMap
+from ..clustering.state_action_map import StateActionMap, cluster_thumbnails
 from ..clustering.streaming import StreamingKMeans
 from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .priority import lower_this_thread
@@ -87,6 +89,8 @@ class ClustererCore:
         self.km: StreamingKMeans | None = None
         self.dim: int | None = None
         self.labels: list[str] | None = None
+        self.features: list[Feature] | None = None   # the columns' names (the runners send them)
+        self.frames = FrameBank(FRAME_BANK, self.rng)  # image envs: (features, thumbnail) of real states
         self.history: deque[Snapshot] = deque(maxlen=HISTORY)
         self.policy_kind: str | None = None
         self.received = 0          # rows accepted
@@ -99,11 +103,15 @@ class ClustererCore:
 
     # -- intake (the request path: append only) -------------------------------------------
     def ingest_rows(self, x: np.ndarray, actions: np.ndarray, failed: np.ndarray, labels: list[str],
-                    policy: np.ndarray | None = None, policy_kind: str | None = None) -> bool:
+                    policy: np.ndarray | None = None, policy_kind: str | None = None,
+                    features: list | None = None, frames: dict | None = None) -> bool:
         """Add one batch to the window; False (and counted) when its shape is not the run's.
         ``policy`` (N x 2: normalised entropy and top probability of the policy, NaN where
         unknown) is optional; ``policy_kind`` is "stochastic" (its probabilities are learnt)
-        or "epsilon_greedy" (its confidence follows a schedule, not learning)."""
+        or "epsilon_greedy" (its confidence follows a schedule, not learning). ``features``
+        ((name, kind) per column) names the columns for the descriptions; ``frames``
+        ({"x": features, "img": uint8 thumbnails} of a few of the rows, image envs) go to
+        the bank the thumbnails are picked from."""
         if policy_kind:
             self.policy_kind = policy_kind
         x = np.asarray(x, np.float32)
@@ -126,7 +134,21 @@ class ClustererCore:
                 rows = rows[finite]
             self.window.add(rows)
             self.received += len(rows)
+            self._take_names_and_frames(features, frames)
         return True
+
+    def _take_names_and_frames(self, features: list | None, frames: dict | None) -> None:
+        """The columns' names and a batch's frames, when they fit the run's columns (else
+        left out: a description falls back to ``obs[i]``, a cluster to no thumbnail)."""
+        if isinstance(features, (list, tuple)) and len(features) == self.dim and self.features is None:
+            try:
+                self.features = [Feature(str(n), str(kind)) for n, kind in features]
+            except (TypeError, ValueError):
+                pass
+        if isinstance(frames, dict) and frames.get("x") is not None and frames.get("img") is not None:
+            fx, img = np.asarray(frames["x"], np.float32), np.asarray(frames["img"])
+            if fx.ndim == 2 and fx.shape[1] == self.dim and img.dtype == np.uint8 and np.isfinite(fx).all():
+                self.frames.put(fx, img)
 
     # -- snapshots (the worker thread) --------------------------------------------------
     def take_window(self) -> tuple[np.ndarray | None, int]:
@@ -162,11 +184,14 @@ class ClustererCore:
             m = StateActionMap(km.centroids.copy(), counts, list(self.labels),
                                verdicts(counts, fails, self.th, share=share, policy=pol),
                                fails, self.backend, per_point * len(x), self.th, pol)
+            m.describe(km.mean, km.scale, self.features)
+            m.thumbnails = self._thumbnails(km)
             index = self.snapshots
             self.snapshots += 1
             path = heatmap_name(iteration, self.module)
             self.history.append(Snapshot(index, iteration, km.raw_centroids, m.visits, m.verdicts, return_mean,
-                                         decided_share(counts, pol, self.th)))
+                                         decided_share(counts, pol, self.th),
+                                         [d.label for d in m.descriptions]))
             events = [e.to_dict() for e in m.snapshot_events(snapshot=index, iteration=iteration, heatmap=path,
                                                              states=seen, warn=warn_codes(list(self.history), self.th),
                                                              module=self.module, **where)]
@@ -176,10 +201,22 @@ class ClustererCore:
         self.last_compute_s = time.perf_counter() - t0
         of = "" if self.module == DEFAULT_MODULE else f"module {self.module}, "
         job = {"path": path, "counts": counts, "labels": list(self.labels), "verdicts": m.verdicts,
-               "failures": fails, "backend": self.backend,
+               "failures": fails, "backend": self.backend, "descriptions": [d.label for d in m.descriptions],
                "title": f"iteration {iteration}: state cluster x action ({of}{self.backend}, {len(x)} of {seen} "
                         f"states sampled since the last snapshot)"}
         return SnapshotOut(index, iteration, m.to_arrow(index, iteration, self.module), events, job)
+
+    def _thumbnails(self, km: StreamingKMeans) -> list[bytes | None] | None:
+        """Per cluster, the kept frame nearest its centroid among those assigned to it (None
+        for a module without frames)."""
+        with self._lock:
+            fx, img = (self.frames.x, self.frames.img) if len(self.frames) else (None, None)
+        if fx is None:
+            return None
+        labels, d2 = km.backend.assign(km.transform(fx), km.centroids)
+        from gymnasium import spaces
+
+        return cluster_thumbnails(nearest(labels, d2, km.k), img, spaces.Box(0, 255, img.shape[1:], np.uint8))
 
     def status(self) -> dict[str, Any]:
         with self._lock:
@@ -234,7 +271,8 @@ class StatesService:
         for mid, rows in (modules or {}).items():
             try:
                 self._core(str(mid)).ingest_rows(rows["x"], rows["a"], rows["fail"], rows["labels"],
-                                                 rows.get("policy"), rows.get("policy_kind"))
+                                                 rows.get("policy"), rows.get("policy_kind"),
+                                                 rows.get("features"), rows.get("frames"))
             except Exception as e:  # this module's batch is lost; the others go on
                 self.errors += 1
                 self._off(str(mid), "could not take its sampled states", e)

@@ -1,6 +1,7 @@
 """The asynchronous heatmap writer: PNGs rendered and written on their own thread.
 
-The Recorder's request path only puts a job (counts, labels, verdicts: a few kB) on a
+The Recorder's request path only puts a job (counts, labels, verdicts, each cluster's
+short description: a few kB) on a
 bounded queue; rendering with matplotlib and the file I/O happen here. A slow disk or a
 slow render fills the queue, and then new jobs are dropped and counted, never waited
 for. The thread runs in the background class of the scheduler (``priority.py``). Each PNG is written under a temporary name and renamed, so a reader never sees half
@@ -37,7 +38,8 @@ def render(job: dict, run_dir: "Location | str") -> Location:
     os.close(fd)
     try:
         draw_heatmap(tmp, counts, list(job["labels"]), list(job["verdicts"]),
-                     job.get("title") or f"state cluster x action ({job.get('backend', '')}, {int(counts.sum())} states)")
+                     job.get("title") or f"state cluster x action ({job.get('backend', '')}, {int(counts.sum())} states)",
+                     job.get("descriptions"))
         out.parent_dir().mkdir()
         out.write_bytes(Path(tmp).read_bytes())
     finally:

@@ -34,10 +34,11 @@ import numpy as np
 from scipy.stats import binomtest
 
 from .. import codes as C
+from .. import schema as S
 from .findings import Finding
 from .rule import Rule
 
-OK, FIXATED = "OK", "FIXATED"
+OK, FIXATED = S.VERDICT_OK, S.VERDICT_FIXATED
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,11 @@ class Snapshot:
     verdicts: list[str]
     return_mean: float | None = None
     decided: float = 1.0
+    labels: list[str] | None = None     # each cluster's short description (clustering/describe.py)
+
+    def about(self, i: int) -> str:
+        """``3 (obs[1] +1.8 (+2.1sd))``: a cluster as a finding names it."""
+        return f"{i} ({self.labels[i]})" if self.labels and i < len(self.labels) else str(i)
 
     def share_of(self, codes: tuple[str, ...]) -> float:
         """Share of the visited states that fall in clusters with one of these verdicts."""
@@ -271,13 +277,16 @@ def trend_findings(history: list[Snapshot], th: StateActionThresholds = StateAct
             fell = gain <= -th.new_fixation_warn_drop
             out.append(Finding(C.NEW_FIXATION, (
                 f"{len(new)} cluster(s) holding {share:.0%} of the visited states became fixated (one action > "
-                f"{th.fixation_min:g}) between iterations {prev.iteration} and {cur.iteration}, while the episode "
+                f"{th.fixation_min:g}; {'; '.join(cur.about(i) for i in new[:3])}"
+                + (f"; {len(new) - 3} more" if len(new) > 3 else "") + ") "
+                f"between iterations {prev.iteration} and {cur.iteration}, while the episode "
                 f"return went {r0:.4g} -> {r1:.4g} ({gain:+.1%}, expected >= {th.new_fixation_return_gain:+.0%}): "
                 + ("the policy grew confident and the return fell -- premature convergence; try more "
                    "exploration (a larger entropy_coeff, e.g. 0.01, for PPO/APPO/IMPALA)" if fell else
                    f"informational: a converged policy looks the same; a WARN needs the return to fall by "
                    f">= {th.new_fixation_warn_drop:.0%} too")),
-                {"clusters": new, "share": round(share, 4), "return_before": r0, "return_after": r1,
+                {"clusters": new, "described": {str(i): cur.labels[i] for i in new[:10]} if cur.labels else None,
+                 "share": round(share, 4), "return_before": r0, "return_after": r1,
                  "return_gain": round(gain, 4), "iterations": [prev.iteration, cur.iteration],
                  "threshold_share": th.new_fixation_share, "threshold_gain": th.new_fixation_return_gain,
                  "threshold_warn_drop": th.new_fixation_warn_drop},

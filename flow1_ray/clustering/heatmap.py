@@ -12,16 +12,31 @@ from typing import Sequence
 import numpy as np
 
 from .. import codes as C
-from ..checks.state_action import OK
+from .. import schema as S
 
 COLOURS = {C.CHAOS: "darkorange", C.BLIND_SPOT: "red", C.ERROR_FIXATION: "magenta", C.RARE_STATE: "grey",
-           "FIXATED": "dimgray"}
+           S.VERDICT_FIXATED: "dimgray"}
+OK_COLOUR = "seagreen"
+
+
+def verdict_colour(verdict: str) -> str:
+    """A verdict's colour in every picture of the clusters (heatmap labels, cluster map)."""
+    return OK_COLOUR if verdict == S.VERDICT_OK else COLOURS.get(verdict, "black")
+
+
+def row_labels(visits: np.ndarray, descriptions: Sequence[str] | None = None) -> list[str]:
+    """``12 (340)``, or ``12 (340) obs[1] +1.8 (+2.1sd), ...`` with the cluster's description
+    (what its states hold: a row a user can act on)."""
+    out = [f"{i} ({int(v)})" for i, v in enumerate(visits)]
+    if descriptions is not None and len(descriptions) == len(out):
+        out = [f"{head}  {d}" if d else head for head, d in zip(out, descriptions)]
+    return out
 
 
 def draw_heatmap(path: str, counts: np.ndarray, action_labels: Sequence[str], verdicts: Sequence[str],
-                 title: str) -> str:
-    """PNG at ``path``: rows clusters (with their visits), columns actions, each non-OK verdict
-    named on the right of its row."""
+                 title: str, descriptions: Sequence[str] | None = None) -> str:
+    """PNG at ``path``: rows clusters (with their visits and, given, what their states hold),
+    columns actions, each non-OK verdict named on the right of its row."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -31,21 +46,25 @@ def draw_heatmap(path: str, counts: np.ndarray, action_labels: Sequence[str], ve
     visits = counts.sum(1)
     probs = counts / np.maximum(visits, 1)[:, None]
     k, n = counts.shape
+    rows = row_labels(visits, descriptions)
+    # the row labels' width: ~0.052 inch a character at 7 pt (DejaVu Sans), plus the axis title
+    label_in = 0.45 + 0.052 * max((len(r) for r in rows), default=6)
     # fixed margins in inches and one draw (no bbox_inches="tight", which draws twice):
     # the render runs off the request path, but its CPU is still taken from the node
-    w_in, h_in = min(max(6.0, 3.6 + 0.4 * n), 16), min(max(3.5, 2.4 + 0.22 * k), 22)
+    w_in, h_in = min(max(6.0, 3.6 + 0.4 * n), 16) + max(0.0, label_in - 1.0), min(max(3.5, 2.4 + 0.22 * k), 22)
     fig = plt.figure(figsize=(w_in, h_in), dpi=90)
-    left, right_m, top, bottom = 1.0 / w_in, 1.4 / w_in, 0.75 / h_in, (1.35 + (0.35 if n > 8 else 0)) / h_in
+    left, right_m, top, bottom = max(1.0, label_in) / w_in, 1.4 / w_in, 0.75 / h_in, \
+        (1.35 + (0.35 if n > 8 else 0)) / h_in
     ax = fig.add_axes((left, bottom, 1 - left - right_m, 1 - top - bottom))
     im = ax.imshow(probs, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
     ax.set_xticks(range(n), list(action_labels), rotation=90 if n > 8 else 0, fontsize=7)
-    ax.set_yticks(range(k), [f"{i} ({int(v)})" for i, v in enumerate(visits)], fontsize=7)
+    ax.set_yticks(range(k), [r.replace("$", r"\$") for r in rows], fontsize=7)   # "$" is TeX to matplotlib
     ax.set_xlabel("action", fontsize=8)
-    ax.set_ylabel("state cluster (visits)", fontsize=8)
+    ax.set_ylabel("state cluster (visits)" + ("  what sets its states apart" if descriptions else ""), fontsize=8)
     for i, v in enumerate(verdicts):
-        if v != OK:
+        if v != S.VERDICT_OK:
             ax.annotate(v, (1.0, i), xycoords=("axes fraction", "data"), xytext=(4, 0),
-                        textcoords="offset points", va="center", fontsize=7, color=COLOURS.get(v, "black"))
+                        textcoords="offset points", va="center", fontsize=7, color=verdict_colour(v))
     cax = fig.add_axes((left, 0.35 / h_in, min(0.5, 1 - left - right_m), 0.12 / h_in))
     fig.colorbar(im, cax=cax, orientation="horizontal")
     cax.tick_params(labelsize=7)

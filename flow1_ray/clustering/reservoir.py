@@ -10,6 +10,19 @@ from __future__ import annotations
 import numpy as np
 
 
+def admit(held: int, seen: int, n: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm R for a batch of ``n`` new rows offered to a reservoir of ``size`` slots that
+    holds ``held`` rows after ``seen`` offered: (rows, slots), which of the new rows enter
+    and where (a later row that draws the same slot wins, as in sequence). Apart so that a
+    caller holding costly rows (frames) makes only those it keeps."""
+    fill = max(0, min(size - held, n))
+    t = seen + np.arange(fill, n)     # row i replaces a random slot with probability size / (seen + i + 1)
+    j = (rng.random(len(t)) * (t + 1)).astype(np.int64) if len(t) else np.zeros(0, np.int64)
+    keep = j < size
+    return (np.concatenate([np.arange(fill), np.arange(fill, n)[keep]]),
+            np.concatenate([held + np.arange(fill), j[keep]]))
+
+
 class Reservoir:
     def __init__(self, size: int, rng: np.random.Generator | None = None) -> None:
         self.size = int(size)
@@ -21,20 +34,16 @@ class Reservoir:
         return 0 if self.data is None else len(self.data)
 
     def add(self, x: np.ndarray) -> None:
+        held = len(self)
+        rows, slots = admit(held, self.seen, len(x), self.size, self.rng)
+        grow = min(max(0, self.size - held), len(x))
         if self.data is None:
-            self.data = x[: self.size].copy()
-            start = len(self.data)
-        else:
-            start = 0
-            room = self.size - len(self.data)
-            if room > 0:
-                self.data = np.concatenate([self.data, x[:room]])
-                start = min(room, len(x))
-        if start < len(x):  # row i replaces a random slot with probability size / (seen + i + 1)
-            t = self.seen + np.arange(start, len(x))
-            j = (self.rng.random(len(t)) * (t + 1)).astype(np.int64)
-            keep = j < self.size
-            self.data[j[keep]] = x[start:][keep]  # a later row wins a slot, as in sequence
+            self.data = x[:grow].copy()
+        elif grow:
+            self.data = np.concatenate([self.data, x[:grow]])
+        late = rows[grow:]
+        if len(late):
+            self.data[slots[grow:]] = x[late]  # a later row wins a slot, as in sequence
         self.seen += len(x)
 
     def take(self) -> tuple[np.ndarray | None, int]:

@@ -9,7 +9,7 @@ become one index each (Discrete as is, MultiDiscrete raveled, Box binned per dim
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +21,13 @@ from ..checks.state_action import StateActionThresholds, cluster_means, verdicts
 from ..events import Event
 from ..schema import DEFAULT_MODULE_ID
 from .backends import make_backend, resolve_backend
+from .describe import Description, Feature, default_features, describe, features, map_2d
+from .frames import frame_leaf, leaf_of, nearest, png, thumbnails
 
 IMAGE_POOL = 8          # images are average-pooled to at most 8 x 8 per channel
 BOX_BINS = 5            # bins per continuous action dimension
 MAX_ACTION_CELLS = 256  # a Box action with more combined bins is judged per its first dims
+DESCRIBED = 10          # clusters of one code a snapshot event describes in its evidence, the largest first
 
 
 # --- features ---------------------------------------------------------------------------
@@ -188,6 +191,21 @@ class StateActionMap:
     inertia: float = 0.0
     thresholds: StateActionThresholds = field(default_factory=StateActionThresholds)
     policy: np.ndarray | None = None     # (k, 2) mean policy entropy (normalised) and top prob, NaN unknown
+    descriptions: list[Description] | None = None   # each cluster in the env's terms (describe.py)
+    thumbnails: list[bytes | None] | None = None   # image envs: a PNG of a real state near each centroid
+    map_xy: np.ndarray | None = None     # (k, 2) the centroids on their first two principal components
+
+    def describe(self, mean: np.ndarray | float, scale: np.ndarray | float,
+                 feats: list[Feature] | None = None) -> "StateActionMap":
+        """Name what sets each cluster apart (``mean``/``scale``: the standardisation the
+        centroids are in) and place the clusters on the 2-D map; returns self."""
+        self.descriptions = describe(self.centroids, mean, scale, self.visits, feats)
+        self.map_xy = map_2d(self.centroids, self.visits)
+        return self
+
+    def about(self, i: int) -> str:
+        """``cluster 12 (obs[1] +1.8 (+2.1sd), ...)``: a cluster as a message names it."""
+        return f"cluster {i}" + (f" ({self.descriptions[i].label})" if self.descriptions else "")
 
     @property
     def visits(self) -> np.ndarray:
@@ -204,6 +222,10 @@ class StateActionMap:
         states these are (null offline)."""
         k = self.counts.shape[0]
         pol = self.policy if self.policy is not None else np.full((k, 2), np.nan)
+        desc = self.descriptions or [None] * k
+        thumbs = self.thumbnails or [None] * k
+        xy = self.map_xy if self.map_xy is not None else np.full((k, 2), np.nan)
+        top = self.probs.argmax(1)
         return pa.table({
             "module": pa.array([module] * k, pa.string()),
             "snapshot": pa.array([snapshot] * k, pa.int64()),
@@ -216,6 +238,14 @@ class StateActionMap:
             "policy_entropy": pa.array(pol[:, 0], pa.float64(), from_pandas=True),
             "policy_top_p": pa.array(pol[:, 1], pa.float64(), from_pandas=True),
             "verdict": pa.array(self.verdicts, pa.string()),
+            "top_action": pa.array([self.action_labels[int(t)] for t in top], pa.string()),
+            "p_top": pa.array(self.probs[np.arange(k), top], pa.float64()),
+            "description": pa.array([d.text if d else None for d in desc], pa.string()),
+            "label": pa.array([d.label if d else None for d in desc], pa.string()),
+            "top_features": pa.array([d.top_json() if d else None for d in desc], pa.string()),
+            "thumbnail": pa.array(thumbs, pa.binary()),
+            "map_x": pa.array(xy[:, 0], pa.float64(), from_pandas=True),
+            "map_y": pa.array(xy[:, 1], pa.float64(), from_pandas=True),
         })
 
     def to_events(self, **where: Any) -> list[Event]:
@@ -231,28 +261,32 @@ class StateActionMap:
             ev = {"cluster": i, "visits": int(self.visits[i]), "share": self.visits[i] / total,
                   "p_action": [round(float(q), 4) for q in p[i]], "top_action": self.action_labels[top],
                   "p_top": float(p[i, top])}
+            if self.descriptions:
+                d = self.descriptions[i]
+                ev.update({"description": d.text, "top_features": [s.to_dict() for s in d.standouts]})
+            at = self.about(i)
             th = self.thresholds
             known = self.policy is not None and not np.isnan(self.policy[i, 0])
             if known:
                 ev.update({"policy_entropy": float(self.policy[i, 0]), "policy_top_p": float(self.policy[i, 1])})
             if v == C.CHAOS:
-                msg = (f"cluster {i}: P(action) near uniform (normalised entropy >= {th.chaos_entropy:g}; top "
+                msg = (f"{at}: P(action) near uniform (normalised entropy >= {th.chaos_entropy:g}; top "
                        f"{self.action_labels[top]} at {p[i, top]:.2f}"
                        + (f"; the policy's own entropy there {self.policy[i, 0]:.2f}" if known else "")
                        + f") over {int(self.visits[i])} visits: nothing learnt there -- more exploration or a "
                          f"denser reward")
             elif v == C.BLIND_SPOT:
-                msg = (f"cluster {i}: no action above {th.blind_spot_max:g} (top {self.action_labels[top]} at "
+                msg = (f"{at}: no action above {th.blind_spot_max:g} (top {self.action_labels[top]} at "
                        f"{p[i, top]:.3f}) over {int(self.visits[i])} visits: check what the state encoding loses")
             elif v == C.ERROR_FIXATION:
                 rate = float(self.failures[i]) / max(self.visits[i], 1)
                 base = float(self.failures.sum()) / total
-                msg = (f"cluster {i}: action {self.action_labels[top]} at {p[i, top]:.2f} (> {th.fixation_min:g}) "
+                msg = (f"{at}: action {self.action_labels[top]} at {p[i, top]:.2f} (> {th.fixation_min:g}) "
                        f"where episodes fail {rate:.1%} of visits vs {base:.1%} on average: a confident wrong "
                        f"action, check the reward shaping there")
                 ev.update({"failure_rate": rate, "base_failure_rate": base})
             else:
-                msg = (f"cluster {i}: {int(self.visits[i])} visits = {self.visits[i] / total:.4%} of states "
+                msg = (f"{at}: {int(self.visits[i])} visits = {self.visits[i] / total:.4%} of states "
                        f"(< {th.rare_share:.2%}): the agent almost never goes there")
             out.append(Event(v, msg, ev, **where))
         return out
@@ -285,9 +319,11 @@ class StateActionMap:
             msg = f"{at}: {len(evs)} of {k} clusters {code} ({share:.1%} of states); largest: {evs[0].message}"
             if code not in warn:
                 msg += f"; informational: {self._why_not_warn(code)}"
-            out.append(Event(code, msg, {"snapshot": snapshot, "clusters": ids, "share": round(share, 6),
-                                         "largest": evs[0].evidence, "heatmap": heatmap, "module": module,
-                                         "warn": code in warn},
+            ev = {"snapshot": snapshot, "clusters": ids, "share": round(share, 6), "largest": evs[0].evidence,
+                  "heatmap": heatmap, "module": module, "warn": code in warn}
+            if self.descriptions:   # what each listed cluster holds (the largest ones: bounded)
+                ev["described"] = {str(i): self.descriptions[i].label for i in ids[:DESCRIBED]}
+            out.append(Event(code, msg, ev,
                              status="" if code in warn else C.PASS, iteration=iteration, **where))
         return out
 
@@ -308,14 +344,16 @@ class StateActionMap:
         from .heatmap import draw_heatmap
 
         head = title or f"state cluster x action ({self.backend}, {int(self.visits.sum())} states)"
-        return draw_heatmap(path, self.counts, self.action_labels, self.verdicts, head)
+        return draw_heatmap(path, self.counts, self.action_labels, self.verdicts, head,
+                            [d.label for d in self.descriptions] if self.descriptions else None)
 
 
 def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *, n_clusters: int = 30,
                           backend: str = "auto", seed: int = 0, observation_space: spaces.Space | None = None,
                           failures: np.ndarray | None = None, max_iter: int = 20,
                           thresholds: StateActionThresholds | None = None,
-                          policy_logits: np.ndarray | None = None) -> StateActionMap:
+                          policy_logits: np.ndarray | None = None,
+                          feature_names: Sequence[str] | None = None) -> StateActionMap:
     """Cluster the visited states and judge P(action | cluster).
 
     ``obs`` is an (N, ...) array (or a dict/tuple of them with ``observation_space``);
@@ -323,6 +361,11 @@ def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *,
     their episode by termination, which ERROR_FIXATION needs; ``policy_logits`` (optional,
     N x n Categorical logits of a Discrete policy) lets CHAOS and BLIND_SPOT require the
     policy itself to be undecided (see ``checks.state_action.verdicts``).
+
+    Each cluster is described in the observation's terms (``m.descriptions``: names from
+    ``observation_space``, or ``feature_names``, one per flattened column, e.g. CartPole's
+    "cart velocity"); an image observation also gets a thumbnail of the real frame
+    nearest each centroid (``m.thumbnails``, PNG bytes).
     """
     th = thresholds or StateActionThresholds()
     x = flatten_observations(obs, observation_space) if observation_space is not None \
@@ -330,8 +373,14 @@ def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *,
     idx, labels = action_index(actions, action_space)
     if x.shape[0] != idx.shape[0]:
         raise ValueError(f"expected as many actions as observations, actual {idx.shape[0]} vs {x.shape[0]}")
+    feats = features(observation_space) if observation_space is not None else default_features(x.shape[1])
+    if feature_names is not None:
+        if len(feature_names) != x.shape[1]:
+            raise ValueError(f"expected {x.shape[1]} feature names (one per flattened column), "
+                             f"actual {len(feature_names)}")
+        feats = [Feature(str(n), f.kind) for n, f in zip(feature_names, feats)]
     k = int(min(n_clusters, x.shape[0]))
-    z, _, _ = standardize(x)
+    z, mean, scale = standardize(x)
     be = make_backend(backend)
     res = be.fit(z, k, seed=seed, max_iter=max_iter)
     counts = np.zeros((k, len(labels)), dtype=np.int64)
@@ -340,5 +389,22 @@ def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *,
     if failures is not None:
         fails = np.bincount(res.labels, weights=np.asarray(failures, dtype=np.float64), minlength=k).astype(np.int64)
     policy = None if policy_logits is None else cluster_means(res.labels, policy_stats(policy_logits), k)
-    return StateActionMap(res.centroids, counts, labels, verdicts(counts, fails, th, policy=policy), fails,
-                          resolve_backend(backend), res.inertia, th, policy)
+    m = StateActionMap(res.centroids, counts, labels, verdicts(counts, fails, th, policy=policy), fails,
+                       resolve_backend(backend), res.inertia, th, policy).describe(mean, scale, feats)
+    leaf = frame_leaf(observation_space) if observation_space is not None else None
+    if leaf is not None:
+        d2 = ((z - res.centroids[res.labels]) ** 2).sum(1)
+        m.thumbnails = cluster_thumbnails(nearest(res.labels, d2, k), leaf_of(obs, leaf[0]), leaf[1])
+    return m
+
+
+def cluster_thumbnails(rows: np.ndarray, frames: Any, space: spaces.Box) -> list[bytes | None]:
+    """A PNG thumbnail per cluster of ``frames[rows[c]]`` (None where ``rows[c]`` is -1:
+    no frame in that cluster)."""
+    have = rows >= 0
+    out: list[bytes | None] = [None] * len(rows)
+    if have.any():
+        pics = thumbnails(np.asarray(frames)[rows[have]], space)
+        for c, pic in zip(np.flatnonzero(have), pics):
+            out[c] = png(pic)
+    return out

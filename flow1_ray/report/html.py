@@ -23,7 +23,7 @@ import logging
 from .. import schema as S
 from ..events import one_line
 from ..reading import read_file, read_table
-from ..store import LEARNER_DIR, METRICS_DIR, Location
+from ..store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, ema_label, findings_by_module, rule_signals, timeline_marks
 
@@ -42,6 +42,7 @@ h1{font-size:1.4rem} h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px soli
 table{border-collapse:collapse;width:100%;font-size:.9rem} td,th{border:1px solid #ddd;padding:.3rem .5rem;vertical-align:top;text-align:left}
 th{background:#f5f5f5} pre{white-space:pre-wrap;font-size:.8rem;margin:.2rem 0;max-height:16rem;overflow:auto}
 img{max-width:100%} .muted{color:#777} details summary{cursor:pointer}
+img.thumb{width:96px;height:auto;image-rendering:pixelated;border:1px solid #ccc} img.clustermap{max-width:640px}
 </style></head><body>
 <h1>flow1 report: {{ target }}</h1>
 <p><span class="verdict {{ kind }}" id="verdict">{{ verdict }}</span>
@@ -75,6 +76,21 @@ img{max-width:100%} .muted{color:#777} details summary{cursor:pointer}
 <img id="signals" alt="the learner rules' signals" src="data:image/png;base64,{{ signals }}">{% endif %}
 
 <h2>State clusters x actions</h2>
+{% for m in cluster_modules %}<section class="clusters" id="clusters-{{ loop.index }}">
+<h3>{{ m.module }}: the flagged clusters of the last snapshot{% if m.iteration is not none %} (iteration {{ m.iteration }}){% endif %}</h3>
+{% if m.flagged %}<table class="clusters"><tr><th>cluster</th><th>verdict</th><th>states</th><th>top action</th><th>what sets its states apart (centroid vs the mean of all states)</th>{% if m.thumbs %}<th>a state of it</th>{% endif %}</tr>
+{% for c in m.flagged %}<tr class="cluster"><td>{{ c.cluster }}</td><td>{{ c.verdict }}</td><td>{{ c.size }} ({{ "%.1f"|format(100 * c.share) }} %)</td>
+<td>{% if c.top_action is not none %}{{ c.top_action }}{% if c.p_top is not none %} at {{ "%.2f"|format(c.p_top) }}{% endif %}{% endif %}</td>
+<td class="description">{{ c.description or "(not recorded: a run written before cluster descriptions)" }}</td>
+{% if m.thumbs %}<td>{% if c.png %}<img class="thumb" alt="a state of cluster {{ c.cluster }}" src="data:image/png;base64,{{ c.png }}">{% else %}<span class="muted">no frame kept</span>{% endif %}</td>{% endif %}</tr>{% endfor %}
+</table>{% else %}<p>Every cluster is OK.</p>{% endif %}
+{% if m.map %}<figure><img class="clustermap" alt="cluster map of {{ m.module }}" src="data:image/png;base64,{{ m.map }}">
+<figcaption>The clusters on a plane (the first two principal components of their centroids, standardised features): clusters close together hold similar states; size = states, colour = verdict.</figcaption></figure>{% endif %}
+{% if m.described %}<details><summary>every cluster of this snapshot ({{ m.all|length }})</summary>
+<table class="clusters-all"><tr><th>cluster</th><th>verdict</th><th>states</th><th>what sets its states apart</th></tr>
+{% for c in m.all %}<tr><td>{{ c.cluster }}</td><td>{{ c.verdict }}</td><td>{{ c.size }}</td><td>{{ c.description or "" }}</td></tr>{% endfor %}
+</table></details>{% endif %}
+</section>{% endfor %}
 {% for name, png in heatmaps %}<figure><img alt="{{ name }}" src="data:image/png;base64,{{ png }}">
 <figcaption>{{ name }}</figcaption></figure>{% else %}<p class="muted">No heatmap.</p>{% endfor %}
 
@@ -261,6 +277,53 @@ def _drawn(what: str, draw: Any, skipped: list[str]) -> str | None:
         return None
 
 
+def _cluster_modules(d: Location, late: list[str]) -> list[dict]:
+    """Per module, the last snapshot's clusters: the flagged ones (with thumbnails as
+    base64), all of them, and the cluster map (what cannot be read was named by the report)."""
+    from .clusters import by_module, flagged, has_map, usable, views
+
+    table, _ = usable(read_table(d, CLUSTERS_DIR).table)
+    out = []
+    for module, rows in by_module(table.to_pylist() if table.num_rows else []).items():
+        vs, _ = views(rows)
+        shown = [{**v, "png": base64.b64encode(v["thumbnail"]).decode("ascii") if v["thumbnail"] else None}
+                 for v in flagged(vs)]
+        its = [r.get("iteration") for r in rows if isinstance(r.get("iteration"), int)]
+        out.append({"module": module, "iteration": max(its) if its else None, "flagged": shown, "all": vs,
+                    "thumbs": any(v["thumbnail"] for v in vs), "described": any(v["description"] for v in vs),
+                    "map": _drawn(f"cluster map of {one_line(module)}", lambda vs=vs: _cluster_map(vs), late)
+                    if has_map(vs) else None})
+    return out
+
+
+def _cluster_map(vs: list[dict]) -> str:
+    """The clusters as points on their 2-D map (map_x, map_y): size the states, colour the
+    verdict, each labelled with its id; a flagged one also with its short description."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..clustering.heatmap import verdict_colour
+
+    fig, ax = plt.subplots(figsize=(8, 5.2))
+    biggest = max(v["size"] for v in vs) or 1
+    for verdict in sorted({v["verdict"] for v in vs}):
+        mine = [v for v in vs if v["verdict"] == verdict]
+        ax.scatter([v["map_x"] for v in mine], [v["map_y"] for v in mine],
+                   s=[30 + 600 * v["size"] / biggest for v in mine], c=verdict_colour(verdict), alpha=0.6,
+                   edgecolors="black", linewidths=0.5, label=one_line(verdict).replace("$", r"\$"))
+    for v in vs:
+        text = str(v["cluster"])
+        if v["verdict"] != S.VERDICT_OK and v["label"]:
+            text += ": " + one_line(v["label"]).replace("$", r"\$")
+        ax.annotate(text, (v["map_x"], v["map_y"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("first principal component of the centroids")
+    ax.set_ylabel("second principal component")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, markerscale=0.5)
+    return _png(fig)
+
+
 def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     """The report as one HTML page (everything embedded; run strings escaped). The heatmaps
     are those the report lists (``summary["state_actions"]["heatmaps"]``: checked inside
@@ -274,7 +337,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
         numbers.append((f"workers {k}", v))
     numbers = [(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v)
                for k, v in numbers]
-    heatmaps, gradients, snapshots, whatifs = [], [], [], []
+    heatmaps, gradients, snapshots, whatifs, cluster_modules = [], [], [], [], []
     curves = signals = None
     late: list[str] = []   # what could not be drawn now (the verdict below already counts the rest)
     if d is not None:
@@ -284,6 +347,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
                 late.append(why or name)
                 continue
             heatmaps.append((name.rsplit("/", 1)[-1], base64.b64encode(png).decode("ascii")))
+        cluster_modules = _cluster_modules(d, late)
         curves = _drawn("training curves", lambda: _curves(d), late)
         signals = _drawn("the learner rules' signals", lambda: _signals(d), late)
         gradients = last_trace(read_table(d, LEARNER_DIR).table.to_pylist())
@@ -298,4 +362,4 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
         not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
         modules=findings_by_module(report.events), timeline=timeline, curves=curves, signals=signals, heatmaps=heatmaps,
-        gradients=gradients, snapshots=snapshots, whatifs=whatifs)
+        gradients=gradients, snapshots=snapshots, whatifs=whatifs, cluster_modules=cluster_modules)

@@ -276,6 +276,8 @@ class Report:
                                  f"{md(snap.get('last_iteration'))}, {md(snap.get('clusters'))} clusters, "
                                  f"{md(snap.get('states'))} states): "
                                  + ", ".join(f"{n} {md(v)}" for v, n in sorted(snap["verdicts"].items())) + ".")
+                for c in snap.get("described") or []:
+                    lines.append(f"- {cluster_line(c)}")
             if sa.get("heatmaps"):
                 from urllib.parse import quote
 
@@ -290,6 +292,16 @@ class Report:
                              f"{md(v.get('why'))} |")
             lines += [f"- failed: {md(f)}" for f in w.get("failed", [])]
         return "\n".join(lines) + "\n"
+
+
+def cluster_line(c: dict[str, Any]) -> str:
+    """A flagged cluster of the summary in one Markdown line: its verdict, share and top
+    action, then what its states hold (every run string through :func:`md`)."""
+    top = (f", action {md(c.get('top_action'))} at {c['p_top']:.2f}"
+           if isinstance(c.get("p_top"), (int, float)) and c.get("top_action") is not None else "")
+    share = c.get("share") if isinstance(c.get("share"), (int, float)) else 0.0
+    return (f"cluster {md(c.get('cluster'))} **{md(c.get('verdict'))}** ({share:.1%} of states{top}): "
+            f"{md(c.get('description'))}")
 
 
 #: Markdown's characters that a run string may not carry raw: HTML (``<`` ``>`` ``&``),

@@ -18,6 +18,7 @@ from ..events import Event, events_from_table, one_line
 from ..reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
 from ..runrecord import RUN_JSON, completeness
 from ..store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
+from .clusters import by_module, flagged, latest, snapshot_key, summary_row, usable, views
 from .follow import is_run_dir
 from .model import Report, events_problem, missing_events, no_verdict
 
@@ -119,18 +120,12 @@ def _int(v: Any) -> int | None:
 
 
 def _last_snapshot(rows: list[dict]) -> dict:
-    # by iteration first: a restarted clusterer numbers its snapshots from 0 again
-    def key(r: dict) -> tuple[int, int]:
-        return (_int(r.get("iteration")) if _int(r.get("iteration")) is not None else -1,
-                _int(r.get("snapshot")) if _int(r.get("snapshot")) is not None else -1)
-
-    top = max(key(r) for r in rows)
-    mine = [r for r in rows if key(r) == top]
+    mine = latest(rows)
     verdicts: dict[str, int] = {}
     for r in mine:
         v = str(r.get("verdict") or "?")
         verdicts[v] = verdicts.get(v, 0) + 1
-    return {"snapshots": len({key(r) for r in rows}), "last_iteration": _int(mine[0].get("iteration")),
+    return {"snapshots": len({snapshot_key(r) for r in rows}), "last_iteration": _int(mine[0].get("iteration")),
             "clusters": len(mine), "states": sum(_int(r.get("size")) or 0 for r in mine), "verdicts": verdicts}
 
 
@@ -139,11 +134,16 @@ def _state_actions(d: Location) -> tuple[dict, list[str]]:
     them; a multi-agent run's RLModules each under ``modules`` (the first at the top too)."""
     out: dict = {}
     loaded = read_table(d, CLUSTERS_DIR)
-    skipped = list(loaded.skipped)
-    by_module: dict[str, list[dict]] = {}
-    for r in loaded.table.to_pylist() if loaded.table.num_rows else []:
-        by_module.setdefault(str(r.get("module") or S.DEFAULT_MODULE_ID), []).append(r)
-    per = {m: _last_snapshot(rs) for m, rs in sorted(by_module.items())}
+    table, skipped = usable(loaded.table)
+    skipped = list(loaded.skipped) + skipped
+    per = {}
+    for m, rs in by_module(table.to_pylist() if table.num_rows else []).items():
+        per[m] = _last_snapshot(rs)
+        vs, more = views(rs)
+        skipped += [x for x in more if x not in skipped]
+        described = [summary_row(v) for v in flagged(vs) if v["description"] is not None]
+        if described:   # what the flagged clusters hold (a run written before descriptions has none)
+            per[m]["described"] = described
     if per:
         out.update(next(iter(per.values())))
         if len(per) > 1:

@@ -13,6 +13,12 @@ module (RLlib's DQN family: its episodes carry no Q-values) acts greedily with p
 1 - epsilon and uniformly otherwise: that mixture is its policy at every state, so its
 entropy and top probability are those of the mixture at the module's current epsilon --
 random by design while epsilon is high, never "undecided" once it has decayed.
+With the rows go the names of their feature columns (from the observation space, for the
+clusters' descriptions) and, for an image observation, a few real frames downscaled to
+thumbnails (``clustering/frames.py``: at most ``FRAMES_PER_SEND`` per send, a uniform
+sample chosen before any frame is touched, so a runner downscales a handful of frames per
+send -- about ``FRAMES_PER_SEND * (1 + ln(rows / FRAMES_PER_SEND))`` over a send's takes --
+never one per row: the runner's throughput is what flow1 must not cost).
 Rows are buffered (bounded) and sent at most every
 ``send_every_s`` (option ``state_send_interval_s``) in one fire-and-forget call, so that
 algorithms that call sample() many times a second (APPO, DQN) still make few calls; a
@@ -29,6 +35,8 @@ import numpy as np
 from gymnasium import spaces
 
 from ..checks.episode_parts import EpisodePart, episode_parts, part_rows
+from ..clustering.describe import features
+from ..clustering.frames import FRAMES_PER_SEND, FrameBank, frame_leaf, leaf_of, thumbnails
 from ..clustering.state_action_map import action_index, flatten_observations, is_frame_space, policy_stats
 from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .sender import Sender
@@ -66,13 +74,20 @@ def epsilon_greedy_stats(eps: float, n: int) -> np.ndarray:
 class _Stream:
     """The buffered rows of one RLModule (one per module: its states, its actions)."""
 
-    def __init__(self, observation_space: Any, action_space: Any, module_of: Callable[[], Any] | None = None) -> None:
+    def __init__(self, observation_space: Any, action_space: Any, module_of: Callable[[], Any] | None = None,
+                 rng: np.random.Generator | None = None) -> None:
         """``module_of()`` gives the RLModule when it is needed (an EnvRunner builds its env,
         where sampling starts, before its module)."""
         self.obs_space, self.act_space, self.module_of = observation_space, action_space, module_of
         self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]  # ValueError if unsupported
         self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
         self.image = is_frame_space(observation_space)
+        try:   # the columns' names, sent with the rows (once computed: a list of short strings)
+            self.features: list[tuple[str, str]] | None = [(f.name, f.kind) for f in features(observation_space)]
+        except ValueError:   # a space take() will refuse too
+            self.features = None
+        self.leaf = frame_leaf(observation_space) if isinstance(observation_space, spaces.Space) else None
+        self.frames = FrameBank(FRAMES_PER_SEND, rng or np.random.default_rng())
         self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
         self.policy_kind: str | None = None   # "stochastic" (logits seen) or "epsilon_greedy"
 
@@ -103,7 +118,17 @@ class _Stream:
             x = flatten_observations(_concat(obs), self.obs_space)
         a, _ = action_index(_concat(acts), self.act_space, labels=False)
         self.chunks.append((x, a, np.concatenate(fails), self._policy(logits, [len(f) for f in fails])))
+        if self.leaf is not None:
+            self.frames.offer(len(x), lambda rows: (x[rows], self._thumbnails(obs, [len(f) for f in fails], rows)))
         return len(x)
+
+    def _thumbnails(self, obs: list[Any], lengths: list[int], rows: np.ndarray) -> np.ndarray:
+        """Thumbnails of the taken rows ``rows`` (indices over the chunks' rows in order)."""
+        ends = np.cumsum(lengths)
+        chunk = np.searchsorted(ends, rows, side="right")
+        path, space = self.leaf
+        frames = [np.asarray(leaf_of(obs[c], path))[r - (ends[c] - lengths[c])] for c, r in zip(chunk, rows)]
+        return thumbnails(np.stack(frames), space)
 
     def _logits(self, part: EpisodePart) -> np.ndarray | None:
         """The chunk's Categorical logits (n, actions), None where it has none (DQN)."""
@@ -160,8 +185,10 @@ class _Stream:
 
     def payload(self) -> dict:
         x, a, failed, policy = (np.concatenate(col) for col in zip(*self.chunks))
+        frames = self.frames.take()   # a send starts the next sample of frames (lost with a dropped call)
         return {"x": x, "a": a, "fail": failed, "policy": policy, "labels": self.labels,
-                "policy_kind": self.policy_kind}
+                "policy_kind": self.policy_kind, "features": self.features,
+                "frames": None if frames is None else {"x": frames[0], "img": frames[1]}}
 
 
 class StateSampler:
@@ -186,7 +213,7 @@ class StateSampler:
         self.streams: dict[str, _Stream] = {}
         self.unsupported: dict[str, str] = {}     # module id -> why it is left out
         if observation_space is not None:
-            self.streams[DEFAULT_MODULE] = _Stream(observation_space, action_space, module_of)
+            self.streams[DEFAULT_MODULE] = _Stream(observation_space, action_space, module_of, self.rng)
         self.buffered = 0
         self._last_send = time.monotonic()
 
@@ -199,7 +226,7 @@ class StateSampler:
         if st is None and module_id not in self.unsupported and self.resolve is not None:
             try:
                 obs_space, act_space, module = self.resolve(module_id)
-                st = self.streams[module_id] = _Stream(obs_space, act_space, lambda: module)
+                st = self.streams[module_id] = _Stream(obs_space, act_space, lambda: module, self.rng)
             except Exception as e:
                 self.unsupported[module_id] = f"{type(e).__name__}: {e}"[:300]
         return st
