@@ -40,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--output-dir", metavar="DIR", help="also write a run directory (events Parquet, log, report)")
     c.add_argument("--thresholds", metavar="PATH",
                    help="JSON object overriding default thresholds (see configs/thresholds.json)")
+    c.add_argument("--audit-reward", action="store_true",
+                   help="also read the env's attributes around every step: does the reward jump when the env "
+                        "changes its own state (a target moved, a counter reset) whatever the action? "
+                        "(REWARD_UNEARNED)")
     c.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL,
                    help="lowest status that makes the exit code 1 (default FAIL)")
     c.add_argument("--verbose", action="store_true",
@@ -261,6 +265,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     th = Thresholds.from_file(args.thresholds) if args.thresholds else None
     human = console(sys.stderr if args.json == "-" else None)
     opts = {"steps": args.steps, "seed": args.seed, "thresholds": th, "isolate": True,
+            "audit_reward": args.audit_reward,
             **{f"{call}_timeout_s": getattr(args, f"{call}_timeout") for call in DEFAULT_TIMEOUTS}}
     reports, interrupted = _checked([DEMO_FAULTY, DEMO_CLEAN] if args.demo else [args.env], opts, args.verbose)
     for i, r in enumerate(reports):

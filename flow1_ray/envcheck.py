@@ -32,13 +32,16 @@ from .checks.env_spec import crash_finding
 from .checks.findings import Finding
 from .checks.import_resolve import gym_alias_findings
 from .checks.thresholds import DEFAULT, Thresholds
+from .checks.reward_logic import RewardLogicAudit
 from .envdrive import NO_WATCH, Watch, internal_error, is_multi_agent, multi_agent_driver, single_agent_driver
 from .errors import Flow1InputError
 from .events import Event
 from .report import Report
 
 #: Modules whose checks ``check_env`` runs; each clean one gets a PASS row.
-CHECKED_MODULES = (C.IMPORT_RESOLVE, C.ENV_SPEC, C.OBS_FLOW, C.ACTION_PIPE, C.REWARD_STATS)
+CHECKED_MODULES = (C.IMPORT_RESOLVE, C.ENV_SPEC, C.OBS_FLOW, C.ACTION_PIPE, C.REWARD_STATS, C.REWARD_LOGIC)
+#: modules whose checks run only when asked for (a PASS row only then)
+OPT_IN_MODULES = (C.REWARD_LOGIC,)
 #: the one parameter of an RLlib env class or creator, called with ``{}`` when nothing else is required
 RLLIB_CONFIG_ARGS = ("config", "env_config")
 
@@ -133,7 +136,7 @@ class CheckInterrupted(KeyboardInterrupt):
 
 
 def drive(env: EnvLike, steps: int, seed: int, th: Thresholds,
-          watch: Watch = NO_WATCH) -> tuple[str, list[Finding], dict]:
+          watch: Watch = NO_WATCH, audit_reward: bool = False) -> tuple[str, list[Finding], dict]:
     """Resolve, make and drive the env; (name, findings, summary). The one implementation of
     a check, run in this process by ``check_env`` and in the child of an isolated check.
 
@@ -155,7 +158,7 @@ def drive(env: EnvLike, steps: int, seed: int, th: Thresholds,
             instance = _make(target, owned, name, findings, watch)
             if instance is not None:
                 watch.named(name, instance)
-                _judge(instance, steps, seed, th, findings, summary, watch)
+                _judge(instance, steps, seed, th, findings, summary, watch, audit_reward)
         except KeyboardInterrupt:
             summary["interrupted"] = True
             summary["stopped_early"] = summary.get("stopped_early") or "interrupted"
@@ -191,13 +194,15 @@ def _make(target: Any, owned: bool, name: str, findings: list[Finding], watch: W
 
 
 def _judge(instance: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding], summary: dict,
-           watch: Watch) -> None:
+           watch: Watch, audit_reward: bool = False) -> None:
     """Drive the instance for the budget and judge it; the results go into findings/summary."""
     make_driver = multi_agent_driver if is_multi_agent(instance) else single_agent_driver
     drv = make_driver(instance, steps, seed, th, findings, summary)
     if drv is None:
         return
     drv.watch = watch
+    if audit_reward:
+        drv.audit = RewardLogicAudit(getattr(instance.unwrapped, "action_space", instance.action_space), seed=seed)
     watch.started(findings, drv)
     try:
         drv.run()
@@ -216,12 +221,32 @@ def _judge(instance: gym.Env, steps: int, seed: int, th: Thresholds, findings: l
         findings.append(ending)
     summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
                     "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
+    _judge_audits(drv, findings, summary["modules"])
     if drv.masked_steps:   # the random actions honoured the env's action mask (RLlib's convention)
         summary["action_mask_steps"] = drv.masked_steps
     if drv.mask_probe:
         summary["action_mask_probe"] = drv.mask_probe
         env_stats = summary["modules"].setdefault(C.ENV_SPEC, {})
         env_stats.setdefault("notes", []).append(_mask_probe_note(**drv.mask_probe))
+
+
+def _judge_audits(drv: Any, findings: list[Finding], modules: dict) -> None:
+    """OBS_LEAKAGE and (asked for) REWARD_UNEARNED on the whole drive; what each read goes
+    into its module's PASS row. A failure of flow1's own is FLOW1_INTERNAL, never the check's end."""
+    for watch, module in ((drv.leak, C.OBS_FLOW), (drv.audit, C.REWARD_LOGIC)):
+        if watch is None:
+            if module == C.OBS_FLOW and modules.get(C.OBS_FLOW) is not None and is_multi_agent(drv.env):
+                modules[C.OBS_FLOW].setdefault("notes", []).append("leakage: not run on a multi-agent env")
+            continue
+        try:
+            found, said = watch.findings()
+        except Exception as e:
+            msg, ev = internal_error(e, drv.rc.steps)
+            findings.append(Finding(C.FLOW1_INTERNAL, msg, ev))
+            continue
+        findings.extend(found)
+        stats = modules.setdefault(module, {})
+        stats.setdefault("notes", []).extend(f"{v}" for v in said.values())
 
 
 def _mask_probe_note(tried: int, rejected: int) -> str:
@@ -241,6 +266,8 @@ def build_report(name: str, findings: list[Finding], summary: dict, run_id: str)
     bad_modules = {e.module for e in events if e.status != C.PASS}
     module_stats = summary.get("modules", {})
     for m in CHECKED_MODULES:
+        if m in OPT_IN_MODULES and m not in module_stats:
+            continue
         if m not in bad_modules and (m == C.IMPORT_RESOLVE or module_stats):
             notes = module_stats.get(m, {}).get("notes")
             events.append(Event(code=C.CHECKS_PASSED, module=m, status=C.PASS,
@@ -259,8 +286,13 @@ def build_report(name: str, findings: list[Finding], summary: dict, run_id: str)
 def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
               thresholds: Thresholds | dict | None = None, run_id: str | None = None,
               isolate: bool = False, make_timeout_s: float | None = None, reset_timeout_s: float | None = None,
-              step_timeout_s: float | None = None, start_method: str | None = None) -> Report:
+              step_timeout_s: float | None = None, start_method: str | None = None,
+              audit_reward: bool = False) -> Report:
     """Check an env's contracts on every step of ``steps`` random-action steps.
+
+    ``audit_reward=True`` also reads the env's attributes around every step and judges
+    whether the reward jumps with changes no action caused (REWARD_UNEARNED,
+    :mod:`flow1_ray.checks.reward_logic`): it costs a snapshot of ``env.unwrapped`` a step.
 
     ``env`` is a ``gymnasium.Env``, a registered id, a ``"module:attr"`` path (a class, a
     factory or an instance) or a zero-argument callable. Returns a :class:`Report`;
@@ -285,14 +317,14 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
     if isolate:
         from .isolate import run_isolated
 
-        name, findings, summary = run_isolated(env, steps, seed, th, timeouts, start_method)
+        name, findings, summary = run_isolated(env, steps, seed, th, timeouts, start_method, audit_reward)
     else:
         given = [f"{k}_timeout_s" for k, v in timeouts.items() if v is not None] + (
             ["start_method"] if start_method else [])
         if given:
             raise Flow1InputError(f"{', '.join(given)} need isolate=True: an env call cannot be timed out "
                                   f"in this process")
-        name, findings, summary = drive(env, steps, seed, th)
+        name, findings, summary = drive(env, steps, seed, th, audit_reward=audit_reward)
     report = build_report(name, findings, summary, run_id)
     if summary.get("interrupted"):
         raise CheckInterrupted(report)

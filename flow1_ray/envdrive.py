@@ -27,8 +27,10 @@ from .checks.findings import Finding
 from .checks.import_resolve import old_api_finding
 from .checks.machine_load import runqueue_wait_s
 from .checks.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
+from .checks.reward_logic import RewardLogicAudit
 from .checks.rollout import RolloutChecker
 from .checks.space_contract import validate_space
+from .checks.temporal_leak import LeakageWatch
 from .checks.thresholds import Thresholds
 from .checks.values import values_equal
 
@@ -144,6 +146,8 @@ class _DriverBase:
         self.masked_steps = 0               # actions drawn from the observation's action mask
         self.mask_probe: dict[str, int] = {}
         self.last_wait: float | None = None     # the last step's run-queue wait (the machine's share)  # masked-out actions sent after the run: tried, rejected
+        self.audit: RewardLogicAudit | None = None  # flow1 check --audit-reward
+        self.leak: LeakageWatch | None = None       # OBS_LEAKAGE's steps (single-agent envs)
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
         """Reset, tolerating the old API; None when reset raised (or called sys.exit)."""
@@ -169,7 +173,7 @@ class _DriverBase:
         for _ in range(MAX_CONSECUTIVE_CRASHES):
             got = self._reset(seed)
             if got is not None:
-                self.rc.on_reset(*got)
+                self._began(*got)
                 return True
             if self.stopped_early:  # the env called sys.exit: no retry
                 return False
@@ -188,8 +192,23 @@ class _DriverBase:
                                    f"reset(seed={self.seed}) twice gave different observations: expected equal; "
                                    f"seed the env's RNG from reset's seed (super().reset(seed=seed), self.np_random)",
                                    {"seed": self.seed, "first": repr(first[0])[:200], "second": repr(second[0])[:200]}))
-        self.rc.on_reset(*second)
+        self._began(*second)
         return True
+
+    def _began(self, obs: Any, info: Any) -> None:
+        """An episode began with this reset: the checker and the audits see it."""
+        self.rc.on_reset(obs, info)
+        if self.leak is not None:
+            self.leak.on_reset(obs)
+        if self.audit is not None:
+            self.audit.on_reset(self.env)
+
+    def _audited(self, action: Any, obs: Any, reward: Any, ended: bool) -> None:
+        """One step to the audits (bounded, never raising into the drive)."""
+        if self.leak is not None:
+            self.leak.on_step(action, obs, reward)
+        if self.audit is not None:
+            self.audit.after_step(self.env, action, reward, ended)
 
     def _step_crashed(self, exc: Exception, masked: bool = False) -> bool:
         """step() raised: an ENV_CRASHED finding, then a new episode; False to stop the run.
@@ -241,6 +260,8 @@ class _DriverBase:
         w.enter("step", self.rc.steps, self.rc.episodes)
         before = self.masked_steps
         action = self._action()
+        if self.audit is not None:
+            self.audit.before_step(self.env)
         q0 = runqueue_wait_s()
         t0 = time.perf_counter()
         try:
@@ -413,6 +434,7 @@ class _Driver(_DriverBase):
         else:
             return self._unreadable_step(out)
         received = probe.received if probe is not None and probe.active else None
+        self._audited(action, obs, reward, _truthy_flag(terminated) or _truthy_flag(truncated))
         return self._ended(self._judged(
             lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received, self.last_wait),
             lambda: terminated is True or truncated is True))
@@ -441,6 +463,21 @@ def is_multi_agent(env: Any) -> bool:
     mod = sys.modules.get("ray.rllib.env.multi_agent_env")
     cls = getattr(mod, "MultiAgentEnv", None)
     return isinstance(cls, type) and isinstance(getattr(env, "unwrapped", env), cls)
+
+
+def _truthy_flag(flag: Any) -> bool:
+    try:
+        return bool(np.any(flag))
+    except (TypeError, ValueError):
+        return False
+
+
+def _reward_sum(rewards: Any) -> float:
+    """A multi-agent step's rewards summed (what the audit watches jump); NaN when unreadable."""
+    try:
+        return float(sum(float(r) for r in rewards.values()))
+    except (AttributeError, TypeError, ValueError):
+        return float("nan")
 
 
 def _all_done(terminateds: Any, truncateds: Any) -> bool:
@@ -484,6 +521,8 @@ class _MultiAgentDriver(_DriverBase):
         if not (type(out) is tuple and len(out) == 5):
             return self._unreadable_step(out)
         self.last_obs = out[0]
+        if self.audit is not None:
+            self.audit.after_step(self.env, actions, _reward_sum(out[1]), _all_done(out[2], out[3]))
         return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
                                         lambda: _all_done(out[2], out[3])))
 
@@ -496,7 +535,9 @@ def single_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, fin
     if any(f.evidence.get("role") == "action" for f in space_findings):
         summary["stopped_early"] = "the action space is not a gymnasium space: cannot sample actions"
         return None
-    return _Driver(env, steps, seed, th)
+    drv = _Driver(env, steps, seed, th)
+    drv.leak = LeakageWatch(env.observation_space, env.action_space)
+    return drv
 
 
 def multi_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],

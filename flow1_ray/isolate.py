@@ -241,12 +241,12 @@ def _die_with_parent() -> None:
 
 
 def _child_main(conn: Any, board_path: str, dump_dir: str, env: Any, steps: int, seed: int,
-                th: Thresholds) -> None:
+                th: Thresholds, audit_reward: bool = False) -> None:
     board = _Board(board_path)
     watch = _ChildWatch(conn, board)
     try:
         _prepare_child(watch, board, dump_dir)
-        drive(env, steps, seed, th, watch)
+        drive(env, steps, seed, th, watch, audit_reward)
     except Flow1InputError as e:
         watch.send(("input_error", str(e)))
     except KeyboardInterrupt:  # stopped before the env was made
@@ -491,7 +491,7 @@ class _Supervisor:
 
 
 def run_isolated(env: Any, steps: int, seed: int, th: Thresholds, timeouts: dict[str, float | None],
-                 start_method: str | None = None) -> tuple[str, list[Finding], dict]:
+                 start_method: str | None = None, audit_reward: bool = False) -> tuple[str, list[Finding], dict]:
     """Run :func:`~flow1_ray.envcheck.drive` in a child process and watch it; (name,
     findings, summary) as the in-process drive returns them, plus ENV_HUNG / ENV_CRASHED
     and ``summary["not_run"]`` when the child could not finish."""
@@ -505,7 +505,7 @@ def run_isolated(env: Any, steps: int, seed: int, th: Thresholds, timeouts: dict
         board = _Board(os.path.join(tmp, "board"), create=True)
         board.v[_CALL] = _PHASE["start"]
         recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child_main, args=(send, board.path, tmp, env, steps, seed, th),
+        proc = ctx.Process(target=_child_main, args=(send, board.path, tmp, env, steps, seed, th, audit_reward),
                            name="flow1-check", daemon=False)
         try:
             with _CtrlC() as ctrl_c:

@@ -31,6 +31,7 @@ class Flow1Options:
     thresholds: dict = field(default_factory=dict)
     # state-cluster x action maps (the StateClusterer)
     state_actions: bool = True           # sample (state, action) pairs and cluster them
+    audit_reward: bool = False           # REWARD_UNEARNED live: one sub-env of the first training runner
     state_sample_rate: float = 0.25      # share of sampled env steps sent to the clusterer
     state_send_interval_s: float = 2.0   # a runner sends its sampled states at most this often
     n_clusters: int = 30

@@ -49,6 +49,8 @@ RULE_MODULES = (
     "flow1_ray.driver.watchdog",
     "flow1_ray.actors.contention",
     "flow1_ray.checks.leak",
+    "flow1_ray.checks.temporal_leak",
+    "flow1_ray.checks.reward_logic",
     "flow1_ray.checks.state_action",
     "flow1_ray.checks.import_resolve",
     "flow1_ray.watchers",

@@ -45,6 +45,7 @@ from .liveness import STEP_EMA, NoLiveness, WorkerLiveness
 from .lockdir import job_lock_dir
 from .budget import CheckBudget
 from .sender import Sender
+from .reward_audit import LiveRewardAudit, audits_here
 from .states import StateSampler
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
@@ -103,6 +104,7 @@ class RunnerAgent:
         self.hooks_s = 0.0    # flow1's own time in on_sample_end (less the judgements) and after each sample()
         self.sample_s = 0.0   # the sample() calls' time
         self.states: StateSampler | None = None
+        self.audit: LiveRewardAudit | None = None   # options.audit_reward, on one runner
         self._held: list[EpisodePart] = []   # small samples' episode chunks, read together
         self._held_steps = 0
         self._held_since = 0.0
@@ -140,8 +142,10 @@ class RunnerAgent:
                 self.flush()
             except Exception:
                 pass
-            try:  # the last count of each repeated crash
+            try:  # the last count of each repeated crash, what the reward audit found since its last look
                 repeats = [self._repeat_finding(k) for k, (n, told, _, _) in self._crashes.items() if n > told]
+                if self.audit is not None:
+                    repeats += self.audit.new_findings()
                 if repeats:
                     self._send(repeats)
             except Exception:
@@ -208,6 +212,11 @@ class RunnerAgent:
             self._wrap_sub_env(sub, len(self.checkers), self._new_checker(sub), resets_in_step)
         if self.states is None and self.opts.state_actions and self.kind == "train":
             self._start_state_sampling()
+        if self.opts.audit_reward and subs and audits_here(self.env_runner, self.index, self.kind):
+            try:
+                self.audit = LiveRewardAudit(subs[0], self.report_internal)
+            except Exception as e:
+                self.report_internal("the reward-logic audit", e)
 
     def _start_state_sampling(self) -> None:
         """After the wrappers are in place: a space the clusterer cannot take (a Tuple
@@ -440,8 +449,10 @@ class RunnerAgent:
             for mid, why in list(self.states.unsupported.items()):
                 self._maps_off(mid, why)
         now = time.monotonic()
+        judged = False
         with self._lock:
             if now - self._last_judge >= self._judge_every:
+                judged = True
                 # only the checkers fed since their last judgement: the same window judged
                 # again says nothing new (at a low check rate most sub-envs' windows are idle);
                 # a judgement over full windows of many sub-envs takes tens of ms: the next one
@@ -456,6 +467,8 @@ class RunnerAgent:
                 self._judge_every = max(JUDGE_EVERY_S, spent / JUDGE_SHARE)
                 self.budget.spent_s += spent
             new = self.log.pop_new()
+            if self.audit is not None and judged:
+                new += self.audit.new_findings()
         if new or self.sender.has_news:
             self._send(new)
         return spent

@@ -1,0 +1,249 @@
+"""The traps that look like success (seed 000 sections 4.1, 4.2): the reward-logic audit
+(REWARD_UNEARNED) and the temporal-leakage advisory (OBS_LEAKAGE), each found on its planted
+env with its code and silent on the correct look-alikes and on real envs nobody here wrote."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import traps
+from flow1_ray import Flow1Callbacks, check_env
+from flow1_ray import codes as C
+from flow1_ray.checks.reward_logic import RewardLogicAudit, attribute_snapshot, diff_lines
+
+E = "ray.rllib.examples.envs.classes"
+TRAP_CODES = {C.REWARD_UNEARNED, C.OBS_LEAKAGE}
+
+
+def _found(report, code):
+    return [e for e in report.events if e.code == code]
+
+
+# --- the audit on planted envs ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env, attribute, period", [
+    (traps.MovingGoal, "goal", 100),
+    (traps.HiddenRefuel, "fuel", 50),
+    (traps.RandomTeleportGoal, "goal", None),
+])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_planted_reward_logic_is_a_fail_with_attribute_period_and_diff(env, attribute, period, seed):
+    report = check_env(env, steps=1000, seed=seed, audit_reward=True)
+    (f,) = _found(report, C.REWARD_UNEARNED)
+    ev = f.evidence
+    assert f.status == C.FAIL and f.module == C.REWARD_LOGIC and ev["attribute"] == attribute
+    assert ev["period"] == period
+    assert ev["counterfactual"]["independent"] >= 3 and ev["counterfactual"]["dependent"] == 0
+    assert ev["lag"] == 0 and ev["reward_jump"] > 0
+    assert f"- {attribute} = " in ev["diff"] and f"+ {attribute} = " in ev["diff"]
+    assert f"env attribute {attribute} changes inside step()" in f.message
+    assert "the reward rises because the env changes" in f.message
+    assert report.exit_code() == 1
+
+
+def test_an_env_that_cannot_be_copied_is_judged_by_its_period_a_warn():
+    """No copy (a lock in the env): the period of the moves is the only evidence, a WARN."""
+    import threading
+
+    class Uncopyable(traps.MovingGoal):
+        def reset(self, *, seed=None, options=None):
+            self.lock = threading.Lock()
+            return super().reset(seed=seed, options=options)
+
+    report = check_env(Uncopyable(), steps=1000, audit_reward=True)
+    (f,) = _found(report, C.REWARD_UNEARNED)
+    assert f.status == C.WARN and f.evidence["period"] == 100
+    assert "every 100 steps, a timer (no copy to test the action: copy.deepcopy(env.unwrapped) raised" in f.message
+
+
+@pytest.mark.parametrize("env, why", [
+    (traps.EarnedGoal, "the agent's move to the goal moves it: another action would not"),
+    (traps.ScheduledCurriculum, "the goal moves away: the reward drops, nothing to inflate"),
+    (traps.HonestMarket, "nothing moves but the price"),
+])
+def test_look_alikes_are_silent(env, why):
+    report = check_env(env, steps=1000, audit_reward=True)
+    loud = [e.log_line() for e in report.events if e.code in TRAP_CODES and e.status != C.PASS]
+    assert not loud, why
+    row = [e for e in report.events if e.module == C.REWARD_LOGIC and e.code == C.CHECKS_PASSED]
+    assert row and "env attributes read on 1000 steps" in row[0].message
+
+
+def test_a_curriculum_that_moves_the_goal_away_is_at_most_an_advisory():
+    report = check_env(traps.ScheduledCurriculum, steps=1000, audit_reward=True)
+    assert all(e.status == C.PASS for e in _found(report, C.REWARD_UNEARNED))
+
+
+def test_the_audit_is_off_unless_asked():
+    report = check_env(traps.MovingGoal, steps=1000)
+    assert not _found(report, C.REWARD_UNEARNED)
+    assert not [e for e in report.events if e.module == C.REWARD_LOGIC]
+
+
+def test_snapshot_reads_numbers_arrays_and_dicts_and_diffs_them():
+    env = traps.MovingGoal()
+    env.reset(seed=0)
+    env.state = {"target_pos": np.array([1.0, 2.0]), "name": "x", "nested": [1, 2, 3]}
+    before = attribute_snapshot(env)
+    assert {"goal", "agent", "t", "state['target_pos']", "state['nested']"} <= set(before)
+    assert not any("np_random" in k for k in before)
+    env.state["target_pos"] = np.array([5.0, 2.0])
+    after = attribute_snapshot(env)
+    assert diff_lines(before, after) == ["- state['target_pos'] = [1. 2.]", "+ state['target_pos'] = [5. 2.]"]
+
+
+def test_the_audit_never_raises_on_odd_attributes():
+    class Odd(traps.MovingGoal):
+        def reset(self, *, seed=None, options=None):
+            self.weird = {object(): 1, "n": float("nan"), "big": np.zeros(10_000), "s": "text"}
+            return super().reset(seed=seed, options=options)
+
+    audit = RewardLogicAudit(gym.spaces.Discrete(4))
+    env = Odd()
+    env.reset(seed=0)
+    audit.on_reset(env)
+    for _ in range(300):
+        audit.before_step(env)
+        _, r, te, tr, _ = env.step(env.action_space.sample())
+        audit.after_step(env, 0, r, te or tr)
+    found, said = audit.findings()
+    assert "env attributes read on 300 steps" in said["reward_audit"]
+
+
+def test_cli_audit_reward_names_the_trap_and_exits_1(cli_env, tmp_path):
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "flow1_ray", "check", "--env", "traps:MovingGoal", "--audit-reward",
+                        "--json", str(out)], capture_output=True, text=True, env=cli_env, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "REWARD_LOGIC" in r.stdout and "REWARD_UNEARNED" in r.stdout and "goal" in r.stdout
+    report = json.loads(out.read_text())
+    (f,) = [e for e in report["events"] if e["code"] == C.REWARD_UNEARNED]
+    assert f["evidence"]["attribute"] == "goal" and "+ goal = " in f["evidence"]["diff"]
+
+
+# --- temporal leakage --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_field_holding_the_next_price_change_is_a_leakage_advisory(seed):
+    report = check_env(traps.LeakyMarket, steps=1000, seed=seed)
+    (f,) = _found(report, C.OBS_LEAKAGE)
+    assert f.status == C.PASS and f.module == C.OBS_FLOW   # an advisory: the exit code stays 0
+    assert f.evidence["field"] == "obs[2]" and f.evidence["predicts"] == "next obs[0]"
+    assert f.evidence["partial_r2"] > 0.95 and f.evidence["past_r2"] < 0.1
+    assert f.message.startswith("advisory: obs[2] predicts next obs[0]")
+    assert report.exit_code() == 0
+
+
+def test_a_leak_in_a_dict_observation_is_named_by_its_key():
+    class DictMarket(traps.LeakyMarket):
+        observation_space = gym.spaces.Dict({"price": gym.spaces.Box(-np.inf, np.inf, (1,), np.float32),
+                                             "forecast": gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)})
+
+        def _obs(self):
+            return {"price": np.array([self.price], np.float32), "forecast": np.array([self.next_change], np.float32)}
+
+    (f,) = _found(check_env(DictMarket, steps=1000), C.OBS_LEAKAGE)
+    assert f.evidence["field"] == "obs['forecast']" and f.evidence["predicts"] == "next obs['price']"
+
+
+def test_physics_with_process_noise_is_not_a_leak():
+    """The velocity gets a random kick each step and predicts the next position: physics."""
+    for seed in (0, 1):
+        report = check_env(traps.NoisyVelocity, steps=1000, seed=seed)
+        assert not _found(report, C.OBS_LEAKAGE)
+        assert any("observation fields tested" in n for e in report.events if e.module == C.OBS_FLOW
+                   for n in (e.evidence.get("notes") or []))
+
+
+# --- real envs nobody here wrote ----------------------------------------------------------
+
+
+def _rllib(path, *args):
+    mod, cls = path.rsplit(".", 1)
+    return lambda: getattr(importlib.import_module(f"{E}.{mod}"), cls)(*args)
+
+
+REAL = [
+    ("CartPole-v1", lambda: gym.make("CartPole-v1")),
+    ("Pendulum-v1", lambda: gym.make("Pendulum-v1")),
+    ("Acrobot-v1", lambda: gym.make("Acrobot-v1")),
+    ("MountainCar-v0", lambda: gym.make("MountainCar-v0")),
+    ("Taxi-v3", lambda: gym.make("Taxi-v3")),
+    ("SimpleCorridor", _rllib("simple_corridor.SimpleCorridor", {"corridor_length": 10})),
+    ("StatelessCartPole", _rllib("stateless_cartpole.StatelessCartPole")),
+    ("RepeatAfterMeEnv", _rllib("repeat_after_me_env.RepeatAfterMeEnv", {})),
+    ("WindyMazeEnv", _rllib("windy_maze_env.WindyMazeEnv", {})),
+    ("LookAndPush", _rllib("look_and_push.LookAndPush")),
+    ("DebugCounterEnv", _rllib("debug_counter_env.DebugCounterEnv")),
+    ("CartPoleWithDictObservationSpace",
+     _rllib("cartpole_with_dict_observation_space.CartPoleWithDictObservationSpace")),
+    ("TwoStepGame (multi-agent)", _rllib("multi_agent.two_step_game.TwoStepGame", {})),
+    ("RockPaperScissors (multi-agent)", _rllib("multi_agent.rock_paper_scissors.RockPaperScissors", {})),
+    ("TicTacToe (multi-agent)", _rllib("multi_agent.tic_tac_toe.TicTacToe")),
+]
+
+
+@pytest.mark.parametrize("name, make", REAL, ids=[r[0] for r in REAL])
+def test_real_envs_raise_no_trap_finding(name, make):
+    report = check_env(make(), steps=1000, audit_reward=True)
+    assert not [e.log_line() for e in report.events if e.code in TRAP_CODES]
+
+
+THIRD_PARTY = [("HalfCheetah-v5", "mujoco"), ("Hopper-v5", "mujoco"), ("ALE/Pong-v5", "ale_py"),
+               ("MiniGrid-DoorKey-5x5-v0", "minigrid")]
+
+
+@pytest.mark.parametrize("env_id, module", THIRD_PARTY, ids=[t[0] for t in THIRD_PARTY])
+def test_third_party_envs_raise_no_trap_finding(env_id, module):
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        pytest.skip(f"{module} is not installed ({e})")
+    if module == "ale_py":
+        gym.register_envs(mod)
+    report = check_env(gym.make(env_id), steps=1000, audit_reward=True)
+    assert not [e.log_line() for e in report.events if e.code in TRAP_CODES]
+
+
+# --- live: one runner of a real training run -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_live_audit_on_one_runner_names_the_moving_goal(ray_session, tmp_path):
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from test_learner_live import _train
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, audit_reward=True,
+                                     state_actions=False)
+    config = (PPOConfig().environment(traps.MovingGoal).callbacks(cb).debugging(seed=0)
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
+              .training(train_batch_size_per_learner=1000, minibatch_size=250, num_epochs=1))
+    _, events, _ = _train(config, 4)
+    found = [{**e, "evidence": json.loads(e["evidence"])} for e in events if e["code"] == C.REWARD_UNEARNED]
+    assert found, [e["code"] for e in events]
+    f = found[0]
+    assert f["status"] == C.FAIL and f["evidence"]["attribute"] == "goal" and f["worker_index"] == 1
+    assert f["evidence"]["audited"].startswith("sub-env 0 of this runner")
+
+
+def test_an_env_behind_gym_make_wrappers_is_audited_without_touching_the_real_env():
+    """gym.make puts wrappers (and flow1's action probe on the base env's instance): the copy's
+    counterfactual step must run the copy, never the env being checked."""
+    gym.register("Flow1MovingGoal-v0", entry_point=traps.MovingGoal, max_episode_steps=400)
+    try:
+        report = check_env("Flow1MovingGoal-v0", steps=1000, audit_reward=True)
+    finally:
+        gym.registry.pop("Flow1MovingGoal-v0", None)
+    (f,) = _found(report, C.REWARD_UNEARNED)
+    assert f.status == C.FAIL and f.evidence["counterfactual"]["independent"] >= 3
+    # the real episodes kept their length: 400 steps, truncated by TimeLimit
+    assert report.summary["episodes"] == 2 and report.summary["modules"][C.ENV_SPEC]["episode_len_mean"] == 400
