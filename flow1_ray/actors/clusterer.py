@@ -202,6 +202,7 @@ class ClustererCore:
         of = "" if self.module == DEFAULT_MODULE else f"module {self.module}, "
         job = {"path": path, "counts": counts, "labels": list(self.labels), "verdicts": m.verdicts,
                "failures": fails, "backend": self.backend, "descriptions": [d.label for d in m.descriptions],
+               "thumbnails": m.thumbnails,
                "title": f"iteration {iteration}: state cluster x action ({of}{self.backend}, {len(x)} of {seen} "
                         f"states sampled since the last snapshot)"}
         return SnapshotOut(index, iteration, m.to_arrow(index, iteration, self.module), events, job)

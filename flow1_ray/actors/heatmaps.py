@@ -1,7 +1,7 @@
 """The asynchronous heatmap writer: PNGs rendered and written on their own thread.
 
 The Recorder's request path only puts a job (counts, labels, verdicts, each cluster's
-short description: a few kB) on a
+short description and, for an image env, its thumbnail: a few kB to ~100 kB) on a
 bounded queue; rendering with matplotlib and the file I/O happen here. A slow disk or a
 slow render fills the queue, and then new jobs are dropped and counted, never waited
 for. The thread runs in the background class of the scheduler (``priority.py``). Each PNG is written under a temporary name and renamed, so a reader never sees half
@@ -39,7 +39,7 @@ def render(job: dict, run_dir: "Location | str") -> Location:
     try:
         draw_heatmap(tmp, counts, list(job["labels"]), list(job["verdicts"]),
                      job.get("title") or f"state cluster x action ({job.get('backend', '')}, {int(counts.sum())} states)",
-                     job.get("descriptions"))
+                     job.get("descriptions"), job.get("thumbnails"))
         out.parent_dir().mkdir()
         out.write_bytes(Path(tmp).read_bytes())
     finally:

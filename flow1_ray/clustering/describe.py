@@ -17,6 +17,7 @@ standardised space) for the cluster map: neighbours there are states that look a
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -100,8 +101,16 @@ def default_features(d: int) -> list[Feature]:
 
 
 def _fmt(v: float, signed: bool = False, digits: int = 3) -> str:
-    """``digits`` significant digits; a sign for a feature's value (a mean or a zero has none)."""
-    return "0" if v == 0 else f"{v:+.{digits}g}" if signed else f"{v:.{digits}g}"
+    """``digits`` significant digits, without an exponent between 1e-3 and 1e5 (a pixel
+    reads "220", not "2.2e+02"); a sign for a feature's value (a mean or a zero has none)."""
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else str(v)
+    sign = "+" if signed else ""
+    if not 1e-3 <= abs(v) < 1e5:
+        return f"{v:{sign}.{digits}g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    out = f"{v:{sign}.{decimals}f}"
+    return out.rstrip("0").rstrip(".") if "." in out else out
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,31 @@ def row_labels(visits: np.ndarray, descriptions: Sequence[str] | None = None) ->
     return out
 
 
+#: row height (inches) of a heatmap without / with thumbnails, and a thumbnail's height on it
+ROW_IN, THUMB_ROW_IN, THUMB_PX = 0.22, 0.5, 40
+DPI = 90
+
+
+def _picture(png: bytes | None) -> np.ndarray | None:
+    """A thumbnail's pixels (PNG bytes from the clusterer), None when it cannot be read."""
+    if not png:
+        return None
+    try:
+        import io
+
+        from PIL import Image
+
+        return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    except Exception:   # a picture that cannot be drawn leaves its row without one
+        return None
+
+
 def draw_heatmap(path: str, counts: np.ndarray, action_labels: Sequence[str], verdicts: Sequence[str],
-                 title: str, descriptions: Sequence[str] | None = None) -> str:
+                 title: str, descriptions: Sequence[str] | None = None,
+                 thumbnails: Sequence[bytes | None] | None = None) -> str:
     """PNG at ``path``: rows clusters (with their visits and, given, what their states hold),
-    columns actions, each non-OK verdict named on the right of its row."""
+    columns actions, each non-OK verdict named on the right of its row; an image env's
+    thumbnails (a real state of each cluster) beside the rows, which then are taller."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -47,13 +68,17 @@ def draw_heatmap(path: str, counts: np.ndarray, action_labels: Sequence[str], ve
     probs = counts / np.maximum(visits, 1)[:, None]
     k, n = counts.shape
     rows = row_labels(visits, descriptions)
+    pics = [_picture(t) for t in thumbnails] if thumbnails is not None and len(thumbnails) == k else []
+    pics = pics if any(p is not None for p in pics) else []
+    row_in, thumb_in = (THUMB_ROW_IN, THUMB_ROW_IN) if pics else (ROW_IN, 0.0)
     # the row labels' width: ~0.052 inch a character at 7 pt (DejaVu Sans), plus the axis title
     label_in = 0.45 + 0.052 * max((len(r) for r in rows), default=6)
     # fixed margins in inches and one draw (no bbox_inches="tight", which draws twice):
     # the render runs off the request path, but its CPU is still taken from the node
-    w_in, h_in = min(max(6.0, 3.6 + 0.4 * n), 16) + max(0.0, label_in - 1.0), min(max(3.5, 2.4 + 0.22 * k), 22)
-    fig = plt.figure(figsize=(w_in, h_in), dpi=90)
-    left, right_m, top, bottom = max(1.0, label_in) / w_in, 1.4 / w_in, 0.75 / h_in, \
+    w_in = min(max(6.0, 3.6 + 0.4 * n), 16) + max(0.0, label_in - 1.0) + thumb_in
+    h_in = min(max(3.5, 2.4 + row_in * k), 30 if pics else 22)
+    fig = plt.figure(figsize=(w_in, h_in), dpi=DPI)
+    left, right_m, top, bottom = max(1.0, label_in) / w_in, (1.4 + thumb_in) / w_in, 0.75 / h_in, \
         (1.35 + (0.35 if n > 8 else 0)) / h_in
     ax = fig.add_axes((left, bottom, 1 - left - right_m, 1 - top - bottom))
     im = ax.imshow(probs, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
@@ -61,9 +86,20 @@ def draw_heatmap(path: str, counts: np.ndarray, action_labels: Sequence[str], ve
     ax.set_yticks(range(k), [r.replace("$", r"\$") for r in rows], fontsize=7)   # "$" is TeX to matplotlib
     ax.set_xlabel("action", fontsize=8)
     ax.set_ylabel("state cluster (visits)" + ("  what sets its states apart" if descriptions else ""), fontsize=8)
+    shift = 4.0   # points right of the heatmap where a verdict is written
+    if pics:
+        from matplotlib.offsetbox import AnnotationBbox, OffsetImage
+
+        px = min(THUMB_PX, DPI * (h_in * (1 - top - bottom)) / k * 0.9)   # one row's height at most
+        shift += 3 + px * 72 / DPI
+        for i, pic in enumerate(pics):
+            if pic is not None:
+                box = OffsetImage(pic, zoom=px / max(pic.shape[:2]), dpi_cor=False)   # px: the figure's pixels
+                ax.add_artist(AnnotationBbox(box, (1.0, i), xycoords=("axes fraction", "data"), box_alignment=(0, 0.5),
+                                             xybox=(3, 0), boxcoords="offset points", frameon=False, pad=0))
     for i, v in enumerate(verdicts):
         if v != S.VERDICT_OK:
-            ax.annotate(v, (1.0, i), xycoords=("axes fraction", "data"), xytext=(4, 0),
+            ax.annotate(v, (1.0, i), xycoords=("axes fraction", "data"), xytext=(shift, 0),
                         textcoords="offset points", va="center", fontsize=7, color=verdict_colour(v))
     cax = fig.add_axes((left, 0.35 / h_in, min(0.5, 1 - left - right_m), 0.12 / h_in))
     fig.colorbar(im, cax=cax, orientation="horizontal")

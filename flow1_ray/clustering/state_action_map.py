@@ -345,7 +345,7 @@ class StateActionMap:
 
         head = title or f"state cluster x action ({self.backend}, {int(self.visits.sum())} states)"
         return draw_heatmap(path, self.counts, self.action_labels, self.verdicts, head,
-                            [d.label for d in self.descriptions] if self.descriptions else None)
+                            [d.label for d in self.descriptions] if self.descriptions else None, self.thumbnails)
 
 
 def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *, n_clusters: int = 30,

@@ -71,7 +71,7 @@ def find_runs(path: "str | os.PathLike | Location") -> list[Location]:
 class RunFollower:
     """One run directory, read incrementally; thread-safe (a web server polls from several
     threads). ``stamps[source]`` grows whenever a poll found something new in that source
-    (events, metrics, learner, heatmaps, snapshots): what a page redraws.
+    (events, metrics, learner, clusters, heatmaps, snapshots): what a page redraws.
 
     A poll never raises for what the directory holds: a part that cannot be read (not
     Parquet, a directory, a foreign schema), a row that is not an Event, a heatmap that is
@@ -93,6 +93,7 @@ class RunFollower:
         self.first_ts = None
         self.metrics: dict[int, dict] = {}        # iteration -> row (the latest row of an iteration wins)
         self.learner: list[dict] = []             # kind == "module" rows: the curves
+        self.clusters: dict[str, list[dict]] = {}  # per module: the rows of its last state-cluster snapshot
         self.heatmaps: list[str] = []             # names under heatmaps/ that may be shown
         self.snapshots: list[str] = []
         self.whatifs: list[dict] = []             # flow1 whatif's finished what-ifs (report.whatif), newest first
@@ -119,7 +120,8 @@ class RunFollower:
             for sub, add in ((EVENTS_DIR, self._add_events), (METRICS_DIR, self._add_metrics)):
                 if self._poll_table(sub, add):
                     changed.add(sub)
-            self._poll_table(CLUSTERS_DIR, None)
+            if self._poll_table(CLUSTERS_DIR, self._add_clusters):
+                changed.add(CLUSTERS_DIR)
             if self._poll_heatmaps():
                 changed.add(HEATMAPS_DIR)
             if self._poll_table(LEARNER_DIR, self._add_learner):
@@ -245,6 +247,17 @@ class RunFollower:
             it = row.get("iteration")
             if isinstance(it, int) and not isinstance(it, bool):
                 self.metrics[it] = {k: v for k, v in row.items() if v is not None}
+
+    def _add_clusters(self, table: pa.Table, sub: str) -> None:
+        """Each module's last snapshot only (bounded: k rows a module), columns of a foreign
+        type left out and named (``report/clusters.py``)."""
+        from .clusters import by_module, latest, usable
+
+        table, skipped = usable(table)
+        for what in skipped:
+            self._skip(what)
+        for module, rows in by_module(table.to_pylist()).items():
+            self.clusters[module] = latest(self.clusters.get(module, []) + rows)
 
     def _add_learner(self, table: pa.Table, sub: str) -> None:
         self.learner += [r for r in table.to_pylist() if r.get("kind") == "module"

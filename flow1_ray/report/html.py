@@ -298,7 +298,7 @@ def _cluster_modules(d: Location, late: list[str]) -> list[dict]:
 
 def _cluster_map(vs: list[dict]) -> str:
     """The clusters as points on their 2-D map (map_x, map_y): size the states, colour the
-    verdict, each labelled with its id; a flagged one also with its short description."""
+    verdict, each labelled with its id (a flagged one with its verdict too)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -313,11 +313,10 @@ def _cluster_map(vs: list[dict]) -> str:
         ax.scatter([v["map_x"] for v in mine], [v["map_y"] for v in mine],
                    s=[30 + 600 * v["size"] / biggest for v in mine], c=verdict_colour(verdict), alpha=0.6,
                    edgecolors="black", linewidths=0.5, label=one_line(verdict).replace("$", r"\$"))
-    for v in vs:
-        text = str(v["cluster"])
-        if v["verdict"] != S.VERDICT_OK and v["label"]:
-            text += ": " + one_line(v["label"]).replace("$", r"\$")
-        ax.annotate(text, (v["map_x"], v["map_y"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    for v in vs:   # the id (and a flagged cluster's verdict): its description is in the table beside
+        text = str(v["cluster"]) + (f" {one_line(v['verdict'])}" if v["verdict"] != S.VERDICT_OK else "")
+        ax.annotate(text.replace("$", r"\$"), (v["map_x"], v["map_y"]), fontsize=8, xytext=(5, 5),
+                    textcoords="offset points")
     ax.set_xlabel("first principal component of the centroids")
     ax.set_ylabel("second principal component")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, markerscale=0.5)

@@ -40,7 +40,7 @@ from .. import schema as S
 from ..errors import Flow1InputError
 from ..events import one_line
 from ..reading import read_file
-from ..store import EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
+from ..store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
 from .follow import RunFollower, find_runs, is_run_dir
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, current_findings, ema_label, hypotheses, risk, rule_signals, timeline_marks
@@ -70,7 +70,8 @@ padding:.4rem;margin:.2rem 0} table{border-collapse:collapse;width:100%;font-siz
 tr.fail td:first-child{color:#a61b0f;font-weight:600} tr.warn td:first-child{color:#9a5b00;font-weight:600}
 .NOT_JUDGED{background:#eceff1;color:#37474f} .GAPS{background:#fff8e1;color:#7a5c00}
 #gaps{font-size:.85rem;margin:.2rem 0 .5rem} #gaps li{margin:.1rem 0}
-.muted{color:#7b8794} img.heatmap{max-width:100%;margin-top:.4rem} @media(max-width:1000px){main{grid-template-columns:1fr}}
+.muted{color:#7b8794} img.heatmap{max-width:100%;margin-top:.4rem}
+img.thumb{width:80px;height:auto;image-rendering:pixelated;border:1px solid #ccc} @media(max-width:1000px){main{grid-template-columns:1fr}}
 """
 
 INDEX = """<!DOCTYPE html>
@@ -270,6 +271,67 @@ def heatmap_block(f: RunFollower) -> list:
                  alt=f"state x action heatmap {name}")])]
 
 
+def cluster_map_figure(module: str, vs: list[dict]) -> Any:
+    """The clusters on their 2-D map (first two principal components of the centroids):
+    size the states, colour the verdict, the id written on each; hover: its description."""
+    import plotly.graph_objects as go
+
+    from ..clustering.heatmap import verdict_colour
+
+    fig = go.Figure()
+    biggest = max(v["size"] for v in vs) or 1
+    for verdict in sorted({v["verdict"] for v in vs}):
+        mine = [v for v in vs if v["verdict"] == verdict]
+        fig.add_scatter(x=[v["map_x"] for v in mine], y=[v["map_y"] for v in mine], mode="markers+text",
+                        name=esc(verdict), text=[str(v["cluster"]) for v in mine], textposition="top center",
+                        hovertext=[esc(f"cluster {v['cluster']}, {v['size']} states: {v['description'] or ''}")
+                                   for v in mine], hoverinfo="text",
+                        marker={"size": [8 + 30 * (v["size"] / biggest) ** 0.5 for v in mine],
+                                "color": verdict_colour(verdict), "opacity": 0.65,
+                                "line": {"width": 0.5, "color": "black"}})
+    fig.update_xaxes(title_text="first principal component of the centroids")
+    fig.update_yaxes(title_text="second")
+    fig.update_layout(title={"text": esc(f"state clusters of {module}: similar states lie close"),
+                             "font": {"size": 13}})
+    return _layout(fig, 300)
+
+
+def clusters_block(f: RunFollower) -> list:
+    """Per module, what the flagged clusters of the last snapshot hold (their descriptions,
+    a thumbnail of a real state for an image env) and the cluster map: the heatmap's rows
+    in the env's terms."""
+    from dash import dcc, html
+
+    from .clusters import flagged, has_map, views
+
+    out: list = []
+    for i, (module, rows) in enumerate(sorted(f.clusters.items())):
+        vs, _ = views(rows)   # a thumbnail that is not a PNG was named when the rows were read
+        shown = flagged(vs)
+        thumbs = any(v["thumbnail"] for v in vs)
+        head = [html.Th(t) for t in ("cluster", "verdict", "states", "top action", "what sets its states apart")]
+        body = []
+        for v in shown:
+            cells = [html.Td(str(v["cluster"])), html.Td(v["verdict"]), html.Td(f"{v['size']} ({v['share']:.1%})"),
+                     html.Td("" if v["top_action"] is None else v["top_action"]
+                             + ("" if v["p_top"] is None else f" at {v['p_top']:.2f}")),
+                     html.Td(v["description"] or "(not recorded: a run written before cluster descriptions)",
+                             className="description")]
+            if thumbs:
+                cells.append(html.Td(html.Img(className="thumb", alt=f"a state of cluster {v['cluster']}",
+                                              src="data:image/png;base64," + base64.b64encode(v["thumbnail"])
+                                              .decode("ascii")) if v["thumbnail"] else
+                                     html.Span("no frame kept", className="muted")))
+            body.append(html.Tr(cells, className="cluster"))
+        out.append(html.Details(open=True, id=f"clusters-{i}", children=[
+            html.Summary(f"what the flagged clusters of {module} hold ({len(shown)} of {len(vs)} clusters)"),
+            html.Table([html.Tr(head + ([html.Th("a state of it")] if thumbs else []))] + body)
+            if body else html.P("Every cluster is OK.", className="muted")]
+            + ([dcc.Graph(id=f"cluster-map-{i}", figure=cluster_map_figure(module, vs), config=GRAPH_CONFIG)]
+               if has_map(vs) else [])))
+    return out
+
+
 def cause_block(f: RunFollower) -> list:
     from dash import html
 
@@ -370,7 +432,7 @@ REFRESH_TARGETS: dict[str, tuple[str, str]] = {
     "verdict-class": ("verdict", "className"), "updated": ("updated", "children"),
     "result-numbers": ("result-numbers", "children"), "return-graph": ("return-graph", "figure"),
     "policy-graph": ("policy-graph", "figure"), "policy-wrap": ("policy-wrap", "style"),
-    "heatmap": ("heatmap", "children"), "cause": ("cause", "children"), "hypothesis": ("hypothesis", "children"),
+    "heatmap": ("heatmap", "children"), "clusters": ("clusters", "children"), "cause": ("cause", "children"), "hypothesis": ("hypothesis", "children"),
     "risk": ("risk", "children"), "timeline-graph": ("timeline-graph", "figure"),
     "timeline-wrap": ("timeline-wrap", "style"), "seen": ("seen", "data"), "result-head": ("result-head", "children")}
 #: the names of the refresh callback's values, in order (make_app's Outputs)
@@ -387,6 +449,7 @@ def _quadrants(f: RunFollower, changed: Callable[..., bool]) -> dict[str, Any]:
             "policy-graph": (policy_figure(f) if f.learner else keep) if ln else keep,
             "policy-wrap": ({} if f.learner else {"display": "none"}) if ln else keep,
             "heatmap": heatmap_block(f) if hm else keep,
+            "clusters": clusters_block(f) if changed(CLUSTERS_DIR) else keep,
             "cause": cause_block(f) if ev else keep,
             "hypothesis": hypothesis_block(f) if ev or changed(SNAPSHOTS_DIR, S.WHATIF_DIR) else keep,
             "risk": risk_block(f) if ev or mt else keep,
@@ -475,7 +538,7 @@ def _page(runs: Runs) -> Any:
                 html.H2("Result"), html.Div(id="result-head"), html.Div(id="result-numbers", className="nums"),
                 dcc.Graph(id="return-graph", config=GRAPH_CONFIG, style={"height": f"{250 + LEGEND_PX}px"}),
                 html.Div(id="policy-wrap", children=dcc.Graph(id="policy-graph", config=GRAPH_CONFIG)),
-                html.Div(id="heatmap")]),
+                html.Div(id="heatmap"), html.Div(id="clusters")]),
             html.Section(id="q-cause", className="q", children=[html.H2("Cause"), html.Div(id="cause")]),
             html.Section(id="q-hypothesis", className="q", children=[html.H2("Hypothesis to test"),
                                                                       html.Div(id="hypothesis")]),
