@@ -81,7 +81,9 @@ def test_a_description_names_the_features_that_set_a_centroid_apart_in_original_
     assert json.loads(d0.top_json())[0] == {"feature": "cart velocity", "kind": "value", "value": 1.8, "mean": 0.2,
                                             "sd": 2.0}
     near, = describe(np.zeros((1, 4)), 0.0, 1.0, np.array([5]))
-    assert near.text.startswith("near the overall mean in every feature") and near.label == "near the mean"
+    assert near.text == ("near the overall mean in every feature (none >= 0.5 sd off): obs[0] ≈ 0 (mean 0, +0.0 sd); "
+                         "obs[1] ≈ 0 (mean 0, +0.0 sd); obs[2] ≈ 0 (mean 0, +0.0 sd)")
+    assert near.label == "near the mean: obs[0]≈0 (+0.0sd), obs[1]≈0 (+0.0sd)" and near.top_json() == "[]"
     assert row_labels(np.array([120, 7]), [d0.label, ""]) == [f"0 (120)  {d0.label}", "1 (7)"]
     xy = map_2d(np.array([[0.0, 0, 0], [4, 0, 0], [0, 1, 0]]), np.ones(3))
     assert xy.shape == (3, 2) and abs(np.linalg.norm(xy[1] - xy[0]) - 4.0) < 1e-9   # distances kept

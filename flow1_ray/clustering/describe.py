@@ -25,6 +25,10 @@ import numpy as np
 from gymnasium import spaces
 
 VALUE, ONE_HOT, PIXEL = "value", "one_hot", "pixel"   # how a feature column reads
+#: how to read a description, where one is shown (the report, the panel)
+HOW_TO_READ = ("feature ≈ the cluster's centroid in the observation's units (mean: over all sampled states; sd: "
+               "how many standard deviations the centroid lies from that mean); dir=2 in 90%: a share of the "
+               "cluster's states")
 TOP_FEATURES = 3      # features named per cluster (its description)
 LABEL_FEATURES = 2    # ... of which a short label (a heatmap row, a message) names the first
 MIN_SD = 0.5          # a feature closer than this to the overall mean does not set a cluster apart
@@ -142,24 +146,32 @@ class Standout:
 @dataclass(frozen=True)
 class Description:
     """A cluster in words: ``text`` (every standout, long form), ``label`` (short, for a
-    heatmap row or a message) and the standouts themselves."""
+    heatmap row or a message) and the standouts themselves. A cluster whose centroid is
+    within ``MIN_SD`` of the mean in every feature (the typical states: in CartPole, the
+    pole upright near the centre) is said to be so, with its nearest-to-standing-out
+    features (``near``), since "near the mean" alone does not say what the states are."""
 
     standouts: tuple[Standout, ...]
+    near: tuple[Standout, ...] = ()
 
     @property
     def text(self) -> str:
         if not self.standouts:
-            return f"near the overall mean in every feature (none >= {MIN_SD:g} sd off)"
+            return (f"near the overall mean in every feature (none >= {MIN_SD:g} sd off)"
+                    + (": " + "; ".join(s.long() for s in self.near) if self.near else ""))
         return "; ".join(s.long() for s in self.standouts)
 
     @property
     def label(self) -> str:
         if not self.standouts:
-            return "near the mean"
-        out = ", ".join(s.short() for s in self.standouts[:LABEL_FEATURES])
+            out = "near the mean" + (": " + ", ".join(s.short() for s in self.near[:LABEL_FEATURES])
+                                     if self.near else "")
+        else:
+            out = ", ".join(s.short() for s in self.standouts[:LABEL_FEATURES])
         return out if len(out) <= LABEL_CHARS else out[: LABEL_CHARS - 1] + "…"
 
     def top_json(self) -> str:
+        """The features that set the cluster apart (none for a cluster near the mean)."""
         return json.dumps([s.to_dict() for s in self.standouts])
 
 
@@ -183,9 +195,10 @@ def describe(centroids: np.ndarray, mean: np.ndarray | float, scale: np.ndarray 
     for i in range(k):
         diff = c[i] - overall
         order = np.argsort(-np.abs(diff), kind="stable")[:top]
-        stand = tuple(Standout(feats[j].name, feats[j].kind, float(raw[i, j]), float(raw_mean[j]), float(diff[j]))
-                      for j in order if np.isfinite(diff[j]) and abs(diff[j]) >= MIN_SD)
-        out.append(Description(stand))
+        ranked = [Standout(feats[j].name, feats[j].kind, float(raw[i, j]), float(raw_mean[j]), float(diff[j]))
+                  for j in order if np.isfinite(diff[j])]
+        stand = tuple(r for r in ranked if abs(r.sd) >= MIN_SD)
+        out.append(Description(stand, () if stand else tuple(ranked)))
     return out
 
 

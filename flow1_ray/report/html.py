@@ -24,6 +24,7 @@ from .. import schema as S
 from ..events import one_line
 from ..reading import read_file, read_table
 from ..store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
+from ..clustering.describe import HOW_TO_READ
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, ema_label, findings_by_module, rule_signals, timeline_marks
 
@@ -42,7 +43,7 @@ h1{font-size:1.4rem} h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px soli
 table{border-collapse:collapse;width:100%;font-size:.9rem} td,th{border:1px solid #ddd;padding:.3rem .5rem;vertical-align:top;text-align:left}
 th{background:#f5f5f5} pre{white-space:pre-wrap;font-size:.8rem;margin:.2rem 0;max-height:16rem;overflow:auto}
 img{max-width:100%} .muted{color:#777} details summary{cursor:pointer}
-img.thumb{width:96px;height:auto;image-rendering:pixelated;border:1px solid #ccc} img.clustermap{max-width:640px}
+td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixelated;border:1px solid #ccc} img.clustermap{max-width:640px}
 </style></head><body>
 <h1>flow1 report: {{ target }}</h1>
 <p><span class="verdict {{ kind }}" id="verdict">{{ verdict }}</span>
@@ -78,8 +79,9 @@ img.thumb{width:96px;height:auto;image-rendering:pixelated;border:1px solid #ccc
 <h2>State clusters x actions</h2>
 {% for m in cluster_modules %}<section class="clusters" id="clusters-{{ loop.index }}">
 <h3>{{ m.module }}: the flagged clusters of the last snapshot{% if m.iteration is not none %} (iteration {{ m.iteration }}){% endif %}</h3>
+<p class="muted">{{ how_to_read }}</p>
 {% if m.flagged %}<table class="clusters"><tr><th>cluster</th><th>verdict</th><th>states</th><th>top action</th><th>what sets its states apart (centroid vs the mean of all states)</th>{% if m.thumbs %}<th>a state of it</th>{% endif %}</tr>
-{% for c in m.flagged %}<tr class="cluster"><td>{{ c.cluster }}</td><td>{{ c.verdict }}</td><td>{{ c.size }} ({{ "%.1f"|format(100 * c.share) }} %)</td>
+{% for c in m.flagged %}<tr class="cluster"><td>{{ c.cluster }}</td><td>{{ c.verdict }}</td><td class="n">{{ c.size }} ({{ "%.1f"|format(100 * c.share) }} %)</td>
 <td>{% if c.top_action is not none %}{{ c.top_action }}{% if c.p_top is not none %} at {{ "%.2f"|format(c.p_top) }}{% endif %}{% endif %}</td>
 <td class="description">{{ c.description or "(not recorded: a run written before cluster descriptions)" }}</td>
 {% if m.thumbs %}<td>{% if c.png %}<img class="thumb" alt="a state of cluster {{ c.cluster }}" src="data:image/png;base64,{{ c.png }}">{% else %}<span class="muted">no frame kept</span>{% endif %}</td>{% endif %}</tr>{% endfor %}
@@ -361,4 +363,5 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
         not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
         modules=findings_by_module(report.events), timeline=timeline, curves=curves, signals=signals, heatmaps=heatmaps,
-        gradients=gradients, snapshots=snapshots, whatifs=whatifs, cluster_modules=cluster_modules)
+        gradients=gradients, snapshots=snapshots, whatifs=whatifs, cluster_modules=cluster_modules,
+        how_to_read=HOW_TO_READ)

@@ -302,6 +302,7 @@ def clusters_block(f: RunFollower) -> list:
     in the env's terms."""
     from dash import dcc, html
 
+    from ..clustering.describe import HOW_TO_READ
     from .clusters import flagged, has_map, views
 
     out: list = []
@@ -312,7 +313,7 @@ def clusters_block(f: RunFollower) -> list:
         head = [html.Th(t) for t in ("cluster", "verdict", "states", "top action", "what sets its states apart")]
         body = []
         for v in shown:
-            cells = [html.Td(str(v["cluster"])), html.Td(v["verdict"]), html.Td(f"{v['size']} ({v['share']:.1%})"),
+            cells = [html.Td(str(v["cluster"])), html.Td(v["verdict"]), html.Td(f"{v['size']} ({v['share']:.1%})", style={"whiteSpace": "nowrap"}),
                      html.Td("" if v["top_action"] is None else v["top_action"]
                              + ("" if v["p_top"] is None else f" at {v['p_top']:.2f}")),
                      html.Td(v["description"] or "(not recorded: a run written before cluster descriptions)",
@@ -325,6 +326,7 @@ def clusters_block(f: RunFollower) -> list:
             body.append(html.Tr(cells, className="cluster"))
         out.append(html.Details(open=True, id=f"clusters-{i}", children=[
             html.Summary(f"what the flagged clusters of {module} hold ({len(shown)} of {len(vs)} clusters)"),
+            html.P(HOW_TO_READ, className="muted", style={"fontSize": ".8rem"}),
             html.Table([html.Tr(head + ([html.Th("a state of it")] if thumbs else []))] + body)
             if body else html.P("Every cluster is OK.", className="muted")]
             + ([dcc.Graph(id=f"cluster-map-{i}", figure=cluster_map_figure(module, vs), config=GRAPH_CONFIG)]
