@@ -50,6 +50,7 @@ EVENTS_DIR = "events"          # events/part-*.parquet (flow1_ray.events.EVENT_S
 METRICS_DIR = "metrics"        # one row per training iteration: flow1/* keys, env steps, return
 CLUSTERS_DIR = "clusters"      # one row per state cluster and snapshot
 HEATMAPS_DIR = "heatmaps"      # P(action | cluster) images
+EVIDENCE_DIR = "evidence"      # a finding's evidence as a file (REWARD_UNEARNED's diff of the env's state)
 LEARNER_DIR = "learner"        # LEARNER_COLUMNS below
 SNAPSHOTS_DIR = "snapshots"    # train batches and gradient norms saved after a finding
 CHECKPOINTS_DIR = "checkpoints"  # checkpoint_every: iter<N>/ (algo.save_to_path), the newest kept

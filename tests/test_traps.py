@@ -247,3 +247,15 @@ def test_an_env_behind_gym_make_wrappers_is_audited_without_touching_the_real_en
     assert f.status == C.FAIL and f.evidence["counterfactual"]["independent"] >= 3
     # the real episodes kept their length: 400 steps, truncated by TimeLimit
     assert report.summary["episodes"] == 2 and report.summary["modules"][C.ENV_SPEC]["episode_len_mean"] == 400
+
+
+def test_a_leak_shown_twice_is_found_in_both_fields():
+    """A copy of the leaking field must not explain the field away."""
+    class TwiceLeaky(traps.LeakyMarket):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+        def _obs(self):
+            return np.array([self.price, self.position, self.next_change, 2 * self.next_change], np.float32)
+
+    found = {f.evidence["field"] for f in _found(check_env(TwiceLeaky, steps=1000), C.OBS_LEAKAGE)}
+    assert found == {"obs[2]", "obs[3]"}

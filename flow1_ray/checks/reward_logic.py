@@ -408,10 +408,13 @@ class RewardLogicAudit:
                    "reward_jump": round(j["jump_median"], 6), "background_q99": round(j["background_q99"], 6),
                    "beyond": j["beyond"], "judged": j["judged"], "p_value": j["p_value"], "lag": j["lag"],
                    "diff": "\n".join(diff), "diff_step": a.example[0] if a.example else None}
+        own = [ln[2:] for ln in diff if ln[2:].startswith(f"{k} = ")]
+        example = (f"; at step {a.example[0]}: {own[0]} -> {own[1].split(' = ', 1)[1]}"
+                   if a.example and len(own) == 2 else "")
         head = (f"env attribute {k} changes inside step() on {len(ev)} of {len(a.changes)} steps where it usually "
                 f"does not ({how}), and the reward jumps {'up' if j['up'] else 'down'} by a median "
                 f"{j['jump_median']:+.4g} at {j['beyond']} of {j['judged']} of them ({when}) where other steps "
-                f"change by at most {j['background_q99']:.4g}")
+                f"change by at most {j['background_q99']:.4g}{example}")
         if not j["up"]:
             return advisory(C.REWARD_UNEARNED, head + ": a penalty that no action caused", ev_text)
         tail = (f": the reward rises because the env changes {k}, not because the policy improved; "

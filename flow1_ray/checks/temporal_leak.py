@@ -8,16 +8,19 @@ What separates a leak from a velocity, which legitimately predicts the next posi
 velocity is the env's state, and its value follows from the past (the previous
 observation and action) by the env's dynamics; a leaked future quantity is fresh news at
 every step, and the news is about what comes next. So for every field ``c`` of the
-observation ``o_t`` the test asks two questions, on out-of-fold linear fits (two folds by
-time, so a fit never scores the rows it learnt from):
+observation ``o_t`` the test asks two questions, on linear fits:
 
 * is ``c`` new? The past ``P = (o_{t-1}, a_{t-1}, r_{t-1})`` explains less than
-  ``LEAK_MAX_PAST_R2`` of its variance (a state variable's dynamics explain most of it);
+  ``LEAK_MAX_PAST_R2`` of its variance (out of fold: each half of the steps predicted by
+  the fit on the other; a state variable's dynamics explain most of it);
 * does the news predict the future? Given everything the agent legitimately has at ``t``
   besides ``c`` (``P``, the rest of ``o_t``, the action ``a_t``), ``c`` explains at least
   ``LEAK_MIN_PARTIAL_R2`` of what remains of a future quantity: a field of the next
-  observation or the step's reward ``r_t``, paid after the action (partial R^2, in both
-  folds).
+  observation or the step's reward ``r_t``, paid after the action (the squared partial
+  correlation, from the precision matrix of the correlations, in each half of the steps
+  on its own, the smaller one counted; at least ``LEAK_ROWS_PER_COLUMN`` steps per
+  column keep a fit's chance share small). A near-copy of ``c`` in the observation is left
+  out of its own test, or it would explain ``c`` away.
 
 A linear test finds a field equal (or proportional) to the next change of another field or
 to a random part of the reward; it is silent on deterministic physics (the past explains
@@ -55,7 +58,7 @@ RULES = (
     Rule("OBS_LEAKAGE", C.OBS_FLOW, C.PASS,
          f"advisory: an observation field that the past explains < {LEAK_MAX_PAST_R2:g} of (R^2) explains >= "
          f"{LEAK_MIN_PARTIAL_R2:g} of what the rest of the observation, the past and the action leave unexplained "
-         f"of a field of the next observation or of the step's reward (out-of-fold linear fits, both folds)",
+         f"of a field of the next observation or of the step's reward (linear fits, in each half of the steps)",
          evidence=("field", "predicts", "partial_r2", "past_r2", "rows")),
 )
 
@@ -226,39 +229,85 @@ def test_leakage(past: np.ndarray, present: np.ndarray, action: np.ndarray, rewa
         return [], 0
     px = _design(past)
     past_r2 = _r2(_oof_residuals(px, present[:, varying]), present[:, varying])
+    candidates = [j for j, r2 in zip(varying, past_r2) if r2 < LEAK_MAX_PAST_R2]
     targets = np.concatenate([nxt, reward[:, None]], axis=1)
     target_names = [f"next {nm}" for nm in names] + ["the step's reward"]
+    # the partial R^2 of each candidate for each target, in each half: min over the halves
+    score = np.full((d, targets.shape[1]), np.inf)
+    for half in (slice(0, n // 2), slice(n // 2, n)):
+        score = np.minimum(score, _partial_r2s(past[half], present[half], action[half], targets[half], candidates))
     found: list[Finding] = []
-    for j, pr2 in zip(varying, past_r2):
-        if pr2 >= LEAK_MAX_PAST_R2:
+    r2_of = dict(zip(varying, past_r2))
+    for j in candidates:
+        row = score[j].copy()
+        if j < row.size - 1:
+            row[j] = 0.0    # a field's own next value is its dynamics, not the future of something else
+        row[~np.isfinite(row)] = 0.0
+        k = int(np.argmax(row))
+        if row[k] < LEAK_MIN_PARTIAL_R2:
             continue
-        z = _design(past, np.delete(present, j, axis=1), action)
-        rc = _oof_residuals(z, present[:, [j]])[:, 0]
-        ry = _oof_residuals(z, targets)
-        remainder = (ry ** 2).mean(0) / np.maximum(targets.var(0), 1e-300)
-        best = None
-        for k in range(targets.shape[1]):
-            if k == j or targets[:, k].var() <= 0 or remainder[k] < LEAK_MIN_REMAINDER:
-                continue
-            halves = [_partial_r2(rc[s], ry[s, k]) for s in (slice(0, n // 2), slice(n // 2, n))]
-            score = min(halves)
-            if score >= LEAK_MIN_PARTIAL_R2 and (best is None or score > best[1]):
-                best = (k, score)
-        if best is not None:
-            k, score = best
-            found.append(advisory(C.OBS_LEAKAGE, (
-                f"{names[j]} predicts {target_names[k]} beyond what the past, the rest of the observation and the "
-                f"action predict (partial R^2 {score:.2f}; the past explains only {max(pr2, 0.0):.2f} of {names[j]}): "
-                f"if {names[j]} is not known when the agent acts (a future quantity), the agent learns to read the "
-                f"future and fails without it; remove the field or lag it by a step"),
-                {"field": names[j], "predicts": target_names[k], "partial_r2": round(float(score), 4),
-                 "past_r2": round(float(pr2), 4), "rows": int(n)}))
+        pr2 = r2_of[j]
+        found.append(advisory(C.OBS_LEAKAGE, (
+            f"{names[j]} predicts {target_names[k]} beyond what the past, the rest of the observation and the "
+            f"action predict (partial R^2 {row[k]:.2f}; the past explains only {max(pr2, 0.0):.2f} of {names[j]}): "
+            f"if {names[j]} is not known when the agent acts (a future quantity), the agent learns to read the "
+            f"future and fails without it; remove the field or lag it by a step"),
+            {"field": names[j], "predicts": target_names[k], "partial_r2": round(float(row[k]), 4),
+             "past_r2": round(float(pr2), 4), "rows": int(n)}))
     return found, len(varying)
 
 
-def _partial_r2(rc: np.ndarray, ry: np.ndarray) -> float:
-    """The squared correlation of two residuals: the share of ry that rc explains."""
-    sc, sy = rc.std(), ry.std()
-    if sc <= 0 or sy <= 0:
-        return 0.0
-    return float(np.mean((rc - rc.mean()) * (ry - ry.mean())) / (sc * sy)) ** 2
+def _standardized(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(z-scores of the varying columns, which columns vary)."""
+    sd = x.std(0)
+    keep = sd > 1e-9 * (1.0 + np.abs(x).max(0)) if x.size else np.zeros(x.shape[1], bool)
+    return (x[:, keep] - x[:, keep].mean(0)) / sd[keep], keep
+
+
+def _partial_r2s(past: np.ndarray, present: np.ndarray, action: np.ndarray, targets: np.ndarray,
+                 candidates: list[int]) -> np.ndarray:
+    """(d, t): the squared partial correlation of each candidate field of ``present`` with
+    each target, given everything else the agent has (the past, the other fields, the action),
+    from the precision matrix of their correlations (one inversion per target; a tiny ridge
+    keeps collinear columns, a one-hot action, invertible). A field with near-copies in the
+    observation is judged without them (its copy would explain it away). 0 where a target has
+    nothing left to explain without the field (within ``LEAK_MIN_REMAINDER`` of its variance)."""
+    d, t = present.shape[1], targets.shape[1]
+    out = np.zeros((d, t))
+    zp, kp = _standardized(present)
+    cols = np.flatnonzero(kp)                      # present fields -> their column among zp
+    za, _ = _standardized(np.concatenate([past, action], axis=1))
+    zy, ky = _standardized(targets)
+    x = np.concatenate([zp, za], axis=1)
+    m = len(x)
+    corr_x = x.T @ x / m
+    cross = x.T @ zy / m
+    pos = {int(c): i for i, c in enumerate(cols)}
+    dup = np.abs(corr_x[:zp.shape[1], :zp.shape[1]]) > 0.95
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for j in candidates:
+        if j in pos:
+            i = pos[j]
+            groups.setdefault(tuple(int(c) for c in np.flatnonzero(dup[i]) if c != i), []).append(j)
+    for drop, members in groups.items():
+        keep = np.setdiff1d(np.arange(x.shape[1]), drop)
+        cx = corr_x[np.ix_(keep, keep)]
+        where = {j: int(np.searchsorted(keep, pos[j])) for j in members}
+        for yi, k in enumerate(np.flatnonzero(ky)):
+            a = np.empty((len(keep) + 1, len(keep) + 1))
+            a[:-1, :-1] = cx
+            a[:-1, -1] = a[-1, :-1] = cross[keep, yi]
+            a[-1, -1] = 1.0
+            a[np.diag_indices_from(a)] += 1e-8
+            try:
+                om = np.linalg.inv(a)
+            except np.linalg.LinAlgError:
+                continue
+            oyy = om[-1, -1]
+            for j, i in where.items():
+                ojj, ojy = om[i, i], om[i, -1]
+                det = ojj * oyy - ojy ** 2
+                # Var(target | everything but this field) = ojj / det (the Schur complement)
+                if det > 0 and ojj / det >= LEAK_MIN_REMAINDER:
+                    out[j, k] = ojy ** 2 / (ojj * oyy)
+    return out

@@ -10,6 +10,7 @@ from typing import Any
 from .. import codes as C
 from ..events import Event, jsonable, one_line
 from ..runrecord import RUN_JSON
+from ..schema import EVIDENCE_DIR
 from ..store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
@@ -235,10 +236,24 @@ class Report:
         d.mkdir()
         run_id = next((e.run_id for e in self.events if e.run_id), self.target)
         write_start(d, run_id, "check", {"target": self.target}, summary=self.summary)
+        self._write_diffs(d)
         write_events(self.events, d)
         out = self.write_summary(d)
         write_stop(d, None, "check finished" if not self.summary.get("interrupted") else "check interrupted")
         return out
+
+    def _write_diffs(self, d: "Location") -> None:
+        """Each finding that carries a diff of the env's state (REWARD_UNEARNED) as a file a
+        user can open: ``evidence/<code>-<attribute>.diff``."""
+        for e in self.events:
+            diff = e.evidence.get("diff") if isinstance(e.evidence, dict) else None
+            if not isinstance(diff, str) or not diff:
+                continue
+            what = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(e.evidence.get("attribute", "")))
+            name = f"{e.code}-{what[:80]}.diff"
+            (d / EVIDENCE_DIR).mkdir()
+            (d / EVIDENCE_DIR / name).write_text(f"# {e.code}: step {e.evidence.get('diff_step')}\n{diff}\n")
+            e.evidence["diff_file"] = f"{EVIDENCE_DIR}/{name}"
 
     def write_summary(self, run_dir: "str | os.PathLike | Location") -> "Location":
         """report.json and report.md only (the events are already in the directory)."""
