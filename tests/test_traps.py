@@ -259,3 +259,49 @@ def test_a_leak_shown_twice_is_found_in_both_fields():
 
     found = {f.evidence["field"] for f in _found(check_env(TwiceLeaky, steps=1000), C.OBS_LEAKAGE)}
     assert found == {"obs[2]", "obs[3]"}
+
+
+def test_a_field_holding_the_steps_random_bonus_leaks_the_reward():
+    """The future quantity is the reward: the observation shows the random bonus the next step pays."""
+    class Bonus(traps._Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.x, self.t = 0.0, 0
+            self.bonus = float(self.np_random.normal())
+            return np.array([self.x, self.bonus], np.float32), {}
+
+        def step(self, action):
+            self.x = float(np.clip(self.x + (1 if action else -1) * 0.1, -1, 1))
+            reward, self.bonus = self.bonus - 0.1 * abs(self.x), float(self.np_random.normal())
+            self.t += 1
+            return np.array([self.x, self.bonus], np.float32), reward, False, self.t >= 100, {}
+
+    (f,) = _found(check_env(Bonus, steps=1000), C.OBS_LEAKAGE)
+    assert f.evidence["field"] == "obs[1]" and f.evidence["predicts"] == "the step's reward"
+
+
+def test_a_copy_that_shares_the_env_state_voids_the_counterfactuals():
+    """A deepcopy that shares state with the env (as a simulator handle would): stepping the
+    copy moves the env itself, so its tries say nothing; the period alone is left (a WARN)."""
+    import copy
+
+    class SharedGoal(traps.MovingGoal):
+        def __deepcopy__(self, memo):
+            return copy.copy(self)          # shallow: self.sim is the env's own dict
+
+        def reset(self, *, seed=None, options=None):
+            out = super().reset(seed=seed, options=options)
+            self.sim = {"ticks": 0}
+            return out
+
+        def step(self, action):
+            self.sim["ticks"] += 1
+            return super().step(action)
+
+    report = check_env(SharedGoal(), steps=1000, audit_reward=True)
+    (f,) = _found(report, C.REWARD_UNEARNED)
+    assert f.status == C.WARN and f.evidence["period"] == 100
+    assert "the copy shares its state" in f.message

@@ -26,7 +26,9 @@ reward's jumps coincide with changes that no action caused.
    (``copy.deepcopy`` of ``env.unwrapped``, taken before a step) is stepped with a
    different action: an event that happens in the copy too happened whatever the action.
    An env that cannot be copied is judged by its schedule instead: events at a constant
-   period of steps are a timer, not the agent.
+   period of steps are a timer, not the agent. A copy whose step changes the env itself
+   (a deepcopy that shares a simulator handle) voids the tries and ends the copying; a
+   handle whose state shows in no attribute cannot be told apart, the one risk of a copy.
 
 A FAIL needs the copies (an event no action prevented, in at least
 ``AUDIT_MIN_COUNTERFACTUALS`` tries); a period alone is a WARN. A reward that jumps *down*
@@ -255,6 +257,11 @@ class RewardLogicAudit:
                     a.example = (t, diff_lines(before, now))
             if self._copy is not None and not ended:
                 self._counterfactual(action, before, now)
+                if _moved(now, attribute_snapshot(env)):   # the copy shares the env's state: no more copies
+                    self.copy_error = ("stepping a copy of the env changed the env itself (the copy shares its "
+                                       "state, a simulator handle): its counterfactual tries are void")
+                    for a in self._attrs.values():
+                        a.independent = a.dependent = 0
         self._copy = None
         if t > self.max_steps:
             self._forget(t - self.max_steps)
@@ -431,6 +438,11 @@ class RewardLogicAudit:
         if self.copy_error:
             s += f"; {self.copy_error}"
         return s
+
+
+def _moved(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether any attribute differs between two snapshots of one env."""
+    return before.keys() != after.keys() or any(_change(before[k], after[k]) not in ("same", 0.0) for k in before)
 
 
 def _same(a: Any, b: Any) -> bool:
