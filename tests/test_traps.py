@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import traps
+from test_third_party_envs import _require
 from flow1_ray import Flow1Callbacks, check_env
 from flow1_ray import codes as C
 from flow1_ray.checks.reward_logic import RewardLogicAudit, attribute_snapshot, diff_lines
@@ -204,12 +205,7 @@ THIRD_PARTY = [("HalfCheetah-v5", "mujoco"), ("Hopper-v5", "mujoco"), ("ALE/Pong
 
 @pytest.mark.parametrize("env_id, module", THIRD_PARTY, ids=[t[0] for t in THIRD_PARTY])
 def test_third_party_envs_raise_no_trap_finding(env_id, module):
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        pytest.skip(f"{module} is not installed ({e})")
-    if module == "ale_py":
-        gym.register_envs(mod)
+    _require(module)
     report = check_env(gym.make(env_id), steps=1000, audit_reward=True)
     assert not [e.log_line() for e in report.events if e.code in TRAP_CODES]
 
