@@ -26,6 +26,9 @@ if __name__ == "__main__":
     import flow1_ray.report.panel  # noqa: F401
     import flow1_ray.report.render  # noqa: F401
     import flow1_ray.report.rundir  # noqa: F401
+    import flow1_ray.report.clusters  # noqa: F401
+    import flow1_ray.report.follow  # noqa: F401
+    import flow1_ray.report.whatif  # noqa: F401
 
     os.setgroups([])
     os.setgid(uid)

@@ -26,7 +26,7 @@ class ObsFlowThresholds:
     precision_rel_error: float = 1e-5        # per value, float64 -> float32 -> float64
     precision_delta_rel_error: float = 0.1   # share of the step-to-step change lost in float32
     drift_kl: float = 0.5                    # KL(recent || early) of reset-observation histograms
-    drift_p_value: float = 0.01              # permutation test, Bonferroni over dimensions
+    drift_p_value: float = 0.003             # permutation test, Bonferroni over dimensions (0.01: 1 % of iid resets flagged)
     drift_min_episodes: int = 16             # per half
     drift_bins: int = 5
     drift_permutations: int = 2000

@@ -22,7 +22,7 @@ STYLE = {C.PASS: "green", C.WARN: "yellow", C.FAIL: "bold red", "GAPS": "yellow"
 
 
 def console(file: TextIO | None = None) -> Console:
-    return Console(file=file, highlight=False, soft_wrap=True)
+    return Console(file=file, highlight=False, soft_wrap=True, emoji=False)   # ":name:" in a run's text stays text
 
 
 def log_text(e: Event) -> Text:
