@@ -377,18 +377,12 @@ def test_a_real_ppo_cartpole_run_writes_cluster_descriptions_and_the_report_show
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from flow1_ray import Flow1Callbacks, load_clusters
+    from test_learner_live import _train
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, heatmap_every=1, n_clusters=6,
                                      state_sample_rate=0.5, state_send_interval_s=0.0)
-    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=1)
-            .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1)).build_algo()
-    try:
-        results = [algo.train() for _ in range(2)]
-    finally:
-        algo.stop()
-    from pathlib import Path
-
-    run = Path(results[-1]["flow1"]["run_dir"])
+    _, _, run = _train(PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=1)
+                       .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1), 2)
     rows = load_clusters(run).to_pylist()
     last = [r for r in rows if r["iteration"] == max(x["iteration"] for x in rows)]
     assert len(last) == 6 and all(r["description"] and r["label"] for r in last)
