@@ -199,16 +199,27 @@ class _DriverBase:
         """An episode began with this reset: the checker and the audits see it."""
         self.rc.on_reset(obs, info)
         if self.leak is not None:
-            self.leak.on_reset(obs)
+            self._guarded("leak", lambda: self.leak.on_reset(obs))
         if self.audit is not None:
-            self.audit.on_reset(self.env)
+            self._guarded("audit", lambda: self.audit.on_reset(self.env))
 
     def _audited(self, action: Any, obs: Any, reward: Any, ended: bool) -> None:
         """One step to the audits (bounded, never raising into the drive)."""
         if self.leak is not None:
-            self.leak.on_step(action, obs, reward)
+            self._guarded("leak", lambda: self.leak.on_step(action, obs, reward))
         if self.audit is not None:
-            self.audit.after_step(self.env, action, reward, ended)
+            self._guarded("audit", lambda: self.audit.after_step(self.env, action, reward, ended))
+
+    def _guarded(self, which: str, call: Callable[[], Any]) -> None:
+        """An audit's call; a failure of flow1's own is FLOW1_INTERNAL and that audit stops,
+        the drive and the other checks go on."""
+        try:
+            call()
+        except Exception as e:
+            setattr(self, which, None)
+            rc = self.rc
+            rc.log.hit(C.FLOW1_INTERNAL, f"{which}:{type(e).__name__}", lambda err=e: internal_error(err, rc.steps),
+                       rc.steps)
 
     def _step_crashed(self, exc: Exception, masked: bool = False) -> bool:
         """step() raised: an ENV_CRASHED finding, then a new episode; False to stop the run.
@@ -261,7 +272,7 @@ class _DriverBase:
         before = self.masked_steps
         action = self._action()
         if self.audit is not None:
-            self.audit.before_step(self.env)
+            self._guarded("audit", lambda: self.audit.before_step(self.env))
         q0 = runqueue_wait_s()
         t0 = time.perf_counter()
         try:
@@ -522,7 +533,8 @@ class _MultiAgentDriver(_DriverBase):
             return self._unreadable_step(out)
         self.last_obs = out[0]
         if self.audit is not None:
-            self.audit.after_step(self.env, actions, _reward_sum(out[1]), _all_done(out[2], out[3]))
+            self._guarded("audit", lambda: self.audit.after_step(self.env, actions, _reward_sum(out[1]),
+                                                                 _all_done(out[2], out[3])))
         return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
                                         lambda: _all_done(out[2], out[3])))
 

@@ -301,3 +301,21 @@ def test_a_copy_that_shares_the_env_state_voids_the_counterfactuals():
     (f,) = _found(report, C.REWARD_UNEARNED)
     assert f.status == C.WARN and f.evidence["period"] == 100
     assert "the copy shares its state" in f.message
+
+
+def test_an_audit_that_fails_is_flow1_internal_and_the_check_goes_on():
+    class Hostile(np.ndarray):
+        def copy(self, *args, **kwargs):
+            raise RuntimeError("no copies of me")
+
+    class HostileGoal(traps.MovingGoal):
+        def reset(self, *, seed=None, options=None):
+            out = super().reset(seed=seed, options=options)
+            self.weird = np.zeros(3).view(Hostile)
+            return out
+
+    report = check_env(HostileGoal(), steps=300, audit_reward=True)
+    (f,) = _found(report, C.FLOW1_INTERNAL)
+    assert "no copies of me" in f.message
+    assert report.summary["steps"] >= 300 and not _found(report, C.REWARD_UNEARNED)
+    assert any(e.code == C.CHECKS_PASSED and e.module == C.REWARD_STATS for e in report.events)

@@ -180,8 +180,9 @@ class RewardLogicAudit:
     """The audit of one env's steps (module docstring). Feed :meth:`on_reset` after each
     reset, :meth:`before_step` before each step (it takes the copy when one is wanted; a
     live runner calls it right after :meth:`after_step`, which is the same moment) and
-    :meth:`after_step` after it; :meth:`findings` at the end. Never raises into the caller
-    (an attribute that cannot be read is not read)."""
+    :meth:`after_step` after it; :meth:`findings` at the end. An attribute that cannot be
+    read is not read; the callers guard the rest (flow1 check's driver: FLOW1_INTERNAL and
+    the audit off; a live runner: the same, said once)."""
 
     def __init__(self, action_space: Any, max_steps: int = AUDIT_MAX_STEPS, seed: int = 0,
                  judge_every: int = AUDIT_JUDGE_EVERY) -> None:
@@ -200,7 +201,6 @@ class RewardLogicAudit:
         self._episodes = 0
         self._candidates: set[str] = set()
         self._copy: Any = None
-        self._copy_state: dict[str, Any] | None = None
         self.copies = 0
         self.copy_error = ""
         self.copy_s = 0.0
@@ -220,7 +220,6 @@ class RewardLogicAudit:
         t0 = time.perf_counter()
         try:
             self._copy = copy.deepcopy(getattr(env, "unwrapped", env))
-            self._copy_state = self._last
         except Exception as e:   # an env holding a lock, a socket, a simulator handle
             self.copy_error = f"copy.deepcopy(env.unwrapped) raised {type(e).__name__}: {e}"[:300]
             self._copy = None
