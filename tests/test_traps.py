@@ -199,14 +199,16 @@ def test_real_envs_raise_no_trap_finding(name, make):
     assert not [e.log_line() for e in report.events if e.code in TRAP_CODES]
 
 
-THIRD_PARTY = [("HalfCheetah-v5", "mujoco"), ("Hopper-v5", "mujoco"), ("ALE/Pong-v5", "ale_py"),
-               ("MiniGrid-DoorKey-5x5-v0", "minigrid")]
+#: (env id, package, steps): highway-env steps a traffic simulation (~20 ms a step), so 300
+#: steps, enough for the audit's judgement (>= 100 other steps) but not the leakage test's fits
+THIRD_PARTY = [("HalfCheetah-v5", "mujoco", 1000), ("Hopper-v5", "mujoco", 1000), ("ALE/Pong-v5", "ale_py", 1000),
+               ("MiniGrid-DoorKey-5x5-v0", "minigrid", 1000), ("highway-fast-v0", "highway_env", 300)]
 
 
-@pytest.mark.parametrize("env_id, module", THIRD_PARTY, ids=[t[0] for t in THIRD_PARTY])
-def test_third_party_envs_raise_no_trap_finding(env_id, module):
+@pytest.mark.parametrize("env_id, module, steps", THIRD_PARTY, ids=[t[0] for t in THIRD_PARTY])
+def test_third_party_envs_raise_no_trap_finding(env_id, module, steps):
     _require(module)
-    report = check_env(gym.make(env_id), steps=1000, audit_reward=True)
+    report = check_env(gym.make(env_id), steps=steps, audit_reward=True)
     assert not [e.log_line() for e in report.events if e.code in TRAP_CODES]
 
 
