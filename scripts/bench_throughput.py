@@ -2,7 +2,10 @@
 algorithm alive at a time.
 
 Each arm builds its own algorithm (same ``.debugging(seed=...)``: identical initial policies
-and env streams), trains one untimed warm-up iteration, then is timed by wall clock on
+and env streams), trains untimed warm-up iterations (at least ``--warmup-iterations``, and
+until the runners have ended two episodes per sub-env, at most ``--warmup-s``: each sub-env's
+first episode is always contract-checked, a one-off cost that on Pong's 800-step episodes
+filled a 3-iteration window; that one-off cost is printed apart), then is timed by wall clock on
 
 - ``algo.train()``: ``--iterations`` iterations, env steps sampled per second of wall time
   -- sampling, learning, flow1's hooks, its per-iteration round trips and its background
@@ -176,6 +179,21 @@ def settle(max_s: float = 10.0, quiet: float = 0.5) -> None:
             return
 
 
+def warm_up(algo, a: argparse.Namespace) -> dict:
+    """Untimed iterations: actor start-up, the first weights sync, torch's first calls, and
+    each sub-env's first episode (always contract-checked by flow1, whatever the check rate:
+    a one-off cost); the same for every arm. Returns the last result."""
+    cfg = algo.config
+    sub_envs = max(1, int(cfg.num_env_runners or 0)) * max(1, int(cfg.num_envs_per_env_runner or 1))
+    t0, i = time.monotonic(), 0
+    while True:
+        last = algo.train()
+        i += 1
+        episodes = int((last.get("env_runners") or {}).get("num_episodes_lifetime") or 0)
+        if i >= a.warmup_iterations and (episodes >= 2 * sub_envs or time.monotonic() - t0 >= a.warmup_s):
+            return last
+
+
 def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict[str, float]]:
     """(train() env steps/s, direct sample() env steps/s, machine CPU ms per 1000 env steps
     in train(), CPU ms per 1000 env steps in train() by process role) of one freshly built
@@ -183,10 +201,11 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
     tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
     algo = build(callbacks, a.preset, a.seed)
     try:
-        last = algo.train()  # warm-up: actor start-up, first weights sync, torch's first calls
+        last = warm_up(algo, a)
         settle()
         steps, t0, j0, p0 = 0, time.perf_counter(), busy_jiffies(), process_cpu()
         own0 = _runner_own_s(last)
+        warm_own_s = own0   # flow1's own time in the runners during the warm-up: the one-off first episodes' checks
         hook_ms, tracing_s = [], 0.0
         for _ in range(a.iterations):
             result = algo.train()
@@ -211,6 +230,7 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
             # its parts apart, per 1000 env steps: the runners' own accounting, the Learner tracing
             roles["flow1 in runners"] = runners_ms / steps * 1000.0
             roles["flow1 tracing"] = tracing_ms / steps * 1000.0
+            roles["flow1 in runners in warm-up, s"] = warm_own_s
         group = algo.env_runner_group
         sampled, t0 = 0, time.perf_counter()
         for _ in range(a.calls):
@@ -224,6 +244,11 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
     return train_rate, sample_rate, cpu_ms, roles
 
 
+def _fmt(key: str, value: float) -> str:
+    """A role's figure: shares and seconds with two decimals, milliseconds whole."""
+    return f"{key} {value:.2f}" if "%" in key or key.endswith(", s") else f"{key} {value:.0f}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -232,6 +257,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=2000, help="env steps per EnvRunner per sample() call")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="default")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup-iterations", type=int, default=1, help="untimed train() iterations at least")
+    ap.add_argument("--warmup-s", type=float, default=60.0,
+                    help="... and until two episodes per sub-env ended, at most this long")
     ap.add_argument("--arms", default="plain,flow1", help="comma-separated, first is the baseline")
     a = ap.parse_args()
     import ray
@@ -258,7 +286,7 @@ def main() -> int:
             roles[name].append(by_role)
             print(f"round {r + 1} {name:22s} train() {t:7.0f} steps/s   sample() {s:7.0f} steps/s   "
                   f"CPU {c:6.0f} ms / 1000 steps (train): "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in by_role.items()), flush=True)
+                  + ", ".join(_fmt(k, v) for k, v in by_role.items()), flush=True)
     ray.shutdown()
     base = names[0]
     print(f"\npreset {a.preset}: {describe(a.preset)}, 2 EnvRunners unless said, seed {a.seed}, "
@@ -273,7 +301,7 @@ def main() -> int:
     print("\nCPU ms per 1000 env steps in train(), by process role, and flow1's driver hook (median over rounds):")
     for n in names:
         med = {k: statistics.median(x.get(k, 0.0) for x in roles[n]) for k in roles[n][0]}
-        print(f"  {n:22s} " + ", ".join(f"{k} {v:.2f}" if "%" in k else f"{k} {v:.0f}" for k, v in med.items()))
+        print(f"  {n:22s} " + ", ".join(_fmt(k, v) for k, v in med.items()))
     return 0
 
 
