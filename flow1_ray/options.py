@@ -37,7 +37,8 @@ class Flow1Options:
     n_clusters: int = 30
     clusterer_backend: str = "auto"      # "auto" | "cuml" | "torch" | "sklearn"
     clusterer_num_gpus: float | None = None  # None: a 0.1 share of a GPU if one is free, else CPU
-    heatmap_every: int = 10              # a snapshot (cluster rows, events, heatmap PNG) every N iterations
+    heatmap_every: int = 10              # a snapshot (cluster rows, events, heatmap PNG) every N iterations ...
+    heatmap_budget: float = 0.01         # ... spaced so they take <= this share of a core (0: every N iterations)
     # the learner side (the learner curves per RLModule; gradients and dormant units on every Learner)
     learner_tracing: bool = True         # wrap each Learner's compute_gradients (no change to the algorithm)
     grad_every: int = 50                 # trace one update in this many (and at once after a return drop)
@@ -76,6 +77,8 @@ class Flow1Options:
             raise ValueError(f"state_sample_rate must be in [0, 1], got {self.state_sample_rate}")
         if self.clusterer_backend not in BACKENDS:
             raise ValueError(f"clusterer_backend must be one of {BACKENDS}, got {self.clusterer_backend!r}")
+        if not 0.0 <= self.heatmap_budget < 1.0:
+            raise ValueError(f"heatmap_budget must be in [0, 1), got {self.heatmap_budget}")
         if self.n_clusters < 1 or self.heatmap_every < 1:
             raise ValueError(f"n_clusters and heatmap_every must be >= 1, got {self.n_clusters}, "
                              f"{self.heatmap_every}")

@@ -42,6 +42,8 @@ def test_state_action_thresholds_come_from_the_same_place():
 @pytest.mark.parametrize("opts, match", [
     ({"clusterer_backend": "faiss"}, "clusterer_backend must be one of"),
     ({"heatmap_every": 0}, "n_clusters and heatmap_every must be >= 1"),
+    ({"heatmap_budget": 1.0}, r"heatmap_budget must be in \[0, 1\), got 1.0"),
+    ({"heatmap_budget": -0.1}, "heatmap_budget must be in"),
     ({"n_clusters": 0}, "n_clusters and heatmap_every"),
     ({"state_sample_rate": 1.5}, "state_sample_rate must be in"),
     ({"state_send_interval_s": -1}, "state_send_interval_s must be >= 0"),

@@ -3,7 +3,7 @@ FLOW1_INTERNAL and no WARN or FAIL on a clean env, and a SIGKILLed runner is sti
 
 Tiny budgets on the shared 2-CPU Ray: APPO and IMPALA keep their Learner actor
 (``num_learners=1``, one CPU) beside one EnvRunner; the state clusterer snapshots every
-iteration (``heatmap_every=1``), its strictest cadence.
+iteration (``heatmap_every=1``, ``heatmap_budget=0``: not spaced), its strictest cadence.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _training_pids(algo) -> dict[int, int]:
 
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_setup_trains_silently_and_a_killed_runner_is_named(ray_session, tmp_path, setup):
-    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, heatmap_every=1,
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, heatmap_every=1, heatmap_budget=0.0,
                                      state_send_interval_s=0.0, grad_every=2)
     config = SETUPS[setup](cb).fault_tolerance(restart_failed_env_runners=True,
                                                delay_between_env_runner_restarts_s=1.0)

@@ -282,7 +282,8 @@ def test_state_clusterer_writes_heatmaps_and_cluster_rows(ray_session, tmp_path)
     written by the Recorder's heatmap thread; algo.stop() waits for the last of them."""
     from flow1_ray import load_clusters
 
-    algo = build(tmp_path, heatmap_every=1, n_clusters=8, state_sample_rate=0.5, state_send_interval_s=0.0)
+    algo = build(tmp_path, heatmap_every=1, heatmap_budget=0.0, n_clusters=8, state_sample_rate=0.5,
+                 state_send_interval_s=0.0)
     try:
         results = [algo.train() for _ in range(3)]
     finally:

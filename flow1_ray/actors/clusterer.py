@@ -28,6 +28,7 @@ from ..checks.state_action import (Snapshot, StateActionThresholds, cluster_mean
                                    verdicts, warn_codes)
 from ..checks.thresholds import DEFAULT
 from ..clustering.backends import TorchKMeans, resolve_backend
+from ..clustering.cadence import SnapshotBudget
 from ..clustering.describe import Feature
 from ..clustering.frames import FRAME_BANK, FrameBank, nearest
 from ..clustering.reservoir import Reservoir
@@ -235,11 +236,19 @@ class StatesService:
 
     def __init__(self, deliver: Callable[[dict], Any], n_clusters: int = 30, backend: str = "auto",
                  thresholds: dict | None = None, seed: int = 0, placement: str = "cpu",
-                 report: Callable[[list[dict]], Any] | None = None) -> None:
-        """``report(events)`` hands WATCHER_OFF events to the Recorder (a module whose states
-        cannot be taken or clustered is said once, not counted in silence)."""
+                 report: Callable[[list[dict]], Any] | None = None, heatmap_budget: float = 0.0,
+                 render_cpu_s: Callable[[], float] | None = None, heatmap_every: int | None = None) -> None:
+        """``report(events)`` hands WATCHER_OFF and HEATMAPS_SPACED events to the Recorder (a
+        module whose states cannot be taken or clustered is said once, not counted in
+        silence); ``heatmap_budget``: the share of one core the snapshots may take
+        (:mod:`flow1_ray.clustering.cadence`; 0: every request runs), their cost the
+        clustering thread's CPU time plus ``render_cpu_s()``, the last heatmap's drawing
+        where it is drawn in this process (the hub's Recorder)."""
         self.deliver = deliver
         self.report = report
+        self.cadence = SnapshotBudget(heatmap_budget)
+        self.render_cpu_s = render_cpu_s
+        self.heatmap_every = heatmap_every
         self._off_said: set[str] = set()
         self.args = dict(n_clusters=n_clusters, backend=backend, thresholds=thresholds, seed=seed)
         self.backend = resolve_backend(backend)
@@ -252,6 +261,8 @@ class StatesService:
         self.errors = 0
         self.last_error = ""
         self.priority = ""
+        self._round_cpu_s = 0.0   # the last round's CPU time on the clustering thread
+        self.queued_iteration: int | None = None   # the iteration of the last round queued
         self._queue: queue.Queue = queue.Queue(maxsize=PENDING_SNAPSHOTS)
         self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-clusterer")
         self._thread.start()
@@ -296,7 +307,21 @@ class StatesService:
     def snapshot(self, iteration: int, return_mean: float | None = None) -> bool:
         """Close every module's window now (so that a snapshot holds the states up to its
         iteration, however late the thread computes it) and queue them; False when no state
-        arrived, or when earlier snapshots still wait (then skipped and counted)."""
+        arrived, or when earlier snapshots still wait (then skipped and counted), or when the
+        last one's cost puts this one over ``heatmap_budget`` (skipped, its states left in the
+        window for the next; said once)."""
+        if self.render_cpu_s is not None:
+            try:
+                self.cadence.cost_s = self._round_cpu_s + float(self.render_cpu_s())
+            except Exception:
+                self.cadence.cost_s = self._round_cpu_s
+        now = time.monotonic()
+        if self.cadence.budget > 0 and self._queue.unfinished_tasks:
+            self.cadence.skipped += 1   # the last round is still being computed: its cost is not known yet
+            return False
+        if not self.cadence.due(now):
+            self._say_spaced()
+            return False
         windows = self._windows()
         if not windows:
             return False
@@ -305,13 +330,20 @@ class StatesService:
         except queue.Full:
             self.dropped_snapshots += 1
             return False
+        self.cadence.started(now)
+        self.queued_iteration = iteration
         return True
 
     def finish(self, iteration: int | None, return_mean: float | None, wait_s: float) -> bool:
-        """The run's close: queue a last snapshot (unless ``iteration`` is None) and wait,
-        at most ``wait_s``, until every queued one is computed and delivered."""
+        """The run's close: queue a last snapshot of ``iteration``, the run's last, unless
+        a snapshot of it was already queued (or ``iteration`` is None), and wait, at most
+        ``wait_s``, until every queued one is computed and delivered. A request that was
+        spaced (HEATMAPS_SPACED) left its states in the window: this one judges them."""
         deadline = time.monotonic() + wait_s
-        windows = self._windows()
+        self._say_spaced()
+        if iteration is not None and self.queued_iteration is not None and iteration <= self.queued_iteration:
+            iteration = None
+        windows = self._windows() if iteration is not None else {}
         if iteration is not None and windows:
             try:
                 self._queue.put((iteration, return_mean, windows), timeout=wait_s)
@@ -322,11 +354,23 @@ class StatesService:
             return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0,
                                              timeout=max(0.0, deadline - time.monotonic()))
 
+    def _say_spaced(self) -> None:
+        """HEATMAPS_SPACED once, when a request was skipped and a round's cost is known."""
+        if self.cadence.cost_s <= 0:
+            return
+        f = self.cadence.spaced_finding(self.heatmap_every)
+        if f is not None and self.report is not None:
+            try:
+                self.report([f.to_event().to_dict()])
+            except Exception:
+                pass
+
     def _loop(self) -> None:
         self.priority = lower_this_thread()
         _warm_up(self.backend)
         while True:
             iteration, return_mean, windows = self._queue.get()
+            c0 = time.thread_time()
             try:
                 for mid, window in windows.items():
                     try:
@@ -339,6 +383,8 @@ class StatesService:
                         self._off(mid, f"the snapshot of iteration {iteration} failed", e)
                 self.rounds += 1
             finally:
+                self._round_cpu_s = time.thread_time() - c0
+                self.cadence.cost_s = self._round_cpu_s   # the drawing's share is added when it is known
                 self._queue.task_done()
 
     def _off(self, module: str, what: str, e: BaseException) -> None:
@@ -361,6 +407,7 @@ class StatesService:
         total = {k: sum(st[k] for st in per.values()) for k in ("received", "window", "rejected", "nonfinite")}
         return {**total, "snapshots": self.rounds, "modules": per, "backend": self.backend,
                 "placement": self.placement, "priority": self.priority,
+                "snapshot_cost_s": round(self.cadence.cost_s, 4), "snapshots_spaced": self.cadence.skipped,
                 "dropped_snapshots": self.dropped_snapshots, "errors": self.errors, "last_error": self.last_error,
                 "last_compute_s": max((st["last_compute_s"] for st in per.values()), default=0.0)}
 
@@ -398,7 +445,8 @@ def make_clusterer_actor():
     @ray.remote(num_cpus=0, max_restarts=-1)
     class StateClusterer:
         def __init__(self, hub_name: str, namespace: str, n_clusters: int = 30, backend: str = "auto",
-                     thresholds: dict | None = None, seed: int = 0) -> None:
+                     thresholds: dict | None = None, seed: int = 0, heatmap_budget: float = 0.0,
+                     heatmap_every: int | None = None) -> None:
             gpus = ray.get_gpu_ids()
             if backend == "auto" and not gpus:  # no GPU given to this actor: do not use one
                 backend = "sklearn"
@@ -406,7 +454,8 @@ def make_clusterer_actor():
             self._hub_name, self._namespace = hub_name, namespace
             self._hub = None
             self.service = StatesService(self._deliver, n_clusters, backend, thresholds, seed,
-                                         placement=f"gpu {gpus}" if gpus else "cpu", report=self._report)
+                                         placement=f"gpu {gpus}" if gpus else "cpu", report=self._report,
+                                         heatmap_budget=heatmap_budget, heatmap_every=heatmap_every)
 
         def _report(self, events: list[dict]) -> None:
             self._hub_handle().add_events.remote(events)

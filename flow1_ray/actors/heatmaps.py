@@ -14,6 +14,7 @@ import os
 import queue
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ class HeatmapWriter:
         self.failed = 0
         self.last_error = ""
         self.priority = ""
+        self.last_render_cpu_s = 0.0   # the last PNG's CPU time (this thread's): the snapshot cadence's cost
         self._warm = False
 
     def warm_up(self) -> None:
@@ -95,7 +97,9 @@ class HeatmapWriter:
         while True:
             job = self._queue.get()
             try:
+                c0 = time.thread_time()
                 render(job, self.run_dir)
+                self.last_render_cpu_s = time.thread_time() - c0
                 self.written += 1
             except Exception as e:  # a bad job or a full disk: count it, go on
                 self.failed += 1
@@ -112,4 +116,4 @@ class HeatmapWriter:
     def status(self) -> dict[str, Any]:
         return {"written": self.written, "dropped": self.dropped, "failed": self.failed,
                 "queued": self._queue.qsize(), "last_error": self.last_error,
-                "priority": self.priority}
+                "priority": self.priority, "last_render_cpu_s": round(self.last_render_cpu_s, 4)}

@@ -81,8 +81,12 @@ class HubCore:
         if states:  # on CPU: scikit-learn unless the user chose torch's CPU path
             backend = "sklearn" if opts["clusterer_backend"] == "auto" else opts["clusterer_backend"]
             limit_threads(backend)
+            heatmaps = self.recorder.heatmaps
             self.states = StatesService(self.recorder.add_snapshot, opts["n_clusters"], backend,
-                                        opts["thresholds"], 0, report=self.recorder.add_events)
+                                        opts["thresholds"], 0, report=self.recorder.add_events,
+                                        heatmap_budget=opts.get("heatmap_budget", 0.0),
+                                        render_cpu_s=lambda: heatmaps.last_render_cpu_s,
+                                        heatmap_every=opts.get("heatmap_every"))
         if owner_pid:
             threading.Thread(target=self._watch_owner, args=(int(owner_pid),), name="flow1-owner",
                              daemon=True).start()

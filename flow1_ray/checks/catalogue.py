@@ -55,6 +55,7 @@ RULE_MODULES = (
     "flow1_ray.checks.import_resolve",
     "flow1_ray.watchers",
     "flow1_ray.runner.budget",
+    "flow1_ray.clustering.cadence",
 )
 
 ROOT = Path(__file__).resolve().parents[2]

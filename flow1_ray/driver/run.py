@@ -98,7 +98,7 @@ class Flow1Run:
                 name=states_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,
                 num_gpus=gpus, max_pending_calls=opts.max_pending_calls,
             ).remote(hub_name(self.run_id), NAMESPACE, opts.n_clusters, opts.clusterer_backend,
-                     dict(opts.thresholds), 0)
+                     dict(opts.thresholds), 0, opts.heatmap_budget, opts.heatmap_every)
         self.hub_started_at: float | None = None
         self.keys: list[str] = []
         self.cursor = 0
@@ -170,8 +170,10 @@ class Flow1Run:
         status: dict = {}
         t = self.opts.get_timeout_s * 5
         if self.states is not None:
-            last = self.iteration if self.iteration > self.snapshot_iteration else None
-            try:  # a last snapshot of the iterations since the previous one; all delivered
+            # a last snapshot of the states since the previous one (the clusterer knows which
+            # requests it spaced: HEATMAPS_SPACED), all delivered
+            last = self.iteration if self.iteration > 0 else None
+            try:
                 ray.get(self.states.finish_states.remote(last, self.return_mean, t), timeout=t + 5)
             except Exception:
                 pass
