@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import codes as C
-from .episode_parts import EpisodePart, episode_parts, part_rows
+from .episode_parts import EpisodePart, episode_parts, parts_rows
 from .findings import FindingLog
 
 MAX_SCAN_ELEMENTS = 1024   # observation values per step scanned at every step; larger ones are sampled
@@ -65,6 +65,17 @@ def _all_finite(parts: list[Any], flat: bool) -> bool:
             return bool(np.isfinite(joined.astype(np.float64, copy=False)).all())
         except (TypeError, ValueError):   # not real scalars: REWARD_NOT_SCALAR is the checked episodes' finding
             return True
+    first = parts[0] if parts else None
+    if (isinstance(first, np.ndarray) and first.ndim and len(first) and first.dtype.kind == "f"
+            and first[0].size <= MAX_SCAN_ELEMENTS):
+        # the common case, held one-step samples most of all: float arrays of one shape a
+        # step, joined as they are (a reshape per part cost more than the check)
+        try:
+            joined = np.concatenate(parts)
+            if joined.dtype.kind == "f":
+                return bool(np.isfinite(joined).all())
+        except (ValueError, TypeError):   # other shapes or types among them: part by part below
+            pass
     arrays: list[np.ndarray] = []    # NumPy episodes: (steps, ...) each
     steps: list[np.ndarray] = []     # list-held episodes: one array per step
     for p in parts:
@@ -108,10 +119,10 @@ class SampleScan:
         if not parts:
             return
         self.steps += sum(p.n for p in parts)
-        rewards = [part_rows(p, "rewards") for p in parts]
+        rewards = parts_rows(parts, "rewards")
         if not _all_finite(rewards, flat=True):
             self._locate(parts, rewards, rewards=True)
-        obs = [part_rows(p, "observations", 1) for p in parts]
+        obs = parts_rows(parts, "observations", 1)
         if not _all_finite(obs, flat=False):
             self._locate(parts, obs, rewards=False)
 

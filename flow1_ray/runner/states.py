@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium import spaces
 
-from ..checks.episode_parts import EpisodePart, episode_parts, part_rows
+from ..checks.episode_parts import EpisodePart, episode_parts, part_rows, parts_rows
 from ..clustering.describe import features
 from ..clustering.frames import FRAMES_PER_SEND, FrameBank, frame_leaf, leaf_of, thumbnails
 from ..clustering.state_action_map import action_index, flatten_observations, is_frame_space, policy_stats
@@ -101,17 +101,15 @@ class _Stream:
         chunks is read. Their rows are read straight from RLlib's buffers where those are
         NumPy arrays (the getters' per-episode slicing cost more than the rest), and the
         policy's statistics are computed once over all the taken rows."""
-        obs, acts, fails, logits = [], [], [], []
-        for p, draw in zip(parts, rng.random(len(parts))):
-            if draw >= rate:
-                continue
-            obs.append(part_rows(p, "observations"))
-            acts.append(part_rows(p, "actions"))
+        taken = [p for p, draw in zip(parts, rng.random(len(parts))) if draw < rate]
+        if not taken:
+            return 0
+        obs, acts = parts_rows(taken, "observations"), parts_rows(taken, "actions")
+        fails, logits = [], []
+        for p in taken:
             fails.append(np.zeros(p.n, bool))
             fails[-1][-1] = p.terminated
             logits.append(self._logits(p))
-        if not obs:
-            return 0
         if self.image:   # pooled episode by episode: no copy of every taken frame at full size
             x = np.concatenate([flatten_observations(o, self.obs_space) for o in obs])
         else:
