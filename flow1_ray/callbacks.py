@@ -212,10 +212,11 @@ class Flow1Callbacks(RLlibCallback):
         keys = runner_keys(algorithm) + learner_keys(algorithm)
         if set(keys) - set(run.keys):
             run.register(keys)
-        got = _ask_all({"status": lambda: run.hub.full_status.remote(),
-                        "rec": lambda: run.hub.status.remote(),
-                        "lines": lambda: run.hub.lines_since.remote(run.cursor),
-                        "states": (lambda: run.states.states_status.remote()) if run.states else None}, t)
+        # the hub's parts in one call (HubCore.driver_view); a clusterer of its own (a GPU share) apart
+        own_states = run.states is not None and run.states is not run.hub
+        got = _ask_all({"view": lambda: run.hub.driver_view.remote(run.cursor),
+                        "states": (lambda: run.states.states_status.remote()) if own_states else None}, t)
+        got = {**got.pop("view", {}), **got}
         status, rec, states = got.get("status", {}), got.get("rec", {}), got.get("states", {})
         if run.hub_restarted(rec.get("started_at")):
             run.reregister()

@@ -113,6 +113,13 @@ def test_state_batches_reach_the_clusterer_and_its_snapshot_the_recorder(ray_ses
     assert ray.get(cl.finish_states.remote(2, 10.0, 30.0), timeout=40) is True
     st = ray.get(cl.states_status.remote(), timeout=10)
     assert st["snapshots"] == 2 and st["received"] == 600 and st["placement"] == "cpu" and st["backend"] == "sklearn"
+    # what the driver asks after each iteration, in one call: the clusterer's counts only where it lives in the hub
+    view = ray.get(hub.driver_view.remote(0), timeout=10)
+    lines, cursor = view["lines"]
+    assert cursor > 0 and any(C.STATE_SNAPSHOT in line for line in lines)
+    assert view["rec"]["run_dir"] == str(tmp_path) and "probes" in view["status"]
+    assert ("states" in view) == (where == "hub") and view.get("states", st)["received"] == 600
+    assert ray.get(hub.driver_view.remote(cursor), timeout=10)["lines"] == ([], cursor)
     status = ray.get(hub.close.remote(), timeout=40)
     assert status["snapshots"] == 2 and status["heatmaps"]["written"] == 2 and status["samples_dropped"] == 3
     assert sorted(set(load_clusters(tmp_path).column("iteration").to_pylist())) == [1, 2]

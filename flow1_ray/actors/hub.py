@@ -161,6 +161,18 @@ class HubCore:
     def ping(self) -> bool:
         return True
 
+    def driver_view(self, cursor: int) -> dict[str, Any]:
+        """What the driver asks after each iteration, in one call: the monitor's full status,
+        the Recorder's status and its log lines after ``cursor``, the clusterer's counts when
+        it lives here. Four round trips were ~2.7 ms of each iteration's hook (0.6-0.7 ms
+        each, measured on a 2-core machine): ~0.7 % of a 0.4 s Hopper iteration. Each part
+        is read under its own lock, none waits for the others' queues."""
+        lines, cursor = self.recorder.lines_since(cursor)
+        out: dict[str, Any] = {"status": self.full_status(), "rec": self.status(), "lines": (lines, cursor)}
+        if self.states is not None:
+            out["states"] = self.states.status()
+        return out
+
     def full_status(self) -> dict:
         return {**self.monitor.full_status(), "started_at": self.started_at}
 
@@ -201,7 +213,7 @@ METHODS = {
     "monitor": ("monitor.report", "monitor.probe_error", "monitor.probe_off", "monitor.set_keys",
                 "monitor.ensure_probes", "monitor.wait_probes", "monitor.probe_pids", "monitor.stop_probes",
                 "monitor.set_stopping",
-                "full_status"),
+                "full_status", "driver_view"),
     "states": ("ingest_states", "snapshot", "finish_states", "states_status"),
 }
 
