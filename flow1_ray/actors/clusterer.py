@@ -416,6 +416,8 @@ def _warm_up(backend: str) -> None:
     """Import the KMeans library now, in the background class, while the run starts: its
     import (~0.4 s of CPU for scikit-learn) would otherwise land on the first snapshot."""
     try:
+        import scipy.stats  # noqa: F401  (the verdicts' binomial test, imported where it is used)
+
         if backend == "sklearn":
             import sklearn.cluster  # noqa: F401
             import sklearn.metrics  # noqa: F401

@@ -18,7 +18,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from .. import codes as C
 from .findings import Finding
@@ -251,6 +250,10 @@ class ReturnTracker:
         drop = best - current
         if drop <= (1.0 - self.th.reward_drop_ratio) * abs(best):
             return None
+        # imported here: every EnvRunner imports this module (its checker keeps returns) but
+        # only the driver and ``flow1 check`` judge them; scipy.stats is ~54 MB and ~0.5 s a process
+        from scipy.stats import mannwhitneyu
+
         p = float(mannwhitneyu(recent, self._blocks[i], alternative="less").pvalue) * len(self._blocks)
         if p > self.th.reward_drop_p_value:
             return None

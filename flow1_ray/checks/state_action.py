@@ -31,7 +31,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binomtest
 
 from .. import codes as C
 from .. import schema as S
@@ -132,6 +131,10 @@ def verdicts(counts: np.ndarray, failures: np.ndarray | None = None,
         share = visits / total if total > 0 else np.ones_like(visits)
     pol = np.full((counts.shape[0], 2), np.nan) if policy is None else np.asarray(policy, np.float64)
     base_rate = float(np.sum(failures) / total) if failures is not None and total > 0 else None
+    # imported here: every EnvRunner imports this module (through the state sampler's
+    # featurising) but only the clusterer judges; scipy.stats is ~54 MB and ~0.5 s a process
+    from scipy.stats import binomtest
+
     out = []
     for i in range(counts.shape[0]):
         p_ent, p_top = pol[i]
