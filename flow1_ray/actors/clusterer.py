@@ -2,8 +2,10 @@
 
 Runners send thin batches (flattened state features, action indices, termination flags)
 fire-and-forget; ``ingest`` only adds them to a bounded uniform reservoir, the snapshot
-window. A snapshot (every ``heatmap_every`` iterations) is queued to a worker thread: the
-streaming KMeans assigns the window's states and takes one mini-batch step (a refit only
+window. A snapshot (every ``heatmap_every`` iterations, spaced further when its CPU time
+would exceed ``heatmap_budget`` of a core: :mod:`flow1_ray.clustering.cadence`) is queued to
+a worker thread: the streaming KMeans assigns the window's states and takes one mini-batch
+step (a refit only
 when the states moved), the clusters are judged, trends are read against the previous
 snapshots, and the cluster rows, events and a heatmap job go to the Recorder, which writes
 them off its own request path. Nothing here is ever on the path of a runner's sample().
