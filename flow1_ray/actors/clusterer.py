@@ -5,10 +5,9 @@ fire-and-forget; ``ingest`` only adds them to a bounded uniform reservoir, the s
 window. A snapshot (every ``heatmap_every`` iterations, spaced further when its CPU time
 would exceed ``heatmap_budget`` of a core: :mod:`flow1_ray.clustering.cadence`) is queued to
 a worker thread: the streaming KMeans assigns the window's states and takes one mini-batch
-step (a refit only
-when the states moved), the clusters are judged, trends are read against the previous
-snapshots, and the cluster rows, events and a heatmap job go to the Recorder, which writes
-them off its own request path. Nothing here is ever on the path of a runner's sample().
+step (a refit only when the states moved), the clusters are judged, trends are read against
+the previous snapshots, and the cluster rows, events and a heatmap job go to the Recorder,
+which writes them off its own request path. Nothing here is ever on the path of a runner's sample().
 
 Size (~400 lines): the per-module core, the service and its thread, and the GPU actor
 factory; the rules are in checks/state_action.py, the drawing in clustering/heatmap.py.
