@@ -311,16 +311,9 @@ class StatesService:
         arrived, or when earlier snapshots still wait (then skipped and counted), or when the
         last one's cost puts this one over ``heatmap_budget`` (skipped, its states left in the
         window for the next; said once)."""
-        if self.render_cpu_s is not None:
-            try:
-                self.cadence.cost_s = self._round_cpu_s + float(self.render_cpu_s())
-            except Exception:
-                self.cadence.cost_s = self._round_cpu_s
+        self._update_cost()
         now = time.monotonic()
-        if self.cadence.budget > 0 and self._queue.unfinished_tasks:
-            self.cadence.skipped += 1   # the last round is still being computed: its cost is not known yet
-            return False
-        if not self.cadence.due(now):
+        if not self.cadence.due(now, computing=bool(self._queue.unfinished_tasks)):
             self._say_spaced()
             return False
         windows = self._windows()
@@ -341,6 +334,7 @@ class StatesService:
         ``wait_s``, until every queued one is computed and delivered. A request that was
         spaced (HEATMAPS_SPACED) left its states in the window: this one judges them."""
         deadline = time.monotonic() + wait_s
+        self._update_cost()
         self._say_spaced()
         if iteration is not None and self.queued_iteration is not None and iteration <= self.queued_iteration:
             iteration = None
@@ -354,6 +348,17 @@ class StatesService:
         with q.all_tasks_done:
             return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0,
                                              timeout=max(0.0, deadline - time.monotonic()))
+
+    def _update_cost(self) -> None:
+        """The last round's cost: its clustering thread's CPU time plus, where the heatmap is
+        drawn in this process, the last drawing's."""
+        drawing = 0.0
+        if self.render_cpu_s is not None:
+            try:
+                drawing = float(self.render_cpu_s())
+            except Exception:
+                drawing = 0.0
+        self.cadence.cost_s = self._round_cpu_s + drawing
 
     def _say_spaced(self) -> None:
         """HEATMAPS_SPACED once, when a request was skipped and a round's cost is known."""
@@ -385,7 +390,6 @@ class StatesService:
                 self.rounds += 1
             finally:
                 self._round_cpu_s = time.thread_time() - c0
-                self.cadence.cost_s = self._round_cpu_s   # the drawing's share is added when it is known
                 self._queue.task_done()
 
     def _off(self, module: str, what: str, e: BaseException) -> None:

@@ -43,9 +43,10 @@ class SnapshotBudget:
         """The least time between two rounds at the last round's cost (0: no limit)."""
         return self.cost_s / self.budget if self.budget > 0 else 0.0
 
-    def due(self, now: float) -> bool:
-        """Whether a round asked for at ``now`` may run (a skipped one is counted)."""
-        if self.last_at is not None and now - self.last_at < self.spacing_s():
+    def due(self, now: float, computing: bool = False) -> bool:
+        """Whether a round asked for at ``now`` may run (a skipped one is counted); with a
+        budget, never while the last one is still ``computing`` (its cost is not known yet)."""
+        if (self.budget > 0 and computing) or (self.last_at is not None and now - self.last_at < self.spacing_s()):
             self.skipped += 1
             return False
         return True
