@@ -14,7 +14,14 @@ time (its hooks, reductions and logging, timed by the tracer itself) as a share 
 call, which noise cannot hide -- at the default
 ``grad_every`` and at ``grad_every=1`` (every update traced: the per-trace cost).
 
-    .venv/bin/python scripts/bench_learner_tracing.py [--rounds 8] [--preset default|light]
+The off-policy presets (``sac``: SAC HalfCheetah-v5 with 64-unit layers, ``dqn``: DQN
+CartPole, as ``bench_throughput``'s) fill the replay buffer with a few ``train()`` iterations,
+then each timed call is ``--updates`` of RLlib's own off-policy updates
+(``learner_group.update(episodes=...)`` on a batch sampled from the buffer as DQN's and SAC's
+``training_step`` samples it, outside the timer): an update there is a few milliseconds, one per
+sampled step, so the tracing's fixed per-update work weighs the most there.
+
+    .venv/bin/python scripts/bench_learner_tracing.py [--rounds 8] [--preset default|light|sac|dqn]
 """
 
 from __future__ import annotations
@@ -38,25 +45,73 @@ PRESETS = {
     "default": {"train_batch_size_per_learner": 4000, "minibatch_size": 128, "num_epochs": 30},
     "light": {"train_batch_size_per_learner": 2000, "minibatch_size": 500, "num_epochs": 1},
 }
+#: off-policy learners: (algorithm, env, config methods), bench_throughput's presets
+OFF_POLICY = {
+    "sac": ("SAC", "HalfCheetah-v5", {"training": {"num_steps_sampled_before_learning_starts": 256},
+                                      "rl_module": {"model_config": {"fcnet_hiddens": [64, 64]}}}),
+    "dqn": ("DQN", "CartPole-v1", {"training": {"num_steps_sampled_before_learning_starts": 256}}),
+}
+
+
+def _off_policy(name: str, updates: int):
+    """(algorithm, one timed call: ``updates`` off-policy updates from the same start)."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.sac import SACConfig
+
+    kind, env, methods = OFF_POLICY[name]
+    config = {"SAC": SACConfig, "DQN": DQNConfig}[kind]().environment(env).env_runners(num_env_runners=0)
+    for method, kwargs in methods.items():
+        config = getattr(config, method)(**kwargs)
+    algo = config.debugging(seed=0).build_algo()
+    while algo.local_replay_buffer.get_num_timesteps() < 2000:
+        algo.train()
+    learner, cfg = algo.learner_group._learner, algo.config
+    start = learner.get_state()
+
+    def update() -> float:
+        learner.set_state(start)
+        took = 0.0
+        for _ in range(updates):
+            episodes = algo.local_replay_buffer.sample(
+                num_items=cfg.total_train_batch_size, n_step=cfg.n_step, gamma=cfg.gamma,
+                beta=cfg.replay_buffer_config.get("beta"), sample_episodes=True)
+            t0 = time.perf_counter()
+            algo.learner_group.update(episodes=episodes, timesteps={"num_env_steps_sampled_lifetime": 0})
+            took += time.perf_counter() - t0
+        return took
+
+    return algo, learner, update
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    ap.add_argument("--preset", choices=sorted(PRESETS) + sorted(OFF_POLICY), default="default")
+    ap.add_argument("--updates", type=int, default=200, help="off-policy updates per timed call")
     ap.add_argument("--grad-every", type=int, default=None, help="default: Flow1Options' grad_every")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
 
     import ray
-    from ray.rllib.algorithms.ppo import PPOConfig
 
     from flow1_ray.learner import tracer as T
     from flow1_ray.options import Flow1Options
 
     grad_every = args.grad_every or Flow1Options().grad_every
-    p = PRESETS[args.preset]
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
+    if args.preset in OFF_POLICY:
+        p = {"updates per call": args.updates}
+        algo, learner, update = _off_policy(args.preset, args.updates)
+    else:
+        p = PRESETS[args.preset]
+        algo, learner, update = _on_policy(p)
+    return _run(args, p, grad_every, algo, learner, update, T)
+
+
+def _on_policy(p: dict):
+    """(algorithm, one timed call: RLlib's PPO update on a fresh copy of the same episodes)."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
     algo = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0).debugging(seed=0)
             .training(**p).build_algo())
     learner = algo.learner_group._learner
@@ -75,6 +130,12 @@ def main() -> int:
         algo.learner_group.update(episodes=batch, num_epochs=p["num_epochs"], minibatch_size=p["minibatch_size"],
                                   timesteps={"num_env_steps_sampled_lifetime": 0})
         return time.perf_counter() - t0
+
+    return algo, learner, update
+
+
+def _run(args, p: dict, grad_every: int, algo, learner, update, T) -> int:
+    import ray
 
     spent: dict[str, list[float]] = {"on": [], "every": []}
     info: dict[str, tuple[int, int]] = {}

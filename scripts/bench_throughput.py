@@ -19,7 +19,12 @@ window is ``--iterations`` (default 10, one steady snapshot) on
   flow1's wrappers, live checks, state sampling and sends inside;
 
 and is stopped before the next arm is built, so that no arm's actors run during another's
-turn. Arms alternate in ABBA order over ``--rounds`` rounds (a drift of the machine
+turn. Each arm runs in a fresh process of its own (its own driver and Ray): one driver
+building algorithm after algorithm keeps what the earlier ones left alive, and its garbage
+collections grow with it (measured on the sac preset: the driver's collections took 9.3 ms per
+env step in the first arm and 12.7-14.0 in the later ones, whichever arm), a tax on whichever
+arm comes later. The driver's collections are printed per arm ("driver gc", "driver full
+gc": ms per 1,000 steps; the collections and the objects tracked at the end). Arms alternate in ABBA order over ``--rounds`` rounds (a drift of the machine
 cancels out); the figures are the median of the per-round ratios flow1 / plain and the
 ratio of totals. RLlib's ``env_runner_sampling_timer`` is not used: ``MetricsLogger.log_time``
 reduces it as an EMA across iterations (``reduce="ema"`` in Ray's
@@ -35,9 +40,11 @@ The atari preset needs OpenCV for RLlib's Atari wrapper: ``pip install -e ".[ben
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,17 +104,25 @@ def describe(preset: str) -> str:
 
 
 def arms(output_dir: str) -> dict:
-    """The callbacks of each arm (None: no flow1). Variants isolate one part of flow1."""
+    """The callbacks of each arm (None: no flow1)."""
     from flow1_ray import Flow1Callbacks
 
     common = dict(output_dir=output_dir, print_events=False)
-    return {
-        "plain": None,
-        "plain-again": None,   # an A/A control: the spread of the method when nothing differs
-        "flow1": Flow1Callbacks.with_options(**common),
-        "flow1-no-states": Flow1Callbacks.with_options(state_actions=False, **common),
-        "flow1-no-live-checks": Flow1Callbacks.with_options(sample_rate=0.0, **common),
-    }
+    return {name: None if opts is None else Flow1Callbacks.with_options(**opts, **common)
+            for name, opts in ARMS.items()}
+
+
+#: the arms: None, no flow1; else the Flow1Options that differ from the defaults (variants
+#: isolate one part of flow1)
+ARMS: dict[str, dict | None] = {
+    "plain": None,
+    "plain-again": None,   # an A/A control: the spread of the method when nothing differs
+    "flow1": {},
+    "flow1-no-states": {"state_actions": False},
+    "flow1-no-live-checks": {"sample_rate": 0.0},
+    "flow1-no-tracing": {"learner_tracing": False},
+    "flow1-no-driver-watch": {"driver_watch": False},
+}
 
 
 def build(callbacks, preset: str, seed: int):
@@ -198,6 +213,38 @@ def warm_up(algo, a: argparse.Namespace) -> dict:
             return last
 
 
+class GcTimer:
+    """The driver's garbage collections over a window (``gc.callbacks``): their time. The
+    driver hosts the local Learner, whose off-policy updates allocate many small objects, and
+    flow1's driver state; more objects alive make each full collection longer."""
+
+    def __init__(self) -> None:
+        self.s, self.full_s, self.full, self._t0 = 0.0, 0.0, 0, 0.0
+        self.tracked = 0   # objects the collector tracks at the end: what a full collection walks
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            d = time.perf_counter() - self._t0
+            self.s += d
+            if info.get("generation") == 2:
+                self.full_s += d
+                self.full += 1
+
+    def __enter__(self) -> "GcTimer":
+        import gc
+
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        gc.callbacks.remove(self)
+        self.tracked = len(gc.get_objects())
+
+
 def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict[str, float]]:
     """(train() env steps/s, direct sample() env steps/s, machine CPU ms per 1000 env steps
     in train(), CPU ms per 1000 env steps in train() by process role) of one freshly built
@@ -211,18 +258,21 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
         own0 = _runner_own_s(last)
         warm_own_s = own0   # flow1's own time in the runners during the warm-up: the one-off first episodes' checks
         hook_ms, tracing_s = [], 0.0
-        for _ in range(a.iterations):
-            result = algo.train()
-            steps += int(result["env_runners"]["num_env_steps_sampled"])
-            if "flow1" in result:
-                hook_ms.append(float(result["flow1"].get("driver_ms", 0.0)))
-                tracing_s += _tracing_s(result)
+        with GcTimer() as gct:
+            for _ in range(a.iterations):
+                result = algo.train()
+                steps += int(result["env_runners"]["num_env_steps_sampled"])
+                if "flow1" in result:
+                    hook_ms.append(float(result["flow1"].get("driver_ms", 0.0)))
+                    tracing_s += _tracing_s(result)
         train_s = time.perf_counter() - t0
         train_rate = steps / train_s
         busy_ms = (busy_jiffies() - j0) * tick_ms
         cpu_ms = busy_ms / steps * 1000.0
         cpu = process_cpu()
         roles = {k: (v - p0.get(k, 0.0)) * 1e6 / steps for k, v in cpu.items()}
+        roles["driver gc"], roles["driver full gc"] = gct.s * 1e6 / steps, gct.full_s * 1e6 / steps
+        roles["driver full gcs"], roles["driver gc-tracked objects, k"] = gct.full, gct.tracked / 1e3
         if hook_ms:  # flow1's driver hook per iteration, as a share of the iteration's wall time
             roles["hook % of train()"] = sum(hook_ms) / 1e3 / train_s * 100
             # flow1's CPU by its own accounting: its actors' processes, the driver hook, its
@@ -236,8 +286,9 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
             roles["flow1 tracing"] = tracing_ms / steps * 1000.0
             roles["flow1 in runners in warm-up, s"] = warm_own_s
         group = algo.env_runner_group
-        sampled, t0 = 0, time.perf_counter()
-        for _ in range(a.calls):
+        sampled, calls, t0 = 0, 0, time.perf_counter()
+        while calls < a.calls or time.perf_counter() - t0 < a.sample_s:
+            calls += 1
             got = group.foreach_env_runner(lambda w, n=a.steps: sum(len(e) for e in w.sample(num_timesteps=n)),
                                            local_env_runner=False, timeout_seconds=300)
             sampled += sum(got)
@@ -250,7 +301,22 @@ def measure(callbacks, a: argparse.Namespace) -> tuple[float, float, float, dict
 
 def _fmt(key: str, value: float) -> str:
     """A role's figure: shares and seconds with two decimals, milliseconds whole."""
-    return f"{key} {value:.2f}" if "%" in key or key.endswith(", s") else f"{key} {value:.0f}"
+    if "%" in key or key.endswith(", s"):
+        return f"{key} {value:.2f}"
+    return f"{key} {value:.0f}"
+
+
+def child(a: argparse.Namespace) -> int:
+    """One arm in this fresh process: its own Ray and driver, measured, printed as JSON."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
+             logging_level=logging.ERROR)
+    try:
+        print(json.dumps(measure(arms(tempfile.mkdtemp())[a.child], a)))
+    finally:
+        ray.shutdown()
+    return 0
 
 
 def main() -> int:
@@ -258,7 +324,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=10,
                     help="timed train() iterations per arm and round (10: flow1's heatmap_every, one steady snapshot)")
-    ap.add_argument("--calls", type=int, default=5, help="timed sample() calls per arm and round")
+    ap.add_argument("--calls", type=int, default=5, help="timed sample() calls per arm and round, at least")
+    ap.add_argument("--sample-s", type=float, default=5.0,
+                    help="... and until this many seconds of them (a fast vectorised env's call takes ~0.1 s)")
     ap.add_argument("--steps", type=int, default=2000, help="env steps per EnvRunner per sample() call")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="default")
     ap.add_argument("--seed", type=int, default=0)
@@ -268,16 +336,14 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=60.0,
                     help="... and until two episodes per sub-env ended, at most this long")
     ap.add_argument("--arms", default="plain,flow1", help="comma-separated, first is the baseline")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
-             logging_level=logging.ERROR)
-    all_arms = arms(tempfile.mkdtemp())
+    if a.child:
+        return child(a)
     names = a.arms.split(",")
-    unknown = set(names) - set(all_arms)
+    unknown = set(names) - set(ARMS)
     if unknown:
-        print(f"unknown arm(s) {sorted(unknown)}; known: {sorted(all_arms)}", file=sys.stderr)
+        print(f"unknown arm(s) {sorted(unknown)}; known: {sorted(ARMS)}", file=sys.stderr)
         return 2
     train: dict[str, list[float]] = {n: [] for n in names}
     sample: dict[str, list[float]] = {n: [] for n in names}
@@ -286,7 +352,12 @@ def main() -> int:
     settle()
     for r in range(a.rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            t, s, c, by_role = measure(all_arms[name], a)
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--child", name],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                print(f"{name}: failed\n{p.stderr[-3000:]}", file=sys.stderr)
+                return 1
+            t, s, c, by_role = json.loads(p.stdout.strip().splitlines()[-1])
             train[name].append(t)
             sample[name].append(s)
             cpu[name].append(c)
@@ -294,11 +365,10 @@ def main() -> int:
             print(f"round {r + 1} {name:22s} train() {t:7.0f} steps/s   sample() {s:7.0f} steps/s   "
                   f"CPU {c:6.0f} ms / 1000 steps (train): "
                   + ", ".join(_fmt(k, v) for k, v in by_role.items()), flush=True)
-    ray.shutdown()
     base = names[0]
     print(f"\npreset {a.preset}: {describe(a.preset)}, 2 EnvRunners unless said, seed {a.seed}, "
-          f"{a.rounds} rounds (ABBA), {a.iterations} timed train() iterations and {a.calls} sample() calls of "
-          f"{a.steps} steps per runner per arm and round; one algorithm alive at a time; wall clock")
+          f"{a.rounds} rounds (ABBA), {a.iterations} timed train() iterations and {a.calls}+ sample() calls "
+          f"({a.sample_s:g} s at least) of {a.steps} steps per runner per arm and round; one algorithm alive at a time; wall clock")
     for n in names[1:]:
         for label, d in (("algo.train()", train), ("direct sample()", sample), ("CPU per step", cpu)):
             r = [x / y for x, y in zip(d[n], d[base])]
