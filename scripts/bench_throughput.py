@@ -14,17 +14,18 @@ window is ``--iterations`` (default 10, one steady snapshot) on
 - ``algo.train()``: ``--iterations`` iterations, env steps sampled per second of wall time
   -- sampling, learning, flow1's hooks, its per-iteration round trips and its background
   actors (probe, monitor, recorder, clusterer) all inside;
-- direct ``sample()``: ``--calls`` synchronous ``sample(num_timesteps=--steps)`` calls on
-  every remote EnvRunner at once, env steps per second -- the runners' own throughput with
+- direct ``sample()``: synchronous ``sample(num_timesteps=--steps)`` calls on every remote
+  EnvRunner at once (``--calls`` at least, and for ``--sample-s`` seconds at least), env steps per second -- the runners' own throughput with
   flow1's wrappers, live checks, state sampling and sends inside;
 
 and is stopped before the next arm is built, so that no arm's actors run during another's
 turn. Each arm runs in a fresh process of its own (its own driver and Ray): one driver
 building algorithm after algorithm keeps what the earlier ones left alive, and its garbage
-collections grow with it (measured on the sac preset: the driver's collections took 9.3 ms per
-env step in the first arm and 12.7-14.0 in the later ones, whichever arm), a tax on whichever
-arm comes later. The driver's collections are printed per arm ("driver gc", "driver full
-gc": ms per 1,000 steps; the collections and the objects tracked at the end). Arms alternate in ABBA order over ``--rounds`` rounds (a drift of the machine
+collections grow with it (measured on the sac preset: the driver's collections took 9.3 ms
+per env step in the first arm and 12.7-16.4 in the later ones, whichever arm), a tax on
+whichever arm comes later. The driver's collections are printed per arm ("driver gc",
+"driver full gc": ms per 1,000 steps; the full collections and the objects tracked at the
+end). Arms alternate in ABBA order over ``--rounds`` rounds (a drift of the machine
 cancels out); the figures are the median of the per-round ratios flow1 / plain and the
 ratio of totals. RLlib's ``env_runner_sampling_timer`` is not used: ``MetricsLogger.log_time``
 reduces it as an EMA across iterations (``reduce="ema"`` in Ray's
