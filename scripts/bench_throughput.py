@@ -15,8 +15,9 @@ window is ``--iterations`` (default 10, one steady snapshot) on
   -- sampling, learning, flow1's hooks, its per-iteration round trips and its background
   actors (probe, monitor, recorder, clusterer) all inside;
 - direct ``sample()``: synchronous ``sample(num_timesteps=--steps)`` calls on every remote
-  EnvRunner at once (``--calls`` at least, and for ``--sample-s`` seconds at least), env steps per second -- the runners' own throughput with
-  flow1's wrappers, live checks, state sampling and sends inside;
+  EnvRunner at once (``--calls`` at least, and for ``--sample-s`` seconds at least), env
+  steps per second -- the runners' own throughput with flow1's wrappers, live checks, state
+  sampling and sends inside;
 
 and is stopped before the next arm is built, so that no arm's actors run during another's
 turn. Each arm runs in a fresh process of its own (its own driver and Ray): one driver
