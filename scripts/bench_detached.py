@@ -1,0 +1,207 @@
+"""What flow1 costs ``algo.train()`` end to end, measured in one process: the same algorithm
+with flow1 attached and detached, blocks of iterations alternated.
+
+``bench_throughput.py`` builds one algorithm per arm, each in a fresh process. On this
+2-core machine two fresh processes of the same code differ by more than flow1 costs: an A/A
+pair of plain arms read 0.79-1.62 round by round and 1.19 over four rounds
+(``bench_remote_sample.py --timed train --arms plain,plain-again,flow1``, BENCHMARKS.md). Here
+one algorithm is built with Flow1Callbacks, warmed up past flow1's one-off costs, and then
+flow1 is taken out of the training path and put back between blocks of ``--block``
+iterations:
+
+- each EnvRunner's ``sample`` wrapper, its vector env's step wrapper and each sub-env's
+  reset wrapper (and the checked step of an episode being checked) are swapped for the
+  callables they wrap, and back (the closures' own cells: nothing of flow1 changes);
+- the driver's ``on_train_result`` hook (the metrics row, the hub round trip, the rules,
+  the snapshot requests) is replaced on the callbacks instance by a no-op, and back;
+- the local Learner's tracing is uninstalled and installed (``LearnerTracer``).
+
+Three arms per round, ``attached``, ``detached`` and ``detached-again`` (the A/A control: the
+method's spread when nothing differs), each round in the next of the six orders of the three
+(each arm as often first, second and third, and after each other arm: what an attached block
+leaves to its flow1 actors lands on both detached arms alike), over ``--rounds`` (a multiple
+of 6 keeps that balance); each block's rate is env steps sampled per second of wall time. The figures are the median of the
+per-round ratios attached / detached and detached-again / detached, with a 95 % bootstrap
+interval, and the ratio of totals. Each block's flow1 runner time and tracer calls are read
+around it: a detached block must show none (printed, and the run fails otherwise).
+
+What stays on in every block, and so is not in the ratio: flow1's actors (hub, recorder,
+node probe, clusterer: their work is asynchronous, what an attached block asks of them may
+run during the next block), each runner's liveness watchdog thread and the driver's watchdog
+(``driver_watch``: a thread, and the start and end of each ``train()`` noted). Their CPU over the
+whole timed run is printed apart, in ms per 1,000 env steps, beside the runners' and the
+driver's: an upper bound on what they add to the ratio's figure on a machine whose cores the
+run fills.
+
+    .venv/bin/python scripts/bench_detached.py --preset hopper [--rounds 36] [--block 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_throughput as bt  # noqa: E402
+
+ARMS = ("attached", "detached", "detached-again")
+ORDERS = list(itertools.permutations(ARMS))
+
+
+def _cell(fn, name: str):
+    """The value a closure ``fn`` holds under the free variable ``name``."""
+    return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
+
+
+def _runner_toggle(w, on: bool) -> int:
+    """In an EnvRunner: flow1's wrappers in (``on``) or out. The first call (all wrappers in
+    place) keeps each wrapper and what it wraps on the runner. Returns the sub-envs toggled."""
+    saved = getattr(w, "_bench_flow1", None)
+    if saved is None:
+        env = w.env.unwrapped   # what RLlib passes to on_environment_created: the vector env flow1 wraps
+        vstep = vars(env).get("step")
+        if getattr(w.sample, "__name__", "") != "wrapped_sample" or getattr(vstep, "__name__", "") != "wrapped":
+            raise RuntimeError("flow1's wrappers are not where this bench expects them")
+        subs = []
+        for sub in getattr(env, "envs", None) or ():
+            reset = vars(sub)["reset"]
+            subs.append((sub, reset, _cell(reset, "reset"), _cell(reset, "step"), _cell(reset, "own")))
+        saved = w._bench_flow1 = {"sample": (w.sample, _cell(w.sample, "sample")),
+                                  "vstep": (env, vstep, _cell(vstep, "step")), "subs": subs}
+    wrapped, plain = saved["sample"]
+    w.sample = wrapped if on else plain
+    env, wrapped, plain = saved["vstep"]
+    env.step = wrapped if on else plain
+    for sub, wrapped_reset, reset, step, own in saved["subs"]:
+        sub.reset = wrapped_reset if on else reset
+        if not on and getattr(vars(sub).get("step"), "__name__", "") == "checked_step":
+            if own:   # as flow1's reset does for an episode it does not check
+                sub.step = step
+            else:
+                vars(sub).pop("step", None)
+    return len(saved["subs"])
+
+
+def _flow1_s(w) -> float:
+    """flow1's own accounting in this runner so far (``RunnerAgent.cost()``)."""
+    return sum(ag.cost()["flow1_s"] for c in getattr(w, "_callbacks", []) for ag in getattr(c, "_agents", {}).values())
+
+
+def _noop(*args, **kwargs) -> None:
+    return None
+
+
+class Toggle:
+    """flow1 in or out of one algorithm's training path: its runners, its driver hook, its
+    Learner tracing."""
+
+    def __init__(self, algo) -> None:
+        from flow1_ray import Flow1Callbacks
+        from flow1_ray.learner import tracer
+
+        self.algo = algo
+        cbs = algo.callbacks if isinstance(algo.callbacks, list) else [algo.callbacks]
+        self.callbacks = [c for c in cbs if isinstance(c, Flow1Callbacks)]
+        learner = getattr(algo.learner_group, "_learner", None)
+        self.tracer = getattr(learner, tracer.ATTR, None) if learner is not None else None
+        if not self.callbacks:
+            raise SystemExit("the algorithm has no Flow1Callbacks")
+        self.on = True
+
+    def set(self, on: bool) -> None:
+        if on == self.on:
+            return
+        self.algo.env_runner_group.foreach_env_runner(lambda w, o=on: _runner_toggle(w, o), local_env_runner=False)
+        for c in self.callbacks:
+            if on:
+                vars(c).pop("on_train_result", None)
+            else:
+                c.on_train_result = _noop
+        if self.tracer is not None:
+            if on:
+                self.tracer.install(trace_first=False)
+            else:
+                self.tracer.uninstall()
+        self.on = on
+
+    def flow1_s(self) -> float:
+        return sum(self.algo.env_runner_group.foreach_env_runner(_flow1_s, local_env_runner=False))
+
+    def tracer_calls(self) -> int:
+        return int(self.tracer.calls) if self.tracer is not None else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="hopper", choices=sorted(bt.PRESETS))
+    ap.add_argument("--rounds", type=int, default=36)
+    ap.add_argument("--block", type=int, default=2, help="train() iterations per arm and round")
+    ap.add_argument("--warmup-iterations", type=int, default=11)
+    ap.add_argument("--warmup-s", type=float, default=120.0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.rounds < 1 or a.block < 1:
+        ap.error(f"--rounds and --block: expected >= 1, got {a.rounds} and {a.block}")
+
+    import ray
+    from flow1_ray import Flow1Callbacks
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
+             logging_level=logging.ERROR)
+    algo = bt.build(Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False), a.preset, a.seed)
+    rates: dict[str, list[float]] = {n: [] for n in ARMS}
+    totals = {n: [0, 0.0] for n in ARMS}   # steps, seconds
+    leaks: list[str] = []
+    try:
+        bt.warm_up(algo, a)
+        toggle = Toggle(algo)
+        bt.settle()
+        cpu0, steps_all = bt.process_cpu(), 0
+        for r in range(a.rounds):
+            for arm in ORDERS[r % len(ORDERS)]:
+                toggle.set(arm == "attached")
+                own0, traced0 = toggle.flow1_s(), toggle.tracer_calls()
+                steps, t0 = 0, time.perf_counter()
+                for _ in range(a.block):
+                    steps += int(algo.train()["env_runners"]["num_env_steps_sampled"])
+                dt = time.perf_counter() - t0
+                own, traced = toggle.flow1_s() - own0, toggle.tracer_calls() - traced0
+                if arm != "attached" and (own > 0 or traced > 0):
+                    leaks.append(f"round {r + 1} {arm}: flow1 ran {own * 1e3:.1f} ms in the runners, "
+                                 f"the tracer ran {traced} times")
+                rates[arm].append(steps / dt)
+                totals[arm][0] += steps
+                totals[arm][1] += dt
+                steps_all += steps
+                print(f"round {r + 1:2d} {arm:15s} {steps / dt:8.0f} steps/s  ({steps} steps, {dt:.2f} s; "
+                      f"flow1 in runners {own * 1e3:.1f} ms, tracer calls {traced})", flush=True)
+        cpu1 = bt.process_cpu()
+    finally:
+        algo.stop()
+        ray.shutdown()
+    print(f"\npreset {a.preset} ({bt.describe(a.preset)}): {a.rounds} rounds of {a.block} train() iterations "
+          f"per arm, one algorithm, flow1 attached and detached between blocks")
+    for arm in ARMS[::2]:
+        ratios = [x / d for x, d in zip(rates[arm], rates["detached"])]
+        lo, hi = bt.ci_of_median(ratios)
+        total = (totals[arm][0] / totals[arm][1]) / (totals["detached"][0] / totals["detached"][1])
+        print(f"  {arm:15s} / detached: median {statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f}), "
+              f"totals {total:.3f}; rounds {', '.join(f'{x:.3f}' for x in ratios)}")
+    print("  CPU over the whole timed run, ms per 1,000 env steps: " + ", ".join(
+        f"{k} {(cpu1[k] - cpu0[k]) * 1e6 / max(1, steps_all):.1f}" for k in cpu1))
+    if leaks:
+        print("flow1 ran while detached (the toggle missed a path):\n  " + "\n  ".join(leaks), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
