@@ -16,6 +16,9 @@ iterations:
   the snapshot requests) is replaced on the callbacks instance by a no-op, and back;
 - the local Learner's tracing is uninstalled and installed (``LearnerTracer``).
 
+``--parts`` attaches only some of the three in the attached blocks (the others stay out in
+every block): which part a cost comes from.
+
 Three arms per round, ``attached``, ``detached`` and ``detached-again`` (the A/A control: the
 method's spread when nothing differs), each round in the next of the six orders of the three
 (each arm as often first, second and third, and after each other arm: what an attached block
@@ -34,6 +37,7 @@ driver's: an upper bound on what they add to the ratio's figure on a machine who
 run fills.
 
     .venv/bin/python scripts/bench_detached.py --preset hopper [--rounds 36] [--block 2]
+        [--parts runners,hook,tracing]
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_throughput as bt  # noqa: E402
 
 ARMS = ("attached", "detached", "detached-again")
+PARTS = ("runners", "hook", "tracing")   # what the attached arm attaches (--parts)
 ORDERS = list(itertools.permutations(ARMS))
 
 
@@ -103,7 +108,7 @@ class Toggle:
     """flow1 in or out of one algorithm's training path: its runners, its driver hook, its
     Learner tracing."""
 
-    def __init__(self, algo) -> None:
+    def __init__(self, algo, parts: set[str]) -> None:
         from flow1_ray import Flow1Callbacks
         from flow1_ray.learner import tracer
 
@@ -114,23 +119,31 @@ class Toggle:
         self.tracer = getattr(learner, tracer.ATTR, None) if learner is not None else None
         if not self.callbacks:
             raise SystemExit("the algorithm has no Flow1Callbacks")
+        self.parts = parts
         self.on = True
 
     def set(self, on: bool) -> None:
+        """All of ``parts`` in (``on``) or out; the other parts stay out in both."""
         if on == self.on:
             return
-        self.algo.env_runner_group.foreach_env_runner(lambda w, o=on: _runner_toggle(w, o), local_env_runner=False)
+        runners, hook, tracing = (on and p in self.parts for p in PARTS)
+        self.algo.env_runner_group.foreach_env_runner(lambda w, o=runners: _runner_toggle(w, o),
+                                                      local_env_runner=False)
+        self._apply(hook, tracing)
+        self.on = on
+
+    def _apply(self, hook: bool, tracing: bool) -> None:
         for c in self.callbacks:
-            if on:
+            if hook:
                 vars(c).pop("on_train_result", None)
             else:
                 c.on_train_result = _noop
-        if self.tracer is not None:
-            if on:
+        if self.tracer is not None and tracing != getattr(self, "_traced", True):
+            self._traced = tracing
+            if tracing:
                 self.tracer.install(trace_first=False)
             else:
                 self.tracer.uninstall()
-        self.on = on
 
     def flow1_s(self) -> float:
         return sum(self.algo.env_runner_group.foreach_env_runner(_flow1_s, local_env_runner=False))
@@ -147,7 +160,13 @@ def main() -> int:
     ap.add_argument("--warmup-iterations", type=int, default=11)
     ap.add_argument("--warmup-s", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help="what the attached arm attaches: runners (the EnvRunners' wrappers), hook (the driver's "
+                         "on_train_result), tracing (the Learner's); the rest stays detached in every arm")
     a = ap.parse_args()
+    parts = set(a.parts.split(","))
+    if not parts <= set(PARTS):
+        ap.error(f"--parts: expected names among {', '.join(PARTS)}, got {a.parts}")
     if a.rounds < 1 or a.block < 1:
         ap.error(f"--rounds and --block: expected >= 1, got {a.rounds} and {a.block}")
 
@@ -162,7 +181,8 @@ def main() -> int:
     leaks: list[str] = []
     try:
         bt.warm_up(algo, a)
-        toggle = Toggle(algo)
+        toggle = Toggle(algo, parts)
+        toggle.set(False)   # from here on, only --parts come back in the attached blocks
         bt.settle()
         cpu0, steps_all = bt.process_cpu(), 0
         for r in range(a.rounds):
@@ -174,7 +194,8 @@ def main() -> int:
                     steps += int(algo.train()["env_runners"]["num_env_steps_sampled"])
                 dt = time.perf_counter() - t0
                 own, traced = toggle.flow1_s() - own0, toggle.tracer_calls() - traced0
-                if arm != "attached" and (own > 0 or traced > 0):
+                if (arm != "attached" or "runners" not in parts) and own > 0 or (
+                        (arm != "attached" or "tracing" not in parts) and traced > 0):
                     leaks.append(f"round {r + 1} {arm}: flow1 ran {own * 1e3:.1f} ms in the runners, "
                                  f"the tracer ran {traced} times")
                 rates[arm].append(steps / dt)
@@ -188,7 +209,8 @@ def main() -> int:
         algo.stop()
         ray.shutdown()
     print(f"\npreset {a.preset} ({bt.describe(a.preset)}): {a.rounds} rounds of {a.block} train() iterations "
-          f"per arm, one algorithm, flow1 attached and detached between blocks")
+          f"per arm, one algorithm, flow1 attached ({', '.join(p for p in PARTS if p in parts)}) and detached "
+          f"between blocks")
     for arm in ARMS[::2]:
         ratios = [x / d for x, d in zip(rates[arm], rates["detached"])]
         lo, hi = bt.ci_of_median(ratios)
