@@ -55,6 +55,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_throughput as bt  # noqa: E402
+from bench_remote_sample import _flow1_s  # noqa: E402  (flow1's own accounting in a runner)
 
 ARMS = ("attached", "detached", "detached-again")
 PARTS = ("runners", "hook", "tracing")   # what the attached arm attaches (--parts)
@@ -93,11 +94,6 @@ def _runner_toggle(w, on: bool) -> int:
             else:
                 vars(sub).pop("step", None)
     return len(saved["subs"])
-
-
-def _flow1_s(w) -> float:
-    """flow1's own accounting in this runner so far (``RunnerAgent.cost()``)."""
-    return sum(ag.cost()["flow1_s"] for c in getattr(w, "_callbacks", []) for ag in getattr(c, "_agents", {}).values())
 
 
 def _noop(*args, **kwargs) -> None:
