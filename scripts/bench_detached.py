@@ -117,6 +117,7 @@ class Toggle:
             raise SystemExit("the algorithm has no Flow1Callbacks")
         self.parts = parts
         self.on = True
+        self.traced = True   # the tracing is installed when the algorithm is built
 
     def set(self, on: bool) -> None:
         """All of ``parts`` in (``on``) or out; the other parts stay out in both."""
@@ -134,8 +135,8 @@ class Toggle:
                 vars(c).pop("on_train_result", None)
             else:
                 c.on_train_result = _noop
-        if self.tracer is not None and tracing != getattr(self, "_traced", True):
-            self._traced = tracing
+        if self.tracer is not None and tracing != self.traced:
+            self.traced = tracing
             if tracing:
                 self.tracer.install(trace_first=False)
             else:
