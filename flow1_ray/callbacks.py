@@ -17,11 +17,11 @@ from typing import Any, Callable
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
-from . import codes as C
+from . import iteration as I
 from . import schema as S
 from .events import Event
 from .options import Flow1Options
-from .schema import DRIVER_MS, RESULT_KEY, SAMPLES_DROPPED, WATCHERS_OFF, metric
+from .schema import DRIVER_MS, RESULT_KEY, metric
 
 logger = logging.getLogger("flow1_ray")
 
@@ -51,6 +51,7 @@ class Flow1Callbacks(RLlibCallback):
         self._run_id = ""
         self.internal_errors = 0
         self.metrics_dropped = 0
+        self._states_seen: dict = {}   # a clusterer of its own: its last counts (they go in the next row)
         self._watch_error: BaseException | None = None   # said as WATCHER_OFF once the run exists
         self._no_samples = None
         try:  # built inside Algorithm.setup (before its actors): the driver watchdog starts here
@@ -156,21 +157,28 @@ class Flow1Callbacks(RLlibCallback):
 
     @_guarded
     def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
-        import ray
-
         run = self._run
         if run is None:
             return
         if self._watch is not None:
             self._watch.on_result()
         t0, t = time.perf_counter(), self.OPTIONS.get_timeout_s
-        status, rec, states, lines = self._ask_hub(run, algorithm, t)
+        iteration = int(result.get("training_iteration", 0))
+        return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
+        turn: dict[str, Any] = {"events": [], "learner_rows": []}   # what goes with the one call to the hub
+        learner = None
+        if self._learner is not None:
+            try:
+                learner = self._learner.after_iteration(result, iteration, functools.partial(_send, run, turn))
+            except Exception as e:
+                self._internal_error("on_train_result(learner)", e)
+        turn["row"] = {I.ROW_HEAD: _row_head(result, iteration, return_mean), I.ROW_DROPPED: self.metrics_dropped,
+                       I.ROW_TAIL: {DRIVER_MS: _ms_since(t0), **_learner_metrics(learner or {})}}
+        status, rec, states, lines = self._ask_hub(run, algorithm, t, turn)
         if self.OPTIONS.print_events:
             for line in lines:
                 print(line, flush=True)
-        iteration = int(result.get("training_iteration", 0))
-        return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
-        out = result[RESULT_KEY] = self._section(run, status, rec, states, t0)
+        out = result[RESULT_KEY] = self._section(run, status, rec, states)
         try:  # DQN's and SAC's buffer lives in this process: its size against the memory left (REPLAY_MEMORY)
             from .driver.replay_footprint import replay_footprint
 
@@ -179,33 +187,28 @@ class Flow1Callbacks(RLlibCallback):
                 out["replay"] = replay
         except Exception as e:
             self._internal_error("on_train_result(replay)", e)
-        row = _metrics_row(result, iteration, return_mean, out, status)
         run.after_iteration(iteration, return_mean)
         if self._no_samples is not None:
             found = self._no_samples.add(result, iteration, rec.get("sampling"))
             found += self._discarded.add(result, rec.get("sampling") or {}, iteration)
             if found:
                 run.hub.add_events.remote([e.to_dict() for e in found])
-        if self._learner is not None:
+        if learner is not None:
+            out["learner"] = learner
             try:
-                out["learner"] = self._learner.after_iteration(result, iteration, lines,
-                                                               functools.partial(_send, run))
-                row.update(_learner_metrics(out["learner"]))
+                self._learner.after_lines(result, learner, iteration, lines, functools.partial(_send, run, None))
             except Exception as e:
                 self._internal_error("on_train_result(learner)", e)
-            out["driver_ms"] = row[DRIVER_MS] = round((time.perf_counter() - t0) * 1e3, 2)
-        try:
-            # waited for (at most get_timeout_s; ~1 ms): once train() returns, the iteration's
-            # row is in the hub, which flushes it even if this process is SIGKILLed next
-            ray.wait([run.hub.add_metrics.remote(row)], timeout=t)
-        except ray.exceptions.PendingCallsLimitExceeded:  # the hub is behind: this row is lost, counted
-            self.metrics_dropped += 1
+        out["driver_ms"] = _ms_since(t0)
 
-    @staticmethod
-    def _ask_hub(run: Any, algorithm: Any, t: float) -> tuple[dict, dict, dict, list[str]]:
+    def _ask_hub(self, run: Any, algorithm: Any, t: float, turn: dict) -> tuple[dict, dict, dict, list[str]]:
         """Register new runners and learners, then ask the hub (and a GPU clusterer) for the
         monitor's and the Recorder's status, the new log lines and the clusterer's counts, all
-        at once and each within ``t`` seconds; a part that did not answer is said in a line."""
+        at once and each within ``t`` seconds, the hub's question carrying ``turn`` (the
+        iteration's row, the learner's events and rows); a part that did not answer is said
+        in a line, a row the hub could not take is counted (``samples_dropped``)."""
+        import ray
+
         from .driver.run import runner_keys
         from .learner.liveness import learner_keys
 
@@ -214,10 +217,22 @@ class Flow1Callbacks(RLlibCallback):
             run.register(keys)
         # the hub's parts in one call (HubCore.driver_view); a clusterer of its own (a GPU share) apart
         own_states = run.states is not None and run.states is not run.hub
-        got = _ask_all({"view": lambda: run.hub.driver_view.remote(run.cursor),
+        if own_states:
+            turn["states"] = self._states_seen
+
+        def view() -> Any:
+            try:
+                return run.hub.driver_view.remote(run.cursor, turn)
+            except ray.exceptions.PendingCallsLimitExceeded:   # the hub is behind: this row is lost, counted
+                self.metrics_dropped += 1
+                raise
+
+        got = _ask_all({"view": view,
                         "states": (lambda: run.states.states_status.remote()) if own_states else None}, t)
         got = {**got.pop("view", {}), **got}
         status, rec, states = got.get("status", {}), got.get("rec", {}), got.get("states", {})
+        if "states" in got:
+            self._states_seen = states
         if run.hub_restarted(rec.get("started_at")):
             run.reregister()
         lines: list[str] = []
@@ -230,26 +245,19 @@ class Flow1Callbacks(RLlibCallback):
             lines.append(f"flow1: {', '.join(missing)} did not answer within {t:g} s")
         return status, rec, states, lines
 
-    def _section(self, run: Any, status: dict, rec: dict, states: dict, t0: float) -> dict:
+    def _section(self, run: Any, status: dict, rec: dict, states: dict) -> dict:
         """``result["flow1"]``: the workers, the findings so far, what flow1 lost or does not watch."""
-        events = rec.get("events", {})
         return {
-            "worker": {**{k: status.get(k, 0) for k in S.WORKER_STATES}, "restarts": status.get("restarts", 0)},
-            "learners": {k: int((status.get("learners") or {}).get(k, 0)) for k in S.WORKER_STATES},
-            "events": {s: int(events.get(s, 0)) for s in (C.FAIL, C.WARN)},
-            "samples_dropped": int(rec.get("samples_dropped", 0)) + self.metrics_dropped,
+            **I.counts(status, rec, states),
+            "samples_dropped": I.samples_dropped(rec, self.metrics_dropped),
             "internal_errors": self.internal_errors,
             # what flow1 does not watch in this run (WATCHER_OFF): a run with any is never a plain PASS
             "watchers_off": list(rec.get("watchers_off", [])),
-            "states": {"received": int(states.get("received", 0)), "snapshots": int(states.get("snapshots", 0)),
-                       "heatmaps": int(rec.get("heatmaps", {}).get("written", 0))},
             "run_dir": str(run.run_dir),
             # the share of episodes the runners contract-check now (flow1_ray/runner/budget.py)
             "check_rate": _check_rate(rec.get("sampling") or {}),
             # flow1's own time in the runners, as a share of their sample() time (RunnerAgent.cost)
             "runner_cost": _runner_cost(rec.get("sampling") or {}),
-            # what this hook cost the iteration (the questions to the hub, the rules), so far
-            "driver_ms": round((time.perf_counter() - t0) * 1e3, 2),
         }
 
     # -- internals -----------------------------------------------------------------------
@@ -296,11 +304,15 @@ def _algorithm_in_setup() -> Any:
     return None
 
 
-def _send(run: Any, kind: str, payload: Any) -> Any:
-    """Deliver learner-side output to the run's Recorder: events and rows fire-and-forget
-    (dropped when the hub is behind), a snapshot waited for (its path goes in the event)."""
+def _send(run: Any, turn: dict | None, kind: str, payload: Any) -> Any:
+    """Deliver learner-side output to the run's Recorder: events and rows into ``turn`` (they
+    go with the hook's one call to the hub) or, without one, fire-and-forget (dropped when the
+    hub is behind); a snapshot waited for (its path goes in the event)."""
     import ray
 
+    if turn is not None and kind in ("events", "learner_rows"):
+        turn[kind].extend(payload)
+        return None
     hub = run.hub
     try:
         if kind == "events":
@@ -314,18 +326,17 @@ def _send(run: Any, kind: str, payload: Any) -> Any:
     return None
 
 
-def _metrics_row(result: dict, iteration: int, return_mean: float | None, out: dict, status: dict) -> dict:
-    """The iteration's row of the metrics table: ``result["flow1"]`` flattened (``flow1/...``)."""
+def _row_head(result: dict, iteration: int, return_mean: float | None) -> dict:
+    """The metrics row's first columns: the iteration, its env steps and returns."""
     evaluated = _float(((result.get("evaluation") or {}).get("env_runners") or {}).get("episode_return_mean"))
     return {"iteration": iteration,
             "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
             "episode_return_mean": return_mean,
-            **({S.EVAL_RETURN: evaluated} if evaluated is not None and evaluated == evaluated else {}),
-            **{metric(section, k): v for section in ("worker", "learners", "events", "states")
-               for k, v in out[section].items()},
-            **{metric("memory", k): v for k, v in (status.get("memory") or {}).items()},
-            SAMPLES_DROPPED: out["samples_dropped"], WATCHERS_OFF: len(out["watchers_off"]),
-            DRIVER_MS: out["driver_ms"]}
+            **({S.EVAL_RETURN: evaluated} if evaluated is not None and evaluated == evaluated else {})}
+
+
+def _ms_since(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1e3, 2)
 
 
 def _learner_metrics(values: dict) -> dict:

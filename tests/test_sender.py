@@ -89,7 +89,10 @@ def test_state_batches_reach_the_clusterer_and_its_snapshot_the_recorder(ray_ses
     import numpy as np
     import ray
 
-    from flow1_ray import load_clusters, load_events
+    from flow1_ray import iteration as I
+    from flow1_ray import load_clusters, load_events, load_learner, load_metrics
+    from flow1_ray.driver.learner_watch import learner_columns
+    from flow1_ray.schema import DRIVER_MS, SAMPLES_DROPPED
     from flow1_ray.actors.clusterer import make_clusterer_actor
     from flow1_ray.actors.hub import make_hub_actor
     from flow1_ray.names import hub_name
@@ -120,7 +123,26 @@ def test_state_batches_reach_the_clusterer_and_its_snapshot_the_recorder(ray_ses
     assert view["rec"]["run_dir"] == str(tmp_path) and "probes" in view["status"]
     assert ("states" in view) == (where == "hub") and view.get("states", st)["received"] == 600
     assert ray.get(hub.driver_view.remote(cursor), timeout=10)["lines"] == ([], cursor)
+    warned = view["rec"]["events"].get(C.WARN, 0)
+    # that one call also brings the driver's part of the iteration's metrics row and the
+    # learner's events and rows: the row is kept, completed from the view answered, and the
+    # events are among that same answer's lines
+    turn = {"events": [Event(C.REWARD_DROP, "expected the return to hold, actual a drop", iteration=3).to_dict()],
+            "learner_rows": [{**{c: None for c in learner_columns()}, "iteration": 3, "module_id": "default_policy",
+                              "kind": "module", "entropy": 0.25}],
+            "row": {I.ROW_HEAD: {"iteration": 3, "env_steps": 300, "episode_return_mean": 9.0}, I.ROW_DROPPED: 2,
+                    I.ROW_TAIL: {DRIVER_MS: 1.5, "flow1/learner/default_policy/kl": 0.01}},
+            "states": {"received": 7}}   # the driver's last counts of a clusterer of its own
+    view = ray.get(hub.driver_view.remote(cursor, turn), timeout=10)
+    assert [line for line in view["lines"][0] if C.REWARD_DROP in line] and view["lines"][1] == cursor + 1
     status = ray.get(hub.close.remote(), timeout=40)
+    row = load_metrics(tmp_path).to_pylist()[-1]
+    assert row["iteration"] == 3 and row["env_steps"] == 300 and row[DRIVER_MS] == 1.5
+    assert row["flow1/learner/default_policy/kl"] == 0.01 and row["flow1/events/WARN"] == warned + 1
+    assert row[SAMPLES_DROPPED] == view["rec"]["samples_dropped"] + 2 == 5
+    assert row["flow1/states/received"] == (600 if where == "hub" else 7)
+    assert "flow1/worker/alive" in row and list(row)[:3] == ["iteration", "env_steps", "episode_return_mean"]
+    assert load_learner(tmp_path).column("entropy").to_pylist() == [0.25]
     assert status["snapshots"] == 2 and status["heatmaps"]["written"] == 2 and status["samples_dropped"] == 3
     assert sorted(set(load_clusters(tmp_path).column("iteration").to_pylist())) == [1, 2]
     codes = load_events(tmp_path).column("code").to_pylist()

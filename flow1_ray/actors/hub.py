@@ -23,6 +23,7 @@ from typing import Any
 from .. import codes as C
 from .. import schema as S
 from ..events import Event
+from ..iteration import row as iteration_row
 from ..actors.prometheus import METRICS_INTERVAL_S, make_run_metrics
 from .clusterer import StatesService, limit_threads
 from .monitor import MonitorService
@@ -161,16 +162,28 @@ class HubCore:
     def ping(self) -> bool:
         return True
 
-    def driver_view(self, cursor: int) -> dict[str, Any]:
-        """What the driver asks after each iteration, in one call: the monitor's full status,
-        the Recorder's status and its log lines after ``cursor``, the clusterer's counts when
-        it lives here. Four round trips were ~2.7 ms of each iteration's hook (0.6-0.7 ms
-        each, measured on a 2-core machine): ~0.7 % of a 0.4 s Hopper iteration. Each part
-        is read under its own lock, none waits for the others' queues."""
+    def driver_view(self, cursor: int, turn: dict | None = None) -> dict[str, Any]:
+        """The driver's one call per iteration. It brings ``turn``: the learner's events and
+        rows, and the driver's part of the iteration's metrics row (``flow1_ray.iteration``),
+        which is completed from this view and kept before the answer (once ``train()``
+        returns, the row is in the hub, which flushes it even if the driver is SIGKILLed
+        next). It answers the monitor's full status, the Recorder's status and its log lines
+        after ``cursor`` (the events just brought included), the clusterer's counts when it
+        lives here. One round trip: each was 0.6-2 ms of each iteration's hook on a 2-core
+        machine, and a row sent on the Recorder's queue waited behind the runners' batches.
+        Each part is read under its own lock, none waits for the others' queues."""
+        turn = turn or {}
+        if turn.get("events"):
+            self.recorder.add_events(turn["events"])
+        if turn.get("learner_rows"):
+            self.recorder.add_learner_rows(turn["learner_rows"])
         lines, cursor = self.recorder.lines_since(cursor)
         out: dict[str, Any] = {"status": self.full_status(), "rec": self.status(), "lines": (lines, cursor)}
         if self.states is not None:
             out["states"] = self.states.status()
+        if turn.get("row") is not None:   # a clusterer of its own: the counts the driver last had of it
+            self.recorder.add_metrics(iteration_row(turn["row"], out["status"], out["rec"],
+                                                    out.get("states", turn.get("states") or {})))
         return out
 
     def full_status(self) -> dict:

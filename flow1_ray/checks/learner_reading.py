@@ -123,8 +123,10 @@ def least_squares_slope(values: list[float]) -> float:
     """Least-squares slope per step of ``values`` (0 for fewer than 2)."""
     if len(values) < 2:
         return 0.0
-    x = np.arange(len(values), dtype=float)
-    return float(np.polyfit(x, np.asarray(values, dtype=float), 1)[0])
+    y = np.asarray(values, dtype=float)
+    x = np.arange(len(y), dtype=float)
+    x -= x.mean()   # the closed form (polyfit's lstsq took ~0.15 ms of each driver hook)
+    return float(x @ (y - y.mean()) / (x @ x))
 
 
 @dataclass

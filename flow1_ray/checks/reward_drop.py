@@ -91,9 +91,9 @@ class ReturnNoise:
 
 
 def _z(p: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(p))
+    """The standard normal quantile (the standard library's: scipy's ``norm.ppf`` took
+    ~0.4 ms of each driver hook)."""
+    return statistics.NormalDist().inv_cdf(p)
 
 
 @dataclass

@@ -133,9 +133,11 @@ class LearnerWatch:
         return out
 
     # -- one iteration ---------------------------------------------------------------------
-    def after_iteration(self, result: dict, iteration: int, new_lines: list[str], send: Any) -> dict:
+    def after_iteration(self, result: dict, iteration: int, send: Any) -> dict:
         """Judge, record, snapshot and guard; returns ``result["flow1"]["learner"]``.
-        ``send(kind, payload)`` delivers to the run's Recorder (fire-and-forget)."""
+        ``send(kind, payload)`` delivers to the run's Recorder (events and rows go with the
+        hook's one call to the hub). The runners' FAILs are guarded in :meth:`after_lines`,
+        once the hub has answered with its new log lines."""
         group = getattr(self.algorithm, "learner_group", None)
         tracing_off = (((result.get("learners") or {}).get(S.ALL_MODULES) or {}).get(S.RESULT_KEY) or {}).get("tracing_off")
         if self.opts.learner_tracing and group is not None and (
@@ -157,12 +159,7 @@ class LearnerWatch:
             group.foreach_learner(T.trace_next, timeout_seconds=self.opts.get_timeout_s)
         if events:
             send("events", [e.to_dict() for e in events])
-        fails = [e.code for e in events if e.status == C.FAIL]
-        fails += [m.group(1) for line in new_lines for m in [_FAIL_LINE.search(line)] if m]
-        if fails and self.opts.on_fail != "report" and not self.guard_done:
-            ev = self._guard(fails[0], iteration)
-            if ev is not None:
-                send("events", [ev.to_dict()])
+        self._guard_fails([e.code for e in events if e.status == C.FAIL], iteration, send)
         ev = self._rolling(iteration)
         if ev is not None:
             send("events", [ev.to_dict()])
@@ -185,6 +182,21 @@ class LearnerWatch:
         if self.stop_reason is not None:
             values["stopped_by"] = self.stop_reason
         return values
+
+    def after_lines(self, result: dict, values: dict, iteration: int, new_lines: list[str], send: Any) -> None:
+        """The guard for a FAIL in the hub's new log lines (a runner's, the monitor's):
+        ``on_fail`` acts on the iteration that brought it, as on the learner's own."""
+        self._guard_fails([m.group(1) for line in new_lines for m in [_FAIL_LINE.search(line)] if m],
+                          iteration, send)
+        if self.stop_reason is not None:
+            result["done"] = True
+            values["stopped_by"] = self.stop_reason
+
+    def _guard_fails(self, fails: list[str], iteration: int, send: Any) -> None:
+        if fails and self.opts.on_fail != "report" and not self.guard_done:
+            ev = self._guard(fails[0], iteration)
+            if ev is not None:
+                send("events", [ev.to_dict()])
 
     def _rows(self, result: dict, iteration: int) -> list[dict]:
         rows = []
