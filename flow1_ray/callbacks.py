@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -165,13 +166,14 @@ class Flow1Callbacks(RLlibCallback):
         t0, t = time.perf_counter(), self.OPTIONS.get_timeout_s
         iteration = int(result.get("training_iteration", 0))
         return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
-        turn: dict[str, Any] = {"events": [], "learner_rows": []}   # what goes with the one call to the hub
+        send = _Turn(run)
         learner = None
         if self._learner is not None:
             try:
-                learner = self._learner.after_iteration(result, iteration, functools.partial(_send, run, turn))
+                learner = self._learner.after_iteration(result, iteration, send)
             except Exception as e:
                 self._internal_error("on_train_result(learner)", e)
+        turn = send.seal()   # what goes with the one call to the hub; from here on, sent apart
         turn["row"] = {I.ROW_HEAD: _row_head(result, iteration, return_mean), I.ROW_DROPPED: self.metrics_dropped,
                        I.ROW_TAIL: {DRIVER_MS: _ms_since(t0), **_learner_metrics(learner or {})}}
         status, rec, states, lines = self._ask_hub(run, algorithm, t, turn)
@@ -196,7 +198,7 @@ class Flow1Callbacks(RLlibCallback):
         if learner is not None:
             out["learner"] = learner
             try:
-                self._learner.after_lines(result, learner, iteration, lines, functools.partial(_send, run, None))
+                self._learner.after_lines(result, learner, iteration, lines, send)
             except Exception as e:
                 self._internal_error("on_train_result(learner)", e)
         out["driver_ms"] = _ms_since(t0)
@@ -304,15 +306,36 @@ def _algorithm_in_setup() -> Any:
     return None
 
 
-def _send(run: Any, turn: dict | None, kind: str, payload: Any) -> Any:
-    """Deliver learner-side output to the run's Recorder: events and rows into ``turn`` (they
-    go with the hook's one call to the hub) or, without one, fire-and-forget (dropped when the
-    hub is behind); a snapshot waited for (its path goes in the event)."""
+class _Turn:
+    """The learner's ``send`` for one iteration: its events and rows go with the hook's one
+    call to the hub until :meth:`seal` takes them; after that (the on_fail guard read from the
+    hub's answer, a live what-if's thread minutes later) they are sent on their own."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.kept: dict[str, list] = {"events": [], "learner_rows": []}
+        self.open = True
+        self.lock = threading.Lock()
+
+    def __call__(self, kind: str, payload: Any) -> Any:
+        if kind in self.kept:
+            with self.lock:
+                if self.open:
+                    self.kept[kind].extend(payload)
+                    return None
+        return _send(self.run, kind, payload)
+
+    def seal(self) -> dict[str, Any]:
+        with self.lock:
+            self.open = False
+            return dict(self.kept)
+
+
+def _send(run: Any, kind: str, payload: Any) -> Any:
+    """Deliver learner-side output to the run's Recorder: events and rows fire-and-forget
+    (dropped when the hub is behind), a snapshot waited for (its path goes in the event)."""
     import ray
 
-    if turn is not None and kind in ("events", "learner_rows"):
-        turn[kind].extend(payload)
-        return None
     hub = run.hub
     try:
         if kind == "events":
