@@ -166,6 +166,18 @@ class Flow1Callbacks(RLlibCallback):
         t0, t = time.perf_counter(), self.OPTIONS.get_timeout_s
         iteration = int(result.get("training_iteration", 0))
         return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
+        # what the learner rules read of this iteration before the hub answers: the replay
+        # buffer, measured here where it lives (REPLAY_MEMORY)
+        early: dict[str, Any] = {}
+        result[RESULT_KEY] = early
+        try:
+            from .driver.replay_footprint import replay_footprint
+
+            replay = replay_footprint(algorithm)
+            if replay is not None:
+                early["replay"] = replay
+        except Exception as e:
+            self._internal_error("on_train_result(replay)", e)
         send = _Turn(run)
         learner = None
         if self._learner is not None:
@@ -180,15 +192,7 @@ class Flow1Callbacks(RLlibCallback):
         if self.OPTIONS.print_events:
             for line in lines:
                 print(line, flush=True)
-        out = result[RESULT_KEY] = self._section(run, status, rec, states)
-        try:  # DQN's and SAC's buffer lives in this process: its size against the memory left (REPLAY_MEMORY)
-            from .driver.replay_footprint import replay_footprint
-
-            replay = replay_footprint(algorithm)
-            if replay is not None:
-                out["replay"] = replay
-        except Exception as e:
-            self._internal_error("on_train_result(replay)", e)
+        out = result[RESULT_KEY] = {**self._section(run, status, rec, states), **early}
         run.after_iteration(iteration, return_mean)
         if self._no_samples is not None:
             found = self._no_samples.add(result, iteration, rec.get("sampling"))
