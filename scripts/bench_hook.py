@@ -60,7 +60,9 @@ def child(a: argparse.Namespace) -> int:
 
 def run_arm(tree: str, a: argparse.Namespace) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, os.path.join(ROOT, "scripts")])}
-    subprocess.run(["ray", "stop", "--force"], capture_output=True)
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")   # a leftover local Ray of the last arm
+    if os.path.exists(ray_cli):
+        subprocess.run([ray_cli, "stop", "--force"], capture_output=True)
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--preset", a.preset,
                         "--iterations", str(a.iterations), "--skip", str(a.skip), "--seed", str(a.seed)],
                        capture_output=True, text=True, env=env, cwd=tree, timeout=1800)
