@@ -181,9 +181,10 @@ class HubCore:
         out: dict[str, Any] = {"status": self.full_status(), "rec": self.status(), "lines": (lines, cursor)}
         if self.states is not None:
             out["states"] = self.states.status()
-        if turn.get("row") is not None:   # a clusterer of its own: the counts the driver last had of it
-            self.recorder.add_metrics(iteration_row(turn["row"], out["status"], out["rec"],
-                                                    out.get("states", turn.get("states") or {})))
+        if turn.get("row") is not None:
+            # the clusterer's counts: this hub's, else (a clusterer of its own) the driver's last of it
+            states = out.get("states", turn.get("states") or {})
+            self.recorder.add_metrics(iteration_row(turn["row"], out["status"], out["rec"], states))
         return out
 
     def full_status(self) -> dict:
