@@ -5,9 +5,13 @@ mini-batch step on a new 20k batch) against a full scikit-learn refit per snapsh
 refit inside a forward hook, on every batch, costs); and analyze_state_actions against a
 bare scikit-learn KMeans fit of the same data (20 Lloyd iterations): the overhead of flow1's own layer.
 (b) GPU (``--gpu``; needs CUDA): n=1M, d=64, k=256, torch-CUDA against scikit-learn, and
-the time per Lloyd iteration against the FLOP floor 2*n*k*d / peak. Imports no Ray.
+the time per Lloyd iteration against the FLOP floor 2*n*k*d / peak; then the crossover at the
+live clusterer's shape, measured size by size, and what the clusterer's router
+(``clustering/crossover.py``) learns from its own timed fits over the same sizes, with its
+regret (its engine's time / the faster one's) at each. Imports no Ray.
 
     python scripts/bench_kmeans.py [--reps 3] [--gpu] [--peak-tflops 67]
+    python scripts/bench_kmeans.py --crossover-cpu   # the crossover with torch on the CPU
 """
 
 from __future__ import annotations
@@ -100,20 +104,45 @@ def gpu(reps: int, peak_tflops: float) -> None:
 
 
 def crossover(tk, reps: int) -> None:
-    """Where torch-CUDA starts to beat scikit-learn at the live clusterer's shape (k=30,
-    d=16, 20 Lloyd iterations): below that size the CPU path is the faster one."""
-    import torch
+    """Where the accelerated engine starts to beat scikit-learn at the live clusterer's shape
+    (k=30, d=16, 20 Lloyd iterations; scikit-learn on one thread, as the clusterer actor
+    limits it): measured size by size, then what the live clusterer's router
+    (:class:`CrossoverKMeans`) learns from its own timed calls over the same sizes."""
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
 
-    k, d, first = 30, 16, None
-    for n in (1_000, 4_000, 16_000, 64_000, 256_000):
-        x = blobs(n, d, k, seed=2)
-        t_gpu = timed(lambda: (tk.fit(x, k, max_iter=20), torch.cuda.synchronize()), reps)
-        t_cpu = timed(lambda: KMeans(k, n_init=1, max_iter=20, random_state=0, tol=0.0).fit(x), reps)
-        if first is None and t_gpu < t_cpu:
-            first = n
-        print(f"    crossover k={k} d={d} n={n}: torch-CUDA {t_gpu * 1e3:.1f} ms, scikit-learn {t_cpu * 1e3:.1f} ms")
-    print(f"    torch-CUDA is faster from n={first} rows" if first else "    scikit-learn faster at every size tried")
+    from flow1_ray.clustering.backends import SklearnKMeans
+    from flow1_ray.clustering.crossover import CrossoverKMeans
+
+    k, d, first, sizes = 30, 16, None, (1_000, 4_000, 16_000, 64_000, 256_000)
+    faster = {}
+    with threadpool_limits(limits=1):
+        for n in sizes:
+            x = blobs(n, d, k, seed=2)
+            t_gpu = timed(lambda: (tk.fit(x, k, max_iter=20), sync(tk)), reps)
+            t_cpu = timed(lambda: KMeans(k, n_init=1, max_iter=20, random_state=0, tol=0.0).fit(x), reps)
+            faster[n] = (t_gpu, t_cpu)
+            if first is None and t_gpu < t_cpu:
+                first = n
+            print(f"    crossover k={k} d={d} n={n}: torch-{tk.device.type} {t_gpu * 1e3:.1f} ms, "
+                  f"scikit-learn (1 thread) {t_cpu * 1e3:.1f} ms")
+        print(f"    torch-{tk.device.type} is faster from n={first} rows" if first
+              else "    scikit-learn faster at every size tried")
+        router = CrossoverKMeans(tk, SklearnKMeans())
+        for _ in range(4):
+            for n in sizes:
+                router.fit(blobs(n, d, k, seed=3), k, max_iter=20)
+        # the router's regret at each size: its engine's time measured above / the faster one's
+        regret = [faster[n][0 if router.preferred("fit", float(n * k * d)) is tk else 1] / min(faster[n])
+                  for n in sizes]
+        print(f"    the router after {sum(router.chosen.values())} timed fits: {router.status()['crossover']['fit']}; "
+              f"its engine's time / the faster's, size by size: {', '.join(f'{r:.2f}' for r in regret)}")
+
+
+def sync(tk) -> None:
+    if tk.device.type == "cuda":
+        import torch
+        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -122,7 +151,20 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--gpu-only", action="store_true", help="skip (a): for machines without gymnasium")
     ap.add_argument("--peak-tflops", type=float, default=67.0, help="fp32 peak of the GPU (H200: 67)")
+    ap.add_argument("--crossover-cpu", action="store_true",
+                    help="only the crossover, torch on the CPU (one thread) against scikit-learn: "
+                         "the router's test where no GPU is")
     a = ap.parse_args()
+    if a.crossover_cpu:
+        import torch
+
+        from flow1_ray.clustering.backends import TorchKMeans
+
+        torch.set_num_threads(1)
+        tk = TorchKMeans("cpu")
+        tk.fit(blobs(4_000, 16, 30), 30, max_iter=2)  # warm-up
+        crossover(tk, a.reps)
+        return
     if not a.gpu_only:
         cpu(a.reps)
     if a.gpu or a.gpu_only:

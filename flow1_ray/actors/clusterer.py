@@ -29,6 +29,7 @@ from ..checks.state_action import (Snapshot, StateActionThresholds, cluster_mean
                                    verdicts, warn_codes)
 from ..checks.thresholds import DEFAULT
 from ..clustering.backends import TorchKMeans, resolve_backend
+from ..clustering.crossover import CrossoverKMeans, choose_engine
 from ..clustering.cadence import SnapshotBudget
 from ..clustering.describe import Feature
 from ..clustering.frames import FRAME_BANK, FrameBank, nearest
@@ -82,6 +83,7 @@ class ClustererCore:
             raise ValueError(f"n_clusters must be >= 1, got {n_clusters}")
         self.module = module
         self.n_clusters = n_clusters
+        self.requested = backend
         self.backend = resolve_backend(backend)
         self.device = device
         self.th = DEFAULT.with_overrides(thresholds).family(StateActionThresholds)
@@ -171,7 +173,7 @@ class ClustererCore:
             x, policy, a, failed = rows[:, :-4], rows[:, -4:-2], rows[:, -2].astype(np.int64), rows[:, -1]
             if self.km is None or (self.km.k < self.n_clusters and len(x) >= self.n_clusters):
                 # the first window had fewer states than clusters: start again at full size
-                engine = TorchKMeans(self.device) if self.backend == "torch" else self.backend
+                engine = choose_engine(self.requested, self.backend, self.device)
                 self.km = StreamingKMeans(min(self.n_clusters, len(x)), backend=engine, seed=self.seed,
                                           reservoir=RESERVOIR_ROWS, standardize=True)
             km = self.km
@@ -225,7 +227,9 @@ class ClustererCore:
         with self._lock:
             return {"received": self.received, "window": len(self.window), "snapshots": self.snapshots,
                     "rejected": self.rejected, "nonfinite": self.nonfinite, "backend": self.backend, "last_compute_s": self.last_compute_s,
-                    "refits": self.km.refits if self.km is not None else 0}
+                    "refits": self.km.refits if self.km is not None else 0,
+                    **({"routing": self.km.backend.status()} if isinstance(getattr(self.km, "backend", None),
+                                                                           CrossoverKMeans) else {})}
 
 
 class StatesService:
@@ -426,8 +430,11 @@ def _warm_up(backend: str) -> None:
         if backend == "sklearn":
             import sklearn.cluster  # noqa: F401
             import sklearn.metrics  # noqa: F401
-        elif backend == "torch":
-            import torch  # noqa: F401
+        elif backend in ("torch", "cuml"):  # the device's context and kernels, and the CPU engine
+            import sklearn.cluster  # noqa: F401
+            import sklearn.metrics  # noqa: F401
+
+            TorchKMeans().fit(np.random.default_rng(0).random((256, 4), np.float32), 2, max_iter=1)
     except Exception:  # the first snapshot will say what is wrong
         pass
 
