@@ -41,12 +41,14 @@ class CostModel:
     def __init__(self) -> None:
         self.calls: deque[tuple[float, float]] = deque(maxlen=HISTORY)
         self.first: tuple[float, float] | None = None
+        self._fitted: tuple[float, float] | None = None   # (a, b) until the next call is added
 
     def add(self, work: float, seconds: float) -> None:
         if self.first is None:
             self.first = (float(work), float(seconds))
         else:
             self.calls.append((float(work), float(seconds)))
+            self._fitted = None
 
     @property
     def tries(self) -> int:
@@ -57,6 +59,11 @@ class CostModel:
         return len(self.calls)
 
     def coefficients(self) -> tuple[float, float]:
+        if self._fitted is None:
+            self._fitted = self._fit()
+        return self._fitted
+
+    def _fit(self) -> tuple[float, float]:
         w = np.array([c[0] for c in self.calls])
         t = np.array([c[1] for c in self.calls])
         if len(w) == 0:
