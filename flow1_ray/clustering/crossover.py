@@ -15,11 +15,14 @@ engine that raises (out of memory, a lost device) hands the call to the CPU; aft
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from typing import Any
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 #: the calls per operation and engine remembered for the fit of its time
 HISTORY = 16
@@ -138,6 +141,9 @@ class CrossoverKMeans:
                 raise
             self.failures += 1
             self.last_failure = f"{type(e).__name__}: {e}"[:300]
+            if self.failures == MAX_FAILURES:
+                logger.warning("flow1: the clusterer leaves %s after %d failures (the last: %s); "
+                               "scikit-learn clusters from now on", self.fast.name, self.failures, self.last_failure)
             engine, t0 = self.cpu, time.perf_counter()
             out = call(engine)
         seconds = time.perf_counter() - t0
