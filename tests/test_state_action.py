@@ -152,6 +152,19 @@ def test_seeding_from_a_subsample_keeps_the_inertia_of_sklearn():
     assert abs(tk.inertia - sk.inertia) / sk.inertia < 0.02, (tk.inertia, sk.inertia)
 
 
+def test_seeding_never_reads_a_value_back_from_the_device():
+    """k-means++ on the ``meta`` device (tensors with shapes and no values: any ``.item()``,
+    ``float()`` or copy to the host raises) runs all its k steps: the seeding queues its
+    work on a GPU without waiting for it (each wait was a sync per step)."""
+    import torch
+
+    tk = TorchKMeans("meta")
+    x = torch.empty((5_000, 8), device="meta")
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    c = tk.seed(x, (x * x).sum(1), 40, gen)
+    assert c.shape == (40, 8) and c.device.type == "meta"
+
+
 def test_auto_backend_without_gpu_is_sklearn():
     import torch
     if torch.cuda.is_available():

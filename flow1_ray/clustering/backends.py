@@ -131,26 +131,30 @@ class TorchKMeans:
     def _kmeanspp(self, x: Any, x2: Any, k: int, gen: Any) -> Any:
         """Greedy k-means++ (as scikit-learn does it): at each step draw 2 + log(k)
         candidates by D^2 sampling and keep the one that lowers the potential most; plain
-        k-means++ with one draw often seeds two centres in one blob."""
+        k-means++ with one draw often seeds two centres in one blob. The k steps run on the
+        device without a sync: every step's random numbers are drawn on the host and copied
+        in one go, the draw is an inverse CDF of the running potential (``searchsorted``),
+        a uniform draw where the potential is zero, and the best candidate is picked by
+        ``index_select``, never read back (each ``.item()`` or host copy waits for the
+        device's queue: ~2k waits a seeding before)."""
         torch = self.torch
         n = x.shape[0]
         trials = 2 + int(np.log(k))
-        idx = torch.randint(n, (1,), generator=gen).item()
-        centers = [x[idx]]
-        closest = self._sqdist(x, x[idx:idx + 1], x2)[:, 0]
-        for _ in range(1, k):
-            total = closest.sum()
-            if total <= 0:
-                cand = torch.randint(n, (trials,), generator=gen).to(x.device)
-            else:  # D^2 sampling on the device: inverse CDF of the running potential
-                cdf = closest.double().cumsum(0)
-                u = torch.rand(trials, generator=gen, dtype=torch.float64).to(x.device) * cdf[-1]
-                cand = torch.searchsorted(cdf, u).clamp_max_(n - 1)
-            d = torch.minimum(closest[:, None], self._sqdist(x, x[cand], x2))  # (n, trials)
-            best = int(d.sum(0).argmin())
-            closest = d[:, best]
-            centers.append(x[cand[best]])
-        return torch.stack(centers)
+        uniform = torch.rand((k, trials), generator=gen, dtype=torch.float64).to(x.device)
+        fallback = torch.randint(n, (k, trials), generator=gen).to(x.device)
+        first = fallback[0, :1]
+        centers = [x.index_select(0, first)]
+        closest = self._sqdist(x, centers[0], x2)[:, 0]
+        for i in range(1, k):
+            cdf = closest.double().cumsum(0)
+            total = cdf[-1]
+            drawn = torch.searchsorted(cdf, uniform[i] * total).clamp_max_(n - 1)
+            cand = torch.where(total > 0, drawn, fallback[i])
+            d = torch.minimum(closest[:, None], self._sqdist(x, x.index_select(0, cand), x2))  # (n, trials)
+            best = d.sum(0).argmin().view(1)
+            closest = d.index_select(1, best)[:, 0]
+            centers.append(x.index_select(0, cand.index_select(0, best)))
+        return torch.cat(centers)
 
     def seed(self, x: Any, x2: Any, k: int, gen: Any) -> Any:
         """k-means++ on a random subsample (all rows when there are few): the seeding's k
