@@ -121,11 +121,13 @@ def crossover(tk, reps: int) -> None:
             x = blobs(n, d, k, seed=2)
             t_gpu = timed(lambda: (tk.fit(x, k, max_iter=20), sync(tk)), reps)
             t_cpu = timed(lambda: KMeans(k, n_init=1, max_iter=20, random_state=0, tol=0.0).fit(x), reps)
+            steps = (tk.fit(x, k, max_iter=20).iterations,
+                     KMeans(k, n_init=1, max_iter=20, random_state=0, tol=0.0).fit(x).n_iter_)
             faster[n] = (t_gpu, t_cpu)
             if first is None and t_gpu < t_cpu:
                 first = n
-            print(f"    crossover k={k} d={d} n={n}: torch-{tk.device.type} {t_gpu * 1e3:.1f} ms, "
-                  f"scikit-learn (1 thread) {t_cpu * 1e3:.1f} ms")
+            print(f"    crossover k={k} d={d} n={n}: torch-{tk.device.type} {t_gpu * 1e3:.1f} ms ({steps[0]} Lloyd "
+                  f"steps), scikit-learn (1 thread) {t_cpu * 1e3:.1f} ms ({steps[1]} steps)")
         print(f"    torch-{tk.device.type} is faster from n={first} rows" if first
               else "    scikit-learn faster at every size tried")
         router = CrossoverKMeans(tk, SklearnKMeans())

@@ -152,10 +152,11 @@ def test_seeding_from_a_subsample_keeps_the_inertia_of_sklearn():
     assert abs(tk.inertia - sk.inertia) / sk.inertia < 0.02, (tk.inertia, sk.inertia)
 
 
-def test_seeding_never_reads_a_value_back_from_the_device():
-    """k-means++ on the ``meta`` device (tensors with shapes and no values: any ``.item()``,
-    ``float()`` or copy to the host raises) runs all its k steps: the seeding queues its
-    work on a GPU without waiting for it (each wait was a sync per step)."""
+def test_seeding_and_lloyd_steps_never_read_a_value_back_from_the_device():
+    """k-means++ and a Lloyd step on the ``meta`` device (tensors with shapes and no values:
+    any ``.item()``, ``float()``, ``bincount`` or boolean-mask index raises) run: they queue
+    their work on a GPU without waiting for it (each wait was a sync; the fit reads back one
+    number per Lloyd step, its convergence test)."""
     import torch
 
     tk = TorchKMeans("meta")
@@ -163,6 +164,8 @@ def test_seeding_never_reads_a_value_back_from_the_device():
     gen = torch.Generator(device="cpu").manual_seed(0)
     c = tk.seed(x, (x * x).sum(1), 40, gen)
     assert c.shape == (40, 8) and c.device.type == "meta"
+    new, shift = tk.lloyd_step(x, c, torch.ones(5_000, device="meta"))   # a Lloyd step, likewise
+    assert new.shape == (40, 8) and shift.shape == ()
 
 
 def test_auto_backend_without_gpu_is_sklearn():
