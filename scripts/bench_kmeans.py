@@ -93,8 +93,19 @@ def gpu(reps: int, peak_tflops: float) -> None:
     t_sk = timed(lambda: sk.fit(x), 1)
     res = tk.fit(x, k, max_iter=20)
     gap = (res.inertia - sk.inertia_) / sk.inertia_
-    print(f"    correctness: torch-CUDA inertia {res.inertia:.4g} vs scikit-learn {sk.inertia_:.4g} "
-          f"({gap:+.2%}; check: within 2 %: {'yes' if abs(gap) <= 0.02 else 'NO'})")
+    print(f"    quality: torch-CUDA inertia {res.inertia:.4g} vs scikit-learn {sk.inertia_:.4g} ({gap:+.2%}; each "
+          f"from its own seeds: one seed's luck moves either by ~10 % on blobs, so this is a reading, not the check)")
+    # the check: 5 Lloyd steps from the same seeds in both; the same algorithm must give the same inertia
+    c0 = tk.seed(xt, x2, k, torch.Generator(device="cpu").manual_seed(1))
+    ones = torch.ones(n, dtype=torch.float64, device=xt.device)
+    c = c0
+    for _ in range(5):
+        c, _shift = tk.lloyd_step(xt, c, ones)
+    ours = float(tk.nearest(xt, c, x2)[1].double().sum())
+    ref = KMeans(k, init=c0.cpu().numpy(), n_init=1, max_iter=5, tol=0.0).fit(x)
+    same = (ours - ref.inertia_) / ref.inertia_
+    print(f"    correctness: 5 Lloyd steps from the same seeds, torch-CUDA {ours:.6g} vs scikit-learn {ref.inertia_:.6g} "
+          f"({same:+.3%}; check: within 0.5 %: {'yes' if abs(same) <= 0.005 else 'NO'})")
     print(f"(b) GPU {torch.cuda.get_device_name()} n={n} d={d} k={k}: torch-CUDA fit {t_torch:.2f} s vs "
           f"scikit-learn {t_sk:.1f} s -> {t_sk / t_torch:.0f}x (goal >= 20x); one Lloyd assignment "
           f"{t_iter * 1e3:.2f} ms vs FLOP floor {floor * 1e3:.3f} ms at {peak_tflops:g} TFLOP/s -> "
