@@ -171,7 +171,7 @@ class CrossoverKMeans:
         (af, bf), (ac, bc) = fast.coefficients(), cpu.coefficients()
         small = self.fast.name if af <= ac else self.cpu.name
         large = self.fast.name if (bf, af) <= (bc, ac) else self.cpu.name
-        if small == large or bf == bc:
+        if small == large:
             return {"rows": None, "below": small, "above": small}
         rows = (af - ac) / (bc - bf) / float(np.prod(self._last_shape))
         return {"rows": int(round(rows)), "below": small, "above": large}
