@@ -65,6 +65,22 @@ def test_the_slower_engine_is_tried_again_only_when_it_is_not_hopeless():
     assert all(router.pick("fit", far) is router.fast for _ in range(2 * X.EXPLORE_EVERY))
 
 
+def test_a_fit_is_not_tried_on_an_engine_whose_assignments_alone_are_hopeless():
+    """The CPU's fit not yet measured, its assignments are: at 50,000 rows one assignment
+    (0.1 ms + 1 ns per row x k x d: 24 ms) is more than EXPLORE_CAP times the GPU's measured
+    Lloyd step (5 ms), so the fit stays on the GPU; at 1,000 rows (0.58 ms) the CPU is tried."""
+    router = CrossoverKMeans(TorchKMeans("cpu"), SklearnKMeans())
+    _measured(router, "assign", fast=(1e-3, 1e-12), cpu=(1e-4, 1e-9))
+    for _ in range(X.MIN_TRIES + 1):
+        router._model(router.fast, "fit").add(1e5, 5e-3)
+    assert router.pick("fit", 50_000 * 480) is router.fast
+    assert router.pick("fit", 1_000 * 480) is router.cpu
+    router2 = CrossoverKMeans(TorchKMeans("cpu"), SklearnKMeans())   # no assignment measured: tried
+    for _ in range(X.MIN_TRIES + 1):
+        router2._model(router2.fast, "fit").add(1e5, 5e-3)
+    assert router2.pick("fit", 50_000 * 480) is router2.cpu
+
+
 def test_both_engines_cluster_a_live_stream_and_the_router_says_what_it_measured():
     """Real engines under the streaming layer: each is tried on the first calls of each
     operation, every answer is a real clustering (inertia within 2 % of scikit-learn's own

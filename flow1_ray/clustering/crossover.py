@@ -7,8 +7,9 @@ GPU. Where the two cross depends on the GPU, the CPU, k and the state's width, s
 threshold is measured where the clusterer runs, not fixed: every call is timed, each engine's
 time per operation is fitted as ``a + b * n * k * d`` over its last calls, and a call goes to
 the engine predicted faster at its size. Each engine is tried on the first calls of each
-operation, and the slower one again every ``EXPLORE_EVERY`` calls when its predicted time is
-within ``EXPLORE_CAP`` of the faster's (a hopeless one is not re-tried at full cost). A GPU
+operation (not on a fit whose Lloyd steps its own assignments show to be hopeless), and the
+slower one again every ``EXPLORE_EVERY`` calls when its predicted time is within
+``EXPLORE_CAP`` of the faster's (a hopeless one is not re-tried at full cost). A GPU
 engine that raises (out of memory, a lost device) hands the call to the CPU; after
 ``MAX_FAILURES`` it is no longer used, and :meth:`status` says why.
 """
@@ -122,12 +123,24 @@ class CrossoverKMeans:
         n = self._calls[op] = self._calls.get(op, 0) + 1
         best = self.preferred(op, work)
         if best is None:
-            return self.fast if fast.tries <= cpu.tries else self.cpu
+            first = self.fast if fast.tries <= cpu.tries else self.cpu
+            second = self.cpu if first is self.fast else self.fast
+            return second if op == "fit" and self._hopeless_fit(first, second, work) else first
         other = self.cpu if best is self.fast else self.fast
         t_best, t_other = self._model(best, op).predict(work), self._model(other, op).predict(work)
         if n % EXPLORE_EVERY == 0 and t_other <= EXPLORE_CAP * max(t_best, 1e-6):
             return other
         return best
+
+    def _hopeless_fit(self, engine: Any, other: Any, work: float) -> bool:
+        """Whether trying ``engine`` on a fit would be a waste: a Lloyd step costs at least
+        one assignment, and ``engine``'s measured assignments at this size already take
+        ``EXPLORE_CAP`` times ``other``'s measured Lloyd step (a 50,000-row refit on one CPU
+        core, seconds, beside a GPU's milliseconds)."""
+        assign, step = self.models.get((engine.name, "assign")), self.models.get((other.name, "fit"))
+        if not assign or len(assign) < MIN_TRIES or not step or len(step) < 1:
+            return False
+        return assign.predict(work) > EXPLORE_CAP * step.predict(work)
 
     def _run(self, op: str, x: np.ndarray, k: int, call: Any) -> Any:
         work = _work(x, k)
