@@ -28,6 +28,16 @@ per-round ratios attached / detached and detached-again / detached, with a 95 % 
 interval, and the ratio of totals. Each block's flow1 runner time and tracer calls are read
 around it: a detached block must show none (printed, and the run fails otherwise).
 
+Each block's CPU is read too (the runners, the driver with its local Learner, flow1's actors:
+``bench_throughput.process_cpu``, read outside the timed window). The wall-clock ratio swings
+with whatever else the machine's two cores do in that block; CPU per env step does not, and
+on a machine the run fills it is what throughput pays. Two CPU figures per round, as
+throughput ratios (CPU per step detached / attached): with the actors' CPU counted in every
+block (what attaching costs, the actors' work spilling into the next block landing on both
+detached arms alike), and with the detached blocks' actor CPU taken out (all of flow1 against
+a run without its actors: an upper bound, since the actors' idle work is charged to the
+attached arm only).
+
 What stays on in every block, and so is not in the ratio: flow1's actors (hub, recorder,
 node probe, clusterer: their work is asynchronous, what an attached block asks of them may
 run during the next block), each runner's liveness watchdog thread and the driver's watchdog
@@ -174,6 +184,7 @@ def main() -> int:
              logging_level=logging.ERROR)
     algo = bt.build(Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False), a.preset, a.seed)
     rates: dict[str, list[float]] = {n: [] for n in ARMS}
+    cpus: dict[str, list[tuple[float, float]]] = {n: [] for n in ARMS}   # (all, flow1 actors) s per step
     totals = {n: [0, 0.0] for n in ARMS}   # steps, seconds
     leaks: list[str] = []
     try:
@@ -186,10 +197,14 @@ def main() -> int:
             for arm in ORDERS[r % len(ORDERS)]:
                 toggle.set(arm == "attached")
                 own0, traced0 = toggle.flow1_s(), toggle.tracer_calls()
+                c0 = bt.process_cpu()
                 steps, t0 = 0, time.perf_counter()
                 for _ in range(a.block):
                     steps += int(algo.train()["env_runners"]["num_env_steps_sampled"])
                 dt = time.perf_counter() - t0
+                c1 = bt.process_cpu()
+                used = {k: c1[k] - c0[k] for k in c1}
+                cpus[arm].append((sum(used.values()) / max(1, steps), used["flow1 actors"] / max(1, steps)))
                 own, traced = toggle.flow1_s() - own0, toggle.tracer_calls() - traced0
                 if (arm != "attached" or "runners" not in parts) and own > 0 or (
                         (arm != "attached" or "tracing" not in parts) and traced > 0):
@@ -200,6 +215,7 @@ def main() -> int:
                 totals[arm][1] += dt
                 steps_all += steps
                 print(f"round {r + 1:2d} {arm:15s} {steps / dt:8.0f} steps/s  ({steps} steps, {dt:.2f} s; "
+                      f"CPU {cpus[arm][-1][0] * 1e6:.0f} ms per 1,000 steps, actors {cpus[arm][-1][1] * 1e6:.1f}; "
                       f"flow1 in runners {own * 1e3:.1f} ms, tracer calls {traced})", flush=True)
         cpu1 = bt.process_cpu()
     finally:
@@ -214,6 +230,15 @@ def main() -> int:
         total = (totals[arm][0] / totals[arm][1]) / (totals["detached"][0] / totals["detached"][1])
         print(f"  {arm:15s} / detached: median {statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f}), "
               f"totals {total:.3f}; rounds {', '.join(f'{x:.3f}' for x in ratios)}")
+    for arm in ARMS[::2]:
+        ratios = [d[0] / x[0] for x, d in zip(cpus[arm], cpus["detached"])]
+        lo, hi = bt.ci_of_median(ratios)
+        print(f"  CPU per step, {arm} / detached as throughput (detached / {arm}): median "
+              f"{statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f})")
+    ratios = [(d[0] - d[1]) / x[0] for x, d in zip(cpus["attached"], cpus["detached"])]
+    lo, hi = bt.ci_of_median(ratios)
+    print(f"  CPU per step, all of flow1 (the detached blocks without their actors' CPU): median "
+          f"{statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f})")
     print("  CPU over the whole timed run, ms per 1,000 env steps: " + ", ".join(
         f"{k} {(cpu1[k] - cpu0[k]) * 1e6 / max(1, steps_all):.1f}" for k in cpu1))
     if leaks:
