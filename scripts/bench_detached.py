@@ -46,14 +46,21 @@ whole timed run is printed apart, in ms per 1,000 env steps, beside the runners'
 driver's: an upper bound on what they add to the ratio's figure on a machine whose cores the
 run fills.
 
+``--json PATH`` keeps every block (steps, seconds, CPU) with the run's set-up; ``--pool A.json
+B.json ...`` prints the same figures over the rounds of several such runs of one preset and
+block, without running anything: on this machine an interval narrow enough to tell 0.97 from
+0.99 takes more rounds than one run's time.
+
     .venv/bin/python scripts/bench_detached.py --preset hopper [--rounds 36] [--block 2]
-        [--parts runners,hook,tracing]
+        [--parts runners,hook,tracing] [--json run.json]
+    .venv/bin/python scripts/bench_detached.py --pool run1.json run2.json
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import logging
 import os
 import statistics
@@ -159,6 +166,60 @@ class Toggle:
         return int(self.tracer.calls) if self.tracer is not None else 0
 
 
+def summarize(runs: list[list[dict]]) -> None:
+    """Print the per-round ratios' medians with 95 % bootstrap intervals over the rounds of
+    ``runs`` (each a list of blocks), wall clock and CPU per step, and the ratio of totals."""
+    rounds = [{b["arm"]: b for b in blocks if b["round"] == r}
+              for blocks in runs for r in sorted({b["round"] for b in blocks})]
+    rounds = [r for r in rounds if set(r) == set(ARMS)]   # a run cut off mid-round leaves a partial one
+    if not rounds:
+        print("  no complete round")
+        return
+    rate = lambda b: b["steps"] / b["s"]                  # noqa: E731
+    cpu = lambda b: b["cpu_s"] / max(1, b["steps"])       # noqa: E731
+
+    def line(label: str, ratios: list[float], extra: str = "") -> None:
+        lo, hi = bt.ci_of_median(ratios)
+        print(f"  {label}: median {statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f}){extra}")
+
+    for arm in ARMS[::2]:
+        steps = {n: sum(r[n]["steps"] for r in rounds) for n in (arm, "detached")}
+        secs = {n: sum(r[n]["s"] for r in rounds) for n in (arm, "detached")}
+        total = (steps[arm] / secs[arm]) / (steps["detached"] / secs["detached"])
+        ratios = [rate(r[arm]) / rate(r["detached"]) for r in rounds]
+        line(f"{arm:15s} / detached", ratios, f", totals {total:.3f}; {len(rounds)} rounds "
+             + ", ".join(f"{x:.3f}" for x in ratios))
+    for arm in ARMS[::2]:
+        line(f"CPU per step, {arm} / detached as throughput (detached / {arm})",
+             [cpu(r["detached"]) / cpu(r[arm]) for r in rounds])
+    line("CPU per step, all of flow1 (the detached blocks without their actors' CPU)",
+         [(r["detached"]["cpu_s"] - r["detached"]["actors_s"]) / max(1, r["detached"]["steps"]) / cpu(r["attached"])
+          for r in rounds])
+
+
+def pool(paths: list[str]) -> int:
+    """``--pool``: the figures over several ``--json`` runs of one preset, block and parts."""
+    runs, setups = [], set()
+    for path in paths:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+            setups.add((d["preset"], d["block"], tuple(d["parts"])))
+            runs.append(list(d["blocks"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"bench_detached: --pool {path}: expected a --json run, {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+    if len(setups) != 1:
+        print(f"bench_detached: --pool: expected runs of one preset, block and parts, got {sorted(setups)}",
+              file=sys.stderr)
+        return 2
+    preset, block, parts = setups.pop()
+    print(f"preset {preset}: {len(runs)} runs of {block} train() iterations per arm and round pooled, "
+          f"flow1 attached ({', '.join(parts)}) and detached between blocks")
+    summarize(runs)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="hopper", choices=sorted(bt.PRESETS))
@@ -170,7 +231,12 @@ def main() -> int:
     ap.add_argument("--parts", default=",".join(PARTS),
                     help="what the attached arm attaches: runners (the EnvRunners' wrappers), hook (the driver's "
                          "on_train_result), tracing (the Learner's); the rest stays detached in every arm")
+    ap.add_argument("--json", metavar="PATH", help="write every block (steps, seconds, CPU) and the set-up here")
+    ap.add_argument("--pool", nargs="+", metavar="RUN.json",
+                    help="print the figures over the rounds of these --json runs (one preset and block) and exit")
     a = ap.parse_args()
+    if a.pool:
+        return pool(a.pool)
     parts = set(a.parts.split(","))
     if not parts <= set(PARTS):
         ap.error(f"--parts: expected names among {', '.join(PARTS)}, got {a.parts}")
@@ -183,9 +249,7 @@ def main() -> int:
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
     algo = bt.build(Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False), a.preset, a.seed)
-    rates: dict[str, list[float]] = {n: [] for n in ARMS}
-    cpus: dict[str, list[tuple[float, float]]] = {n: [] for n in ARMS}   # (all, flow1 actors) s per step
-    totals = {n: [0, 0.0] for n in ARMS}   # steps, seconds
+    blocks: list[dict] = []   # one per arm and round: round, arm, steps, s, cpu_s, actors_s
     leaks: list[str] = []
     try:
         bt.warm_up(algo, a)
@@ -204,41 +268,31 @@ def main() -> int:
                 dt = time.perf_counter() - t0
                 c1 = bt.process_cpu()
                 used = {k: c1[k] - c0[k] for k in c1}
-                cpus[arm].append((sum(used.values()) / max(1, steps), used["flow1 actors"] / max(1, steps)))
                 own, traced = toggle.flow1_s() - own0, toggle.tracer_calls() - traced0
                 if (arm != "attached" or "runners" not in parts) and own > 0 or (
                         (arm != "attached" or "tracing" not in parts) and traced > 0):
                     leaks.append(f"round {r + 1} {arm}: flow1 ran {own * 1e3:.1f} ms in the runners, "
                                  f"the tracer ran {traced} times")
-                rates[arm].append(steps / dt)
-                totals[arm][0] += steps
-                totals[arm][1] += dt
+                b = {"round": r, "arm": arm, "steps": steps, "s": dt, "cpu_s": sum(used.values()),
+                     "actors_s": used["flow1 actors"]}
+                blocks.append(b)
                 steps_all += steps
                 print(f"round {r + 1:2d} {arm:15s} {steps / dt:8.0f} steps/s  ({steps} steps, {dt:.2f} s; "
-                      f"CPU {cpus[arm][-1][0] * 1e6:.0f} ms per 1,000 steps, actors {cpus[arm][-1][1] * 1e6:.1f}; "
+                      f"CPU {b['cpu_s'] / max(1, steps) * 1e6:.0f} ms per 1,000 steps, "
+                      f"actors {b['actors_s'] / max(1, steps) * 1e6:.1f}; "
                       f"flow1 in runners {own * 1e3:.1f} ms, tracer calls {traced})", flush=True)
         cpu1 = bt.process_cpu()
     finally:
         algo.stop()
         ray.shutdown()
+    setup = {"preset": a.preset, "block": a.block, "parts": sorted(parts), "seed": a.seed}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({**setup, "blocks": blocks}, f)
     print(f"\npreset {a.preset} ({bt.describe(a.preset)}): {a.rounds} rounds of {a.block} train() iterations "
           f"per arm, one algorithm, flow1 attached ({', '.join(p for p in PARTS if p in parts)}) and detached "
           f"between blocks")
-    for arm in ARMS[::2]:
-        ratios = [x / d for x, d in zip(rates[arm], rates["detached"])]
-        lo, hi = bt.ci_of_median(ratios)
-        total = (totals[arm][0] / totals[arm][1]) / (totals["detached"][0] / totals["detached"][1])
-        print(f"  {arm:15s} / detached: median {statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f}), "
-              f"totals {total:.3f}; rounds {', '.join(f'{x:.3f}' for x in ratios)}")
-    for arm in ARMS[::2]:
-        ratios = [d[0] / x[0] for x, d in zip(cpus[arm], cpus["detached"])]
-        lo, hi = bt.ci_of_median(ratios)
-        print(f"  CPU per step, {arm} / detached as throughput (detached / {arm}): median "
-              f"{statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f})")
-    ratios = [(d[0] - d[1]) / x[0] for x, d in zip(cpus["attached"], cpus["detached"])]
-    lo, hi = bt.ci_of_median(ratios)
-    print(f"  CPU per step, all of flow1 (the detached blocks without their actors' CPU): median "
-          f"{statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f})")
+    summarize([blocks])
     print("  CPU over the whole timed run, ms per 1,000 env steps: " + ", ".join(
         f"{k} {(cpu1[k] - cpu0[k]) * 1e6 / max(1, steps_all):.1f}" for k in cpu1))
     if leaks:
