@@ -25,7 +25,9 @@ method's spread when nothing differs), each round in the next of the six orders 
 leaves to its flow1 actors lands on both detached arms alike), over ``--rounds`` (a multiple
 of 6 keeps that balance); each block's rate is env steps sampled per second of wall time. The figures are the median of the
 per-round ratios attached / detached and detached-again / detached, with a 95 % bootstrap
-interval, and the ratio of totals. Each block's flow1 runner time and tracer calls are read
+interval, and the ratio of totals; and the geometric means of the per-round ratios, attached
+against the detached arm and against both detached arms (their geometric mean: two controls
+per round halve the variance the control adds to a round), with 95 % bootstrap intervals. Each block's flow1 runner time and tracer calls are read
 around it: a detached block must show none (printed, and the run fails otherwise).
 
 Each block's CPU is read too (the runners, the driver with its local Learner, flow1's actors:
@@ -189,6 +191,14 @@ def summarize(runs: list[list[dict]]) -> None:
         ratios = [rate(r[arm]) / rate(r["detached"]) for r in rounds]
         line(f"{arm:15s} / detached", ratios, f", totals {total:.3f}; {len(rounds)} rounds "
              + ", ".join(f"{x:.3f}" for x in ratios))
+    for label, ratios in (("attached / detached", [rate(r["attached"]) / rate(r["detached"]) for r in rounds]),
+                          ("attached / both detached arms",
+                           [rate(r["attached"]) / (rate(r["detached"]) * rate(r["detached-again"])) ** 0.5
+                            for r in rounds]),
+                          ("A/A, detached-again / detached",
+                           [rate(r["detached-again"]) / rate(r["detached"]) for r in rounds])):
+        g, lo, hi = bt.geomean_ci(ratios)
+        print(f"  geometric mean, {label}: {g:.3f} (95 % CI {lo:.3f}-{hi:.3f})")
     for arm in ARMS[::2]:
         line(f"CPU per step, {arm} / detached as throughput (detached / {arm})",
              [cpu(r["detached"]) / cpu(r[arm]) for r in rounds])
