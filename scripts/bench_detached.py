@@ -48,10 +48,11 @@ whole timed run is printed apart, in ms per 1,000 env steps, beside the runners'
 driver's: an upper bound on what they add to the ratio's figure on a machine whose cores the
 run fills.
 
-``--json PATH`` keeps every block (steps, seconds, CPU) with the run's set-up; ``--pool A.json
-B.json ...`` prints the same figures over the rounds of several such runs of one preset and
-block, without running anything: on this machine an interval narrow enough to tell 0.97 from
-0.99 takes more rounds than one run's time.
+``--json PATH`` keeps every block (steps, seconds, CPU) with the run's set-up, written again
+after each round (a run stopped by a time limit keeps its rounds); ``--pool A.json B.json ...``
+prints the same figures over the rounds of several such runs of one preset and block, without
+running anything: on this machine an interval narrow enough to tell 0.97 from 0.99 takes more
+rounds than one run's time.
 
     .venv/bin/python scripts/bench_detached.py --preset hopper [--rounds 36] [--block 2]
         [--parts runners,hook,tracing] [--json run.json]
@@ -260,6 +261,13 @@ def main() -> int:
              logging_level=logging.ERROR)
     algo = bt.build(Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False), a.preset, a.seed)
     blocks: list[dict] = []   # one per arm and round: round, arm, steps, s, cpu_s, actors_s
+    setup = {"preset": a.preset, "block": a.block, "parts": sorted(parts), "seed": a.seed}
+
+    def keep() -> None:   # after every round: a run stopped by a time limit keeps its rounds
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({**setup, "blocks": blocks}, f)
+
     leaks: list[str] = []
     try:
         bt.warm_up(algo, a)
@@ -291,14 +299,11 @@ def main() -> int:
                       f"CPU {b['cpu_s'] / max(1, steps) * 1e6:.0f} ms per 1,000 steps, "
                       f"actors {b['actors_s'] / max(1, steps) * 1e6:.1f}; "
                       f"flow1 in runners {own * 1e3:.1f} ms, tracer calls {traced})", flush=True)
+            keep()
         cpu1 = bt.process_cpu()
     finally:
         algo.stop()
         ray.shutdown()
-    setup = {"preset": a.preset, "block": a.block, "parts": sorted(parts), "seed": a.seed}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({**setup, "blocks": blocks}, f)
     print(f"\npreset {a.preset} ({bt.describe(a.preset)}): {a.rounds} rounds of {a.block} train() iterations "
           f"per arm, one algorithm, flow1 attached ({', '.join(p for p in PARTS if p in parts)}) and detached "
           f"between blocks")
