@@ -40,6 +40,12 @@ detached arms alike), and with the detached blocks' actor CPU taken out (all of 
 a run without its actors: an upper bound, since the actors' idle work is charged to the
 attached arm only).
 
+The actors' CPU per arm is printed too, as a share of one core over the arm's wall time. What
+an attached block asks of them beyond the detached blocks' (the state snapshots the driver
+hook requests, held by ``heatmap_budget`` to a share of one core over the run's wall time)
+lands in the attached blocks, a third of the time: there it weighs about three times what it
+weighs in a run attached throughout, so the attached ratio overstates that part.
+
 What stays on in every block, and so is not in the ratio: flow1's actors (hub, recorder,
 node probe, clusterer: their work is asynchronous, what an attached block asks of them may
 run during the next block), each runner's liveness watchdog thread and the driver's watchdog
@@ -203,6 +209,9 @@ def summarize(runs: list[list[dict]]) -> None:
     for arm in ARMS[::2]:
         line(f"CPU per step, {arm} / detached as throughput (detached / {arm})",
              [cpu(r["detached"]) / cpu(r[arm]) for r in rounds])
+    print("  flow1's actors' CPU, % of one core over each arm's wall time: " + ", ".join(
+        f"{arm} {100 * sum(r[arm]['actors_s'] for r in rounds) / sum(r[arm]['s'] for r in rounds):.2f}"
+        for arm in ARMS))
     line("CPU per step, all of flow1 (the detached blocks without their actors' CPU)",
          [(r["detached"]["cpu_s"] - r["detached"]["actors_s"]) / max(1, r["detached"]["steps"]) / cpu(r["attached"])
           for r in rounds])
