@@ -22,13 +22,14 @@ every block): which part a cost comes from.
 Three arms per round, ``attached``, ``detached`` and ``detached-again`` (the A/A control: the
 method's spread when nothing differs), each round in the next of the six orders of the three
 (each arm as often first, second and third, and after each other arm: what an attached block
-leaves to its flow1 actors lands on both detached arms alike), over ``--rounds`` (a multiple
-of 6 keeps that balance); each block's rate is env steps sampled per second of wall time. The figures are the median of the
-per-round ratios attached / detached and detached-again / detached, with a 95 % bootstrap
-interval, and the ratio of totals; and the geometric means of the per-round ratios, attached
-against the detached arm and against both detached arms (their geometric mean: two controls
-per round halve the variance the control adds to a round), with 95 % bootstrap intervals. Each block's flow1 runner time and tracer calls are read
-around it: a detached block must show none (printed, and the run fails otherwise).
+leaves to its flow1 actors lands on both detached arms alike), over ``--rounds`` (a multiple of
+6 keeps that balance); each block's rate is env steps sampled per second of wall time. The
+figures are the median of the per-round ratios attached / detached and detached-again /
+detached, with a 95 % bootstrap interval, and the ratio of totals; and the geometric means of
+the per-round ratios, attached against the detached arm and against both detached arms (their
+geometric mean: two controls per round halve the variance the control adds to a round), with 95
+% bootstrap intervals. Each block's flow1 runner time and tracer calls are read around it: a
+detached block must show none (printed, and the run fails otherwise).
 
 Each block's CPU is read too (the runners, the driver with its local Learner, flow1's actors:
 ``bench_throughput.process_cpu``, read outside the timed window). The wall-clock ratio swings
