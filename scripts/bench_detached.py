@@ -27,8 +27,8 @@ leaves to its flow1 actors lands on both detached arms alike), over ``--rounds``
 figures are the median of the per-round ratios attached / detached and detached-again /
 detached, with a 95 % bootstrap interval, and the ratio of totals; and the geometric means of
 the per-round ratios, attached against the detached arm and against both detached arms (their
-geometric mean: two controls per round halve the variance the control adds to a round), with 95
-% bootstrap intervals. Each block's flow1 runner time and tracer calls are read around it: a
+geometric mean: two controls per round halve the variance the control adds to a round), with
+95 % bootstrap intervals. Each block's flow1 runner time and tracer calls are read around it: a
 detached block must show none (printed, and the run fails otherwise).
 
 Each block's CPU is read too (the runners, the driver with its local Learner, flow1's actors:
