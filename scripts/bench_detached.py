@@ -177,8 +177,9 @@ class Toggle:
 
 
 def summarize(runs: list[list[dict]]) -> None:
-    """Print the per-round ratios' medians with 95 % bootstrap intervals over the rounds of
-    ``runs`` (each a list of blocks), wall clock and CPU per step, and the ratio of totals."""
+    """Print the per-round ratios over the rounds of ``runs`` (each a list of blocks): medians
+    and geometric means with 95 % bootstrap intervals, wall clock and CPU per step, the ratio of
+    totals, and the actors' CPU per arm."""
     rounds = [{b["arm"]: b for b in blocks if b["round"] == r}
               for blocks in runs for r in sorted({b["round"] for b in blocks})]
     rounds = [r for r in rounds if set(r) == set(ARMS)]   # a run cut off mid-round leaves a partial one
@@ -192,19 +193,18 @@ def summarize(runs: list[list[dict]]) -> None:
         lo, hi = bt.ci_of_median(ratios)
         print(f"  {label}: median {statistics.median(ratios):.3f} (95 % CI {lo:.3f}-{hi:.3f}){extra}")
 
+    vs_detached = {arm: [rate(r[arm]) / rate(r["detached"]) for r in rounds] for arm in ARMS[::2]}
     for arm in ARMS[::2]:
         steps = {n: sum(r[n]["steps"] for r in rounds) for n in (arm, "detached")}
         secs = {n: sum(r[n]["s"] for r in rounds) for n in (arm, "detached")}
         total = (steps[arm] / secs[arm]) / (steps["detached"] / secs["detached"])
-        ratios = [rate(r[arm]) / rate(r["detached"]) for r in rounds]
-        line(f"{arm:15s} / detached", ratios, f", totals {total:.3f}; {len(rounds)} rounds "
-             + ", ".join(f"{x:.3f}" for x in ratios))
-    for label, ratios in (("attached / detached", [rate(r["attached"]) / rate(r["detached"]) for r in rounds]),
+        line(f"{arm:15s} / detached", vs_detached[arm], f", totals {total:.3f}; {len(rounds)} rounds "
+             + ", ".join(f"{x:.3f}" for x in vs_detached[arm]))
+    for label, ratios in (("attached / detached", vs_detached["attached"]),
                           ("attached / both detached arms",
                            [rate(r["attached"]) / (rate(r["detached"]) * rate(r["detached-again"])) ** 0.5
                             for r in rounds]),
-                          ("A/A, detached-again / detached",
-                           [rate(r["detached-again"]) / rate(r["detached"]) for r in rounds])):
+                          ("A/A, detached-again / detached", vs_detached["detached-again"])):
         g, lo, hi = bt.geomean_ci(ratios)
         print(f"  geometric mean, {label}: {g:.3f} (95 % CI {lo:.3f}-{hi:.3f})")
     for arm in ARMS[::2]:
