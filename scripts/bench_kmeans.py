@@ -111,7 +111,56 @@ def gpu(reps: int, peak_tflops: float) -> None:
           f"{t_iter * 1e3:.2f} ms vs FLOP floor {floor * 1e3:.3f} ms at {peak_tflops:g} TFLOP/s -> "
           f"{t_iter / floor:.1f}x (goal <= 3x; the whole n x k matrix then its argmin: {t_full * 1e3:.2f} ms, "
           f"{t_full / floor:.1f}x); k-means++ seeding {t_seed * 1e3:.0f} ms of the fit")
+    phases(tk, x, k, reps)
     crossover(tk, reps)
+
+
+def phases(tk, x: np.ndarray, k: int, reps: int) -> None:
+    """Where a fit's time goes (the copy in, the seeding, one Lloyd step and its parts), and
+    the assignment at other chunk sizes and with TF32 matrix products (labels compared with
+    the fp32 ones): the figures the next change is chosen from."""
+    import torch
+
+    from flow1_ray.clustering.backends import TorchKMeans
+
+    def run(fn):
+        return timed(lambda: (fn(), sync(tk)), max(reps, 5))
+
+    n, d = x.shape
+    t_copy = run(lambda: tk._t(x))
+    xt = tk._t(x)
+    x2 = (xt * xt).sum(1)
+    c = tk.seed(xt, x2, k, torch.Generator(device="cpu").manual_seed(0))
+    ones = torch.ones(n, dtype=torch.float64, device=xt.device)
+    labels = tk.nearest(xt, c)[0]
+    t_step = run(lambda: tk.lloyd_step(xt, c, ones))
+    t_near = run(lambda: tk.nearest(xt, c))
+    t_sums = run(lambda: torch.zeros_like(c).index_add_(0, labels, xt))
+    t_counts = run(lambda: torch.zeros(k, dtype=ones.dtype, device=xt.device).index_add_(0, labels, ones))
+    onehot_sums = lambda: torch.zeros(k, n, dtype=xt.dtype, device=xt.device).index_put_(  # noqa: E731
+        (labels, torch.arange(n, device=xt.device)), torch.ones((), dtype=xt.dtype, device=xt.device)) @ xt
+    t_onehot = run(onehot_sums)
+    order = lambda: torch.sort(labels)  # noqa: E731
+    t_sort = run(order)
+    print(f"    phases n={n} d={d} k={k} (ms): copy in {t_copy * 1e3:.2f}; Lloyd step {t_step * 1e3:.2f} = assignment "
+          f"{t_near * 1e3:.2f} + sums by index_add_ {t_sums * 1e3:.2f} + counts {t_counts * 1e3:.2f} (+ the rest); "
+          f"sums as a one-hot GEMM {t_onehot * 1e3:.2f}, sort of the labels {t_sort * 1e3:.2f}")
+    for mb in (8, 32, 128, 512):
+        other = TorchKMeans(str(tk.device), chunk_bytes=mb * 1024**2)
+        print(f"    assignment with {mb} MB chunks: {run(lambda: other.nearest(xt, c)) * 1e3:.2f} ms")
+    fp32 = tk.nearest(xt, c)[0]
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        t_tf32 = run(lambda: tk.nearest(xt, c))
+        same = float((tk.nearest(xt, c)[0] == fp32).double().mean())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    print(f"    assignment with TF32 products: {t_tf32 * 1e3:.2f} ms, labels as fp32's on {same:.4%} of rows")
+    g = torch.cuda.CUDAGraph() if tk.device.type == "cuda" else None
+    if g is not None:
+        with torch.cuda.graph(g):
+            tk.nearest(xt, c)
+        print(f"    assignment replayed as one CUDA graph: {run(g.replay) * 1e3:.2f} ms")
 
 
 def crossover(tk, reps: int) -> None:
