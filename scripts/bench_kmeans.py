@@ -145,22 +145,55 @@ def phases(tk, x: np.ndarray, k: int, reps: int) -> None:
     print(f"    phases n={n} d={d} k={k} (ms): copy in {t_copy * 1e3:.2f}; Lloyd step {t_step * 1e3:.2f} = assignment "
           f"{t_near * 1e3:.2f} + sums by index_add_ {t_sums * 1e3:.2f} + counts {t_counts * 1e3:.2f} (+ the rest); "
           f"sums as a one-hot GEMM {t_onehot * 1e3:.2f}, sort of the labels {t_sort * 1e3:.2f}")
+    # the reference labels: float64 distances
+    xd, cd = xt.double(), c.double()
+    exact = torch.addmm((cd * cd).sum(1)[None, :], xd, cd.T, beta=1.0, alpha=-2.0).argmin(1)
+    del xd, cd
+    chunked = TorchKMeans(str(tk.device), fused=False)
+    print(f"    the assignment as run: {'fused (Triton)' if tk.fused else 'chunked'}")
     for mb in (8, 32, 128, 512):
-        other = TorchKMeans(str(tk.device), chunk_bytes=mb * 1024**2)
-        print(f"    assignment with {mb} MB chunks: {run(lambda: other.nearest(xt, c)) * 1e3:.2f} ms")
-    fp32 = tk.nearest(xt, c)[0]
+        other = TorchKMeans(str(tk.device), chunk_bytes=mb * 1024**2, fused=False)
+        print(f"    chunked assignment with {mb} MB chunks: {run(lambda: other.nearest(xt, c)) * 1e3:.2f} ms")
+    agree = float((chunked.nearest(xt, c)[0] == exact).double().mean())
+    print(f"    chunked assignment's labels as float64's on {agree:.4%} of rows")
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        t_tf32 = run(lambda: tk.nearest(xt, c))
-        same = float((tk.nearest(xt, c)[0] == fp32).double().mean())
+        t_tf32 = run(lambda: chunked.nearest(xt, c))
+        same = float((chunked.nearest(xt, c)[0] == exact).double().mean())
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
-    print(f"    assignment with TF32 products: {t_tf32 * 1e3:.2f} ms, labels as fp32's on {same:.4%} of rows")
-    g = torch.cuda.CUDAGraph() if tk.device.type == "cuda" else None
-    if g is not None:
-        with torch.cuda.graph(g):
-            tk.nearest(xt, c)
-        print(f"    assignment replayed as one CUDA graph: {run(g.replay) * 1e3:.2f} ms")
+    print(f"    chunked assignment with TF32 products: {t_tf32 * 1e3:.2f} ms, labels as float64's on {same:.4%} of rows")
+    if tk.device.type == "cuda":
+        fused_sweep(xt, c, exact, run)
+
+
+def fused_sweep(xt, c, exact, run) -> None:
+    """The fused kernel's block shapes, warps and product precisions, each timed and its
+    labels compared with float64's."""
+    from flow1_ray.clustering import fused_nearest
+
+    if not fused_nearest.available():
+        print("    fused assignment: Triton does not import here")
+        return
+    rows = []
+    for precision in fused_nearest.PRECISIONS:
+        for bm in (64, 128, 256):
+            for bn in (32, 64, 128):
+                for warps in (4, 8):
+                    try:
+                        fn = lambda: fused_nearest.nearest(xt, c, precision, bm, bn, warps)  # noqa: E731
+                        agree = float((fn()[0] == exact).double().mean())
+                        rows.append((run(fn), precision, bm, bn, warps, agree))
+                    except Exception as e:  # a shape the compiler refuses: say so, go on
+                        print(f"    fused {precision} {bm}x{bn} warps {warps}: {type(e).__name__}: {str(e)[:120]}")
+    rows.sort()
+    for t, precision, bm, bn, warps, agree in rows[:6] + [r for r in rows[6:] if r[1:5] == (
+            "tf32x3", fused_nearest.BLOCK_M, fused_nearest.BLOCK_N, 4)]:
+        print(f"    fused {precision:6s} rows {bm:3d} x centroids {bn:3d}, {warps} warps: {t * 1e3:.3f} ms, "
+              f"labels as float64's on {agree:.4%}")
+    for precision in fused_nearest.PRECISIONS:
+        best = min(r for r in rows if r[1] == precision)
+        print(f"    best {precision}: {best[0] * 1e3:.3f} ms at {best[2]}x{best[3]}, {best[4]} warps ({best[5]:.4%})")
 
 
 def crossover(tk, reps: int) -> None:

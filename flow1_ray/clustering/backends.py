@@ -87,13 +87,21 @@ class TorchKMeans:
 
     name = "torch"
 
-    def __init__(self, device: str | None = None, dtype: Any = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, device: str | None = None, dtype: Any = None, chunk_bytes: int = CHUNK_BYTES,
+                 fused: bool | None = None) -> None:
+        """``fused``: the assignment as one Triton kernel (``clustering/fused_nearest.py``);
+        by default on CUDA wherever Triton imports. A fused call that raises turns it off
+        for this instance (``fused_error`` says why) and the chunked path answers."""
         import torch
+
+        from flow1_ray.clustering import fused_nearest
 
         self.torch = torch
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or torch.float32
         self.chunk_bytes = int(chunk_bytes)
+        self.fused = (self.device.type == "cuda" and fused_nearest.available()) if fused is None else bool(fused)
+        self.fused_error: str | None = None
 
     def _t(self, x: np.ndarray) -> Any:
         return self.torch.as_tensor(np.ascontiguousarray(x), dtype=self.dtype, device=self.device)
@@ -108,22 +116,39 @@ class TorchKMeans:
         return max(1024, self.chunk_bytes // (4 * max(k, 1)))
 
     def nearest(self, x: Any, c: Any, x2: Any | None = None) -> tuple[Any, Any]:
-        """(labels, squared distance to that centroid) of each row, chunk by chunk: per chunk
-        one GEMM with ||c||^2 fused in (``||x||^2`` is the same for every centroid of a row,
-        so the argmin needs only ``||c||^2 - 2 x.c``) and one min over the block while it is
-        hot; the n x k matrix is never held."""
+        """(labels, squared distance to that centroid) of each row. ``||x||^2`` is the same
+        for every centroid of a row, so the argmin needs only ``||c||^2 - 2 x.c``. On CUDA
+        with Triton that is one fused kernel; else chunk by chunk, per chunk one GEMM with
+        ||c||^2 fused in and one min over the block while it is hot. The n x k matrix is
+        never held."""
         torch = self.torch
-        n = x.shape[0]
-        c2 = (c * c).sum(1)[None, :]
-        labels = torch.empty(n, dtype=torch.int64, device=x.device)
-        dist = torch.empty(n, dtype=x.dtype, device=x.device)
-        step = self._rows_per_chunk(c.shape[0])
-        for i in range(0, n, step):
-            block = torch.addmm(c2, x[i:i + step], c.T, beta=1.0, alpha=-2.0)
-            torch.min(block, 1, out=(dist[i:i + step], labels[i:i + step]))
+        fused = self._fused(x, c)
+        if fused is not None:
+            labels, dist = fused
+        else:
+            n = x.shape[0]
+            c2 = (c * c).sum(1)[None, :]
+            labels = torch.empty(n, dtype=torch.int64, device=x.device)
+            dist = torch.empty(n, dtype=x.dtype, device=x.device)
+            step = self._rows_per_chunk(c.shape[0])
+            for i in range(0, n, step):
+                block = torch.addmm(c2, x[i:i + step], c.T, beta=1.0, alpha=-2.0)
+                torch.min(block, 1, out=(dist[i:i + step], labels[i:i + step]))
         if x2 is not None:
             dist.add_(x2).clamp_min_(0.0)
         return labels, dist
+
+    def _fused(self, x: Any, c: Any) -> tuple[Any, Any] | None:
+        """The fused kernel's answer, or None where it does not apply or has failed."""
+        from flow1_ray.clustering import fused_nearest
+
+        if not self.fused or x.dtype != self.torch.float32 or x.shape[1] > fused_nearest.MAX_D:
+            return None
+        try:
+            return fused_nearest.nearest(x, c)
+        except Exception as e:  # a Triton or driver failure: the chunked path answers from now on
+            self.fused, self.fused_error = False, f"{type(e).__name__}: {e}"
+            return None
 
     def _nearest(self, x: Any, c: Any) -> Any:
         return self.nearest(x, c)[0]
