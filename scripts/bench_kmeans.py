@@ -63,7 +63,7 @@ def cpu(reps: int) -> None:
           f"ratio {t_flow1 / t_bare:.2f} (goal <= 1.3)")
 
 
-def gpu(reps: int, peak_tflops: float) -> None:
+def gpu(reps: int, peak_tflops: float, sweep: bool = True) -> None:
     import torch
     from sklearn.cluster import KMeans
 
@@ -100,7 +100,7 @@ def gpu(reps: int, peak_tflops: float) -> None:
     ones = torch.ones(n, dtype=torch.float64, device=xt.device)
     c = c0
     for _ in range(5):
-        c, _shift = tk.lloyd_step(xt, c, ones)
+        c, _shift, _labels = tk.lloyd_step(xt, c, ones)
     ours = float(tk.nearest(xt, c, x2)[1].double().sum())
     ref = KMeans(k, init=c0.cpu().numpy(), n_init=1, max_iter=5, tol=0.0).fit(x)
     same = (ours - ref.inertia_) / ref.inertia_
@@ -111,11 +111,11 @@ def gpu(reps: int, peak_tflops: float) -> None:
           f"{t_iter * 1e3:.2f} ms vs FLOP floor {floor * 1e3:.3f} ms at {peak_tflops:g} TFLOP/s -> "
           f"{t_iter / floor:.1f}x (goal <= 3x; the whole n x k matrix then its argmin: {t_full * 1e3:.2f} ms, "
           f"{t_full / floor:.1f}x); k-means++ seeding {t_seed * 1e3:.0f} ms of the fit")
-    phases(tk, x, k, reps)
+    phases(tk, x, k, reps, sweep)
     crossover(tk, reps)
 
 
-def phases(tk, x: np.ndarray, k: int, reps: int) -> None:
+def phases(tk, x: np.ndarray, k: int, reps: int, sweep: bool = True) -> None:
     """Where a fit's time goes (the copy in, the seeding, one Lloyd step and its parts), and
     the assignment at other chunk sizes and with TF32 matrix products (labels compared with
     the fp32 ones): the figures the next change is chosen from."""
@@ -163,7 +163,7 @@ def phases(tk, x: np.ndarray, k: int, reps: int) -> None:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
     print(f"    chunked assignment with TF32 products: {t_tf32 * 1e3:.2f} ms, labels as float64's on {same:.4%} of rows")
-    if tk.device.type == "cuda":
+    if tk.device.type == "cuda" and sweep:
         fused_sweep(xt, c, exact, run)
 
 
@@ -188,7 +188,7 @@ def fused_sweep(xt, c, exact, run) -> None:
                         print(f"    fused {precision} {bm}x{bn} warps {warps}: {type(e).__name__}: {str(e)[:120]}")
     rows.sort()
     for t, precision, bm, bn, warps, agree in rows[:6] + [r for r in rows[6:] if r[1:5] == (
-            "tf32x3", fused_nearest.BLOCK_M, fused_nearest.BLOCK_N, 4)]:
+            "tf32x3", fused_nearest.BLOCK_M, fused_nearest.BLOCK_N, fused_nearest.NUM_WARPS)]:
         print(f"    fused {precision:6s} rows {bm:3d} x centroids {bn:3d}, {warps} warps: {t * 1e3:.3f} ms, "
               f"labels as float64's on {agree:.4%}")
     for precision in fused_nearest.PRECISIONS:
@@ -246,6 +246,7 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--gpu-only", action="store_true", help="skip (a): for machines without gymnasium")
     ap.add_argument("--peak-tflops", type=float, default=67.0, help="fp32 peak of the GPU (H200: 67)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the fused kernel's shape sweep")
     ap.add_argument("--crossover-cpu", action="store_true",
                     help="only the crossover, torch on the CPU (one thread) against scikit-learn: "
                          "the router's test where no GPU is")
@@ -263,7 +264,7 @@ def main() -> None:
     if not a.gpu_only:
         cpu(a.reps)
     if a.gpu or a.gpu_only:
-        gpu(a.reps, a.peak_tflops)
+        gpu(a.reps, a.peak_tflops, not a.no_sweep)
 
 
 if __name__ == "__main__":

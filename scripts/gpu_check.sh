@@ -3,13 +3,13 @@
 # cuML, maybe no gymnasium or pytest): the KMeans benchmark's GPU part with its correctness
 # check (torch-CUDA inertia within 2 % of scikit-learn's on the same data), then the
 # @pytest.mark.gpu tests when pytest and gymnasium are importable. One call, for the device
-# tool:  bash scripts/gpu_check.sh
+# tool:  bash scripts/gpu_check.sh [--no-sweep]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
-"$PY" scripts/bench_kmeans.py --gpu-only --reps 3
+"$PY" scripts/bench_kmeans.py --gpu-only --reps 3 "$@"
 rc=$?
 if "$PY" -c "import pytest, gymnasium" 2>/dev/null; then
   "$PY" -m pytest -q -m gpu tests/test_state_action.py tests/test_clusterer.py tests/test_crossover.py -p no:cacheprovider || rc=1

@@ -164,7 +164,7 @@ def test_seeding_and_lloyd_steps_never_read_a_value_back_from_the_device():
     gen = torch.Generator(device="cpu").manual_seed(0)
     c = tk.seed(x, (x * x).sum(1), 40, gen)
     assert c.shape == (40, 8) and c.device.type == "meta"
-    new, shift = tk.lloyd_step(x, c, torch.ones(5_000, device="meta"))   # a Lloyd step, likewise
+    new, shift, labels = tk.lloyd_step(x, c, torch.ones(5_000, device="meta"))   # a Lloyd step, likewise
     assert new.shape == (40, 8) and shift.shape == ()
 
 
@@ -216,3 +216,29 @@ def test_streaming_refits_when_the_states_move():
     sk.fit(rng.normal(0, 1, (5000, 4)).astype(np.float32))
     sk.partial_fit((rng.normal(0, 1, (5000, 4)) * 4 + 10).astype(np.float32))
     assert sk.refits == 2
+
+
+@pytest.mark.gpu
+def test_the_fused_cuda_assignment_matches_float64_labels():
+    """On CUDA the assignment is the fused Triton kernel: its labels are float64's (but for
+    near-ties), its distances the chunked path's, and a fit through it seeds and converges."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    fused, chunked = TorchKMeans("cuda"), TorchKMeans("cuda", fused=False)
+    assert fused.fused, "Triton should import beside torch's CUDA build"
+    rng = np.random.default_rng(3)
+    for n, d, k in ((50_001, 16, 30), (20_000, 64, 256), (3_000, 5, 7)):
+        x = torch.as_tensor(rng.normal(0, 1, (n, d)), dtype=torch.float32, device="cuda")
+        c = x[torch.as_tensor(rng.choice(n, k, replace=False), device="cuda")]
+        x2 = (x * x).sum(1)
+        labels, dist = fused.nearest(x, c, x2)
+        xd, cd = x.double(), c.double()
+        exact = torch.cdist(xd, cd).argmin(1)
+        assert float((labels == exact).double().mean()) >= 0.9999, (n, d, k)
+        ref_labels, ref_dist = chunked.nearest(x, c, x2)
+        assert torch.allclose(dist, ref_dist, rtol=1e-4, atol=1e-3), (n, d, k)
+    assert fused.fused and fused.fused_error is None
+    xb, _, _, _ = blobs()
+    ref = SklearnKMeans().fit(xb, 6).inertia
+    assert abs(fused.fit(xb, 6).inertia - ref) / ref < 0.02

@@ -191,17 +191,17 @@ class TorchKMeans:
         pick = self.torch.randperm(n, generator=gen)[:m].to(x.device)
         return self._kmeanspp(x[pick], x2[pick], k, gen)
 
-    def lloyd_step(self, x: Any, c: Any, ones: Any) -> tuple[Any, Any]:
+    def lloyd_step(self, x: Any, c: Any, ones: Any) -> tuple[Any, Any, Any]:
         """One Lloyd step on the device: (the new centroids, their squared shift as a
-        tensor). Sums and counts by ``index_add_`` (``bincount`` and boolean-mask indexing
-        each wait for the device to learn their output's size); an empty cluster keeps its
-        centroid (``torch.where``)."""
+        tensor, the labels they are the means of). Sums and counts by ``index_add_``
+        (``bincount`` and boolean-mask indexing each wait for the device to learn their
+        output's size); an empty cluster keeps its centroid (``torch.where``)."""
         torch = self.torch
         labels = self._nearest(x, c)
         sums = torch.zeros_like(c).index_add_(0, labels, x)
         counts = torch.zeros(c.shape[0], dtype=ones.dtype, device=x.device).index_add_(0, labels, ones)
         new = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1.0).to(x.dtype)[:, None], c)
-        return new, ((new - c) ** 2).sum()
+        return new, ((new - c) ** 2).sum(), labels
 
     def fit(self, x: np.ndarray, k: int, seed: int = 0, max_iter: int = 20, tol: float = 0.0) -> KMeansResult:
         torch = self.torch
@@ -210,11 +210,16 @@ class TorchKMeans:
         x2 = (xt * xt).sum(1)
         c = self.seed(xt, x2, k, gen)
         ones = torch.ones(xt.shape[0], dtype=torch.float64, device=xt.device)   # counts exact past 2**24 rows
-        it = 0
+        it, labels = 0, None
         for it in range(1, max_iter + 1):
-            c, shift = self.lloyd_step(xt, c, ones)
-            if float(shift) <= tol:   # the one read back per step
+            c, shift, new_labels = self.lloyd_step(xt, c, ones)
+            # converged when the centroids stop moving or, as scikit-learn's strict test, when
+            # no row changes cluster: on CUDA index_add_'s atomics sum in no fixed order, so
+            # the means of unchanged labels still move in their last bits
+            done = shift <= tol if labels is None else (shift <= tol) | (new_labels == labels).all()
+            if bool(done):   # the one read back per step
                 break
+            labels = new_labels
         labels, dist = self.nearest(xt, c, x2)
         return KMeansResult(c.float().cpu().numpy(), labels.cpu().numpy().astype(np.int64),
                             float(dist.double().sum()), it)
