@@ -2,8 +2,10 @@
 
 ``fit`` runs Lloyd's algorithm from k-means++ seeds; ``assign`` gives each row its nearest
 centroid. The torch backend writes both as matrix products (``||x||^2 - 2 x.c + ||c||^2``),
-which is what a GPU does well, a chunk of rows at a time (never the n x k matrix), and seeds
-from a subsample; every RLlib GPU node has torch with CUDA, few have RAPIDS.
+which is what a GPU does well: on CUDA an assignment is one fused Triton kernel
+(``fused_nearest.py``), elsewhere a chunk of rows at a time (never the n x k matrix); it
+seeds from a subsample. Every RLlib GPU node has torch with CUDA (and Triton with it), few
+have RAPIDS.
 The CPU path is scikit-learn's own KMeans, not a hand-written one. Nothing here imports Ray.
 """
 
