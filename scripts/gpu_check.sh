@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check for the device machine (torch with CUDA, scikit-learn, numpy; no Ray, no
 # cuML, maybe no gymnasium or pytest): the KMeans benchmark's GPU part with its correctness
-# check (torch-CUDA inertia within 2 % of scikit-learn's on the same data), then the
-# @pytest.mark.gpu tests when pytest and gymnasium are importable. One call, for the device
-# tool:  bash scripts/gpu_check.sh [--no-sweep]
+# check (5 Lloyd steps from the same seeds in torch-CUDA and scikit-learn, within 0.5 %), a
+# fit's phases and the fused Triton kernel's shape sweep (--no-sweep skips it, ~90 s), then
+# the @pytest.mark.gpu tests when pytest and gymnasium are importable (gymnasium can travel
+# as a wheel). One call, for the device tool:  bash scripts/gpu_check.sh [--no-sweep]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
