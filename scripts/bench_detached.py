@@ -43,9 +43,12 @@ attached arm only).
 
 The actors' CPU per arm is printed too, as a share of one core over the arm's wall time. What
 an attached block asks of them beyond the detached blocks' (the state snapshots the driver
-hook requests, held by ``heatmap_budget`` to a share of one core over the run's wall time)
-lands in the attached blocks, a third of the time: there it weighs about three times what it
-weighs in a run attached throughout, so the attached ratio overstates that part.
+hook requests, held by ``heatmap_budget`` to a share of one core over wall time) lands in
+the attached blocks, a third of the time. With the run's own budget (``--snapshot-budget
+raw``) the snapshots' whole share of the run is spent there, about three times what it weighs
+in a run attached throughout. By default (``throughout``) the run is built with a third of
+the default ``heatmap_budget``: over the attached blocks the snapshots then take the default
+share of their wall time, as a run attached throughout spends it.
 
 What stays on in every block, and so is not in the ratio: flow1's actors (hub, recorder,
 node probe, clusterer: their work is asynchronous, what an attached block asks of them may
@@ -225,18 +228,18 @@ def pool(paths: list[str]) -> int:
         try:
             with open(path) as f:
                 d = json.load(f)
-            setups.add((d["preset"], d["block"], tuple(d["parts"])))
+            setups.add((d["preset"], d["block"], tuple(d["parts"]), d.get("heatmap_budget", 0.01)))
             runs.append(list(d["blocks"]))
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"bench_detached: --pool {path}: expected a --json run, {type(e).__name__}: {e}", file=sys.stderr)
             return 2
     if len(setups) != 1:
-        print(f"bench_detached: --pool: expected runs of one preset, block and parts, got {sorted(setups)}",
-              file=sys.stderr)
+        print(f"bench_detached: --pool: expected runs of one preset, block, parts and heatmap_budget, got "
+              f"{sorted(setups)}", file=sys.stderr)
         return 2
-    preset, block, parts = setups.pop()
+    preset, block, parts, budget = setups.pop()
     print(f"preset {preset}: {len(runs)} runs of {block} train() iterations per arm and round pooled, "
-          f"flow1 attached ({', '.join(parts)}) and detached between blocks")
+          f"flow1 attached ({', '.join(parts)}) and detached between blocks, heatmap_budget {budget:.4g}")
     summarize(runs)
     return 0
 
@@ -252,6 +255,9 @@ def main() -> int:
     ap.add_argument("--parts", default=",".join(PARTS),
                     help="what the attached arm attaches: runners (the EnvRunners' wrappers), hook (the driver's "
                          "on_train_result), tracing (the Learner's); the rest stays detached in every arm")
+    ap.add_argument("--snapshot-budget", choices=("throughout", "raw"), default="throughout",
+                    help="throughout: heatmap_budget scaled to the attached share of the time (the default share "
+                         "of the attached blocks' wall time, as attached throughout); raw: the default over all of it")
     ap.add_argument("--json", metavar="PATH", help="write every block (steps, seconds, CPU) and the set-up here")
     ap.add_argument("--pool", nargs="+", metavar="RUN.json",
                     help="print the figures over the rounds of these --json runs (one preset and block) and exit")
@@ -266,12 +272,18 @@ def main() -> int:
 
     import ray
     from flow1_ray import Flow1Callbacks
+    from flow1_ray.options import Flow1Options
 
+    budget = Flow1Options().heatmap_budget
+    if a.snapshot_budget == "throughout":
+        budget *= ARMS.count("attached") / len(ARMS)
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
-    algo = bt.build(Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False), a.preset, a.seed)
+    algo = bt.build(Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False,
+                                                heatmap_budget=budget), a.preset, a.seed)
     blocks: list[dict] = []   # one per arm and round: round, arm, steps, s, cpu_s, actors_s
-    setup = {"preset": a.preset, "block": a.block, "parts": sorted(parts), "seed": a.seed}
+    setup = {"preset": a.preset, "block": a.block, "parts": sorted(parts), "seed": a.seed,
+             "heatmap_budget": budget}
 
     def keep() -> None:   # after every round: a run stopped by a time limit keeps its rounds
         if a.json:
@@ -316,7 +328,7 @@ def main() -> int:
         ray.shutdown()
     print(f"\npreset {a.preset} ({bt.describe(a.preset)}): {a.rounds} rounds of {a.block} train() iterations "
           f"per arm, one algorithm, flow1 attached ({', '.join(p for p in PARTS if p in parts)}) and detached "
-          f"between blocks")
+          f"between blocks, heatmap_budget {budget:.4g} ({a.snapshot_budget})")
     summarize([blocks])
     print("  CPU over the whole timed run, ms per 1,000 env steps: " + ", ".join(
         f"{k} {(cpu1[k] - cpu0[k]) * 1e6 / max(1, steps_all):.1f}" for k in cpu1))
