@@ -8,9 +8,9 @@ time (``tl.dot`` of rows x centroids, ``||c||^2`` added) and keeps a running min
 argmin, so the n x k distances are never written to memory at all.
 
 Precision: ``tf32x3`` by default, three TF32 tensor-core products that recover fp32's
-accuracy (``ieee`` and ``tf32`` are the other choices); ties keep the lower centroid index,
-as ``torch.min`` does. Triton ships with torch's CUDA wheels; where it does not import or
-a kernel fails, :class:`~flow1_ray.clustering.backends.TorchKMeans` uses its chunked path.
+accuracy; ``ieee`` (fp32 on the CUDA cores) on GPUs older than Ampere; ``tf32`` when asked.
+Ties keep the lower centroid index, as ``torch.min`` does. Triton ships with torch's CUDA
+wheels; where it does not import or a kernel fails, :class:`~flow1_ray.clustering.backends.TorchKMeans` uses its chunked path.
 Nothing here imports Ray.
 """
 
@@ -38,6 +38,16 @@ def available() -> bool:
 
 
 _KERNEL: Any = None
+
+
+def precision_for(device: Any) -> str:
+    """tf32x3 where the GPU has TF32 tensor cores (compute capability 8.0 on, Ampere and
+    later), else ieee: fp32 products on the CUDA cores."""
+    import torch
+
+    if device.type != "cuda":
+        return "tf32x3"
+    return "tf32x3" if torch.cuda.get_device_capability(device)[0] >= 8 else "ieee"
 
 
 def _kernel() -> Any:
@@ -81,7 +91,7 @@ def _kernel() -> Any:
 MAX_D = 128
 
 
-def nearest(x: Any, c: Any, precision: str = "tf32x3", block_m: int = BLOCK_M, block_n: int | None = None,
+def nearest(x: Any, c: Any, precision: str | None = None, block_m: int = BLOCK_M, block_n: int | None = None,
             num_warps: int = NUM_WARPS) -> tuple[Any, Any]:
     """(labels int64, ``||c||^2 - 2 x.c`` of the nearest centroid, float32) for float32
     ``x`` (n, d) and ``c`` (k, d) on one device; add ``||x||^2`` for the squared distance.
@@ -89,6 +99,7 @@ def nearest(x: Any, c: Any, precision: str = "tf32x3", block_m: int = BLOCK_M, b
     import torch
     import triton
 
+    precision = precision or precision_for(x.device)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     x = x.float().contiguous()
