@@ -74,6 +74,7 @@ def test_a_fit_is_not_tried_on_an_engine_whose_assignments_alone_are_hopeless():
     for _ in range(X.MIN_TRIES + 1):
         router._model(router.fast, "fit").add(1e5, 5e-3)
     assert router.pick("fit", 50_000 * 480) is router.fast
+    assert router.status()["fits_kept_off"] == {"torch": 0, "sklearn": 1}
     assert router.pick("fit", 1_000 * 480) is router.cpu
     router2 = CrossoverKMeans(TorchKMeans("cpu"), SklearnKMeans())   # no assignment measured: tried
     for _ in range(X.MIN_TRIES + 1):
@@ -96,7 +97,12 @@ def test_both_engines_cluster_a_live_stream_and_the_router_says_what_it_measured
     assert set(st["crossover"]) == {"fit", "assign"}
     for op in ("fit", "assign"):
         c = st["crossover"][op]
-        assert c is not None and c["below"] in ("torch", "sklearn") and c["above"] in ("torch", "sklearn")
+        if c is None and op == "fit":
+            # one engine's measured assignments at these sizes already took EXPLORE_CAP times the
+            # other's Lloyd step (seen on a loaded machine): its untried fits were kept off, and said
+            assert sum(st["fits_kept_off"].values()) > 0, st
+            continue
+        assert c is not None and c["below"] in ("torch", "sklearn") and c["above"] in ("torch", "sklearn"), st
     assert st["shape_kd"] == [12, 8] and st["fast_failures"] == 0
     x = blobs(9_600, seed=99)
     z = km.transform(x)

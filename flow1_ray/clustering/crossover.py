@@ -101,6 +101,7 @@ class CrossoverKMeans:
         self.last_failure = ""
         self._calls: dict[str, int] = {}
         self._last_shape: tuple[int, int] | None = None   # (k, d) of the last call
+        self.fits_kept_off: dict[str, int] = {fast.name: 0, cpu.name: 0}   # untried fits judged hopeless
 
     def _model(self, engine: Any, op: str) -> CostModel:
         return self.models.setdefault((engine.name, op), CostModel())
@@ -125,7 +126,10 @@ class CrossoverKMeans:
         if best is None:
             first = self.fast if fast.tries <= cpu.tries else self.cpu
             second = self.cpu if first is self.fast else self.fast
-            return second if op == "fit" and self._hopeless_fit(first, second, work) else first
+            if op == "fit" and self._hopeless_fit(first, second, work):
+                self.fits_kept_off[first.name] += 1
+                return second
+            return first
         other = self.cpu if best is self.fast else self.fast
         t_best, t_other = self._model(best, op).predict(work), self._model(other, op).predict(work)
         if n % EXPLORE_EVERY == 0 and t_other <= EXPLORE_CAP * max(t_best, 1e-6):
@@ -191,8 +195,11 @@ class CrossoverKMeans:
 
     def status(self) -> dict[str, Any]:
         """What the router chose and measured: calls per engine, where each operation's
-        engines cross (at the last call's k and d), and the accelerated engine's failures."""
+        engines cross (at the last call's k and d; a fit's stays None while one engine's fits
+        are kept off as hopeless before it was measured: ``fits_kept_off``), and the
+        accelerated engine's failures."""
         return {"engines": dict(self.chosen), "crossover": {op: self.crossover(op) for op in ("fit", "assign")},
+                "fits_kept_off": dict(self.fits_kept_off),
                 "shape_kd": list(self._last_shape) if self._last_shape else None,
                 "fast_failures": self.failures, "fast_last_failure": self.last_failure}
 
