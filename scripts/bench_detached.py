@@ -58,7 +58,7 @@ whole timed run is printed apart, in ms per 1,000 env steps, beside the runners'
 driver's: an upper bound on what they add to the ratio's figure on a machine whose cores the
 run fills.
 
-``--json PATH`` keeps every block (steps, seconds, CPU) with the run's set-up, written again
+``--json PATH`` keeps every block (steps, seconds, CPU, by process too) with the run's set-up, written again
 after each round (a run stopped by a time limit keeps its rounds); ``--pool A.json B.json ...``
 prints the same figures over the rounds of several such runs of one preset and block, without
 running anything: on this machine an interval narrow enough to tell 0.97 from 0.99 takes more
@@ -216,6 +216,13 @@ def summarize(runs: list[list[dict]]) -> None:
     print("  flow1's actors' CPU, % of one core over each arm's wall time: " + ", ".join(
         f"{arm} {100 * sum(r[arm]['actors_s'] for r in rounds) / sum(r[arm]['s'] for r in rounds):.2f}"
         for arm in ARMS))
+    if all("cpu" in r[arm] for r in rounds for arm in ARMS):   # runs before 2026-12-04 kept the sum only
+        groups = sorted(rounds[0]["attached"]["cpu"])
+        per = {arm: {g: 1e6 * sum(r[arm]["cpu"][g] for r in rounds) / max(1, sum(r[arm]["steps"] for r in rounds))
+                     for g in groups} for arm in ARMS}
+        print("  CPU per 1,000 steps by process, ms (attached / detached / detached-again): " + "; ".join(
+            f"{g} {per['attached'][g]:.0f} / {per['detached'][g]:.0f} / {per['detached-again'][g]:.0f}"
+            for g in groups))
     line("CPU per step, all of flow1 (the detached blocks without their actors' CPU)",
          [(r["detached"]["cpu_s"] - r["detached"]["actors_s"]) / max(1, r["detached"]["steps"]) / cpu(r["attached"])
           for r in rounds])
@@ -314,7 +321,7 @@ def main() -> int:
                     leaks.append(f"round {r + 1} {arm}: flow1 ran {own * 1e3:.1f} ms in the runners, "
                                  f"the tracer ran {traced} times")
                 b = {"round": r, "arm": arm, "steps": steps, "s": dt, "cpu_s": sum(used.values()),
-                     "actors_s": used["flow1 actors"]}
+                     "actors_s": used["flow1 actors"], "cpu": used}
                 blocks.append(b)
                 steps_all += steps
                 print(f"round {r + 1:2d} {arm:15s} {steps / dt:8.0f} steps/s  ({steps} steps, {dt:.2f} s; "
