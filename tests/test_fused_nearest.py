@@ -73,3 +73,25 @@ def test_rows_too_wide_and_an_unknown_precision_are_refused(interpreted):
     wide, precision = interpreted["errors"]
     assert wide == "rows of at most 128 features, got 129"
     assert precision == "precision must be one of ('tf32x3', 'ieee', 'tf32'), got 'fp16'"
+
+
+def test_a_failing_kernel_hands_the_assignment_to_the_chunked_path_and_says_so(caplog):
+    """Compiled (not interpreted) on a machine with no GPU driver, the kernel raises: the
+    answer is still the chunked path's, the failure is kept and logged once."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET"):
+        pytest.skip("a GPU is visible or Triton interprets: the kernel would run")
+    from flow1_ray.clustering.backends import TorchKMeans
+
+    x = torch.randn(500, 8)
+    c, x2 = x[:5].clone(), (x * x).sum(1)
+    tk = TorchKMeans("cpu", fused=True)
+    with caplog.at_level("WARNING", logger="flow1_ray.clustering.backends"):
+        labels, dist = tk.nearest(x, c, x2)
+        tk.nearest(x, c, x2)
+    ref_labels, ref_dist = TorchKMeans("cpu").nearest(x, c, x2)
+    assert torch.equal(labels, ref_labels) and torch.allclose(dist, ref_dist)
+    assert tk.fused is False and tk.fused_error, tk.fused_error
+    assert [r.getMessage() for r in caplog.records].count(
+        f"flow1: the fused CUDA assignment failed ({tk.fused_error}); the clusterer assigns with chunked "
+        "matrix products from now on") == 1

@@ -11,10 +11,13 @@ The CPU path is scikit-learn's own KMeans, not a hand-written one. Nothing here 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "cuml", "torch", "sklearn")
 
@@ -149,7 +152,9 @@ class TorchKMeans:
         try:
             return fused_nearest.nearest(x, c)
         except Exception as e:  # a Triton or driver failure: the chunked path answers from now on
-            self.fused, self.fused_error = False, f"{type(e).__name__}: {e}"
+            self.fused, self.fused_error = False, f"{type(e).__name__}: {e}"[:300]
+            logger.warning("flow1: the fused CUDA assignment failed (%s); the clusterer assigns with chunked "
+                           "matrix products from now on", self.fused_error)
             return None
 
     def _nearest(self, x: Any, c: Any) -> Any:

@@ -197,11 +197,13 @@ class CrossoverKMeans:
         """What the router chose and measured: calls per engine, where each operation's
         engines cross (at the last call's k and d; a fit's stays None while one engine's fits
         are kept off as hopeless before it was measured: ``fits_kept_off``), and the
-        accelerated engine's failures."""
+        accelerated engine's failures (a fused kernel that failed inside it, its chunked path
+        answering since: ``fast_fused_error``)."""
         return {"engines": dict(self.chosen), "crossover": {op: self.crossover(op) for op in ("fit", "assign")},
                 "fits_kept_off": dict(self.fits_kept_off),
                 "shape_kd": list(self._last_shape) if self._last_shape else None,
-                "fast_failures": self.failures, "fast_last_failure": self.last_failure}
+                "fast_failures": self.failures, "fast_last_failure": self.last_failure,
+                "fast_fused_error": getattr(self.fast, "fused_error", None)}
 
 
 def choose_engine(requested: str, resolved: str, device: str | None = None) -> Any:
