@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
-from . import iteration as I
-from . import schema as S
-from .events import Event
+from .common import iteration as I
+from .common import schema as S
+from .common.events import Event
 from .options import Flow1Options
-from .schema import DRIVER_MS, RESULT_KEY, metric
+from .common.schema import DRIVER_MS, RESULT_KEY, metric
 
 logger = logging.getLogger("flow1_ray")
 
@@ -73,7 +73,7 @@ class Flow1Callbacks(RLlibCallback):
 
     def _start_watch(self, algorithm: Any) -> None:
         from .driver.run import new_run_id
-        from .store import Location, write_events
+        from .rundir.store import Location, write_events
         from .driver.watchdog import DriverWatch
 
         self._run_id = self.OPTIONS.run_id or new_run_id()
@@ -109,7 +109,7 @@ class Flow1Callbacks(RLlibCallback):
     @_guarded
     def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
         from .driver.run import Flow1Run, runner_keys
-        from .learner.liveness import learner_keys
+        from .liveness.learner import learner_keys
         from .runner.agent import LOCAL_RUN
 
         opts = self.OPTIONS.with_overrides(run_id=self._run_id) if self._run_id else self.OPTIONS
@@ -146,11 +146,11 @@ class Flow1Callbacks(RLlibCallback):
         if self._watch is not None:
             self._watch.on_init(self._emit_to_run)
         elif self._watch_error is not None:
-            from .watchers import DRIVER_WATCH, watcher_off
+            from .checks.own.watchers import DRIVER_WATCH, watcher_off
 
             run.hub.add_events.remote([watcher_off(DRIVER_WATCH, "the driver", self._watch_error,
                                                    "a build, train() or stop() that never returns").to_dict()])
-        from .checks.sampling import DiscardedSamples, NoSamples
+        from .checks.run.sampling import DiscardedSamples, NoSamples
 
         self._no_samples = NoSamples()
         self._discarded = DiscardedSamples(getattr(algorithm, "config", None))
@@ -216,7 +216,7 @@ class Flow1Callbacks(RLlibCallback):
         import ray
 
         from .driver.run import runner_keys
-        from .learner.liveness import learner_keys
+        from .liveness.learner import learner_keys
 
         keys = runner_keys(algorithm) + learner_keys(algorithm)
         if set(keys) - set(run.keys):
@@ -260,7 +260,7 @@ class Flow1Callbacks(RLlibCallback):
             # what flow1 does not watch in this run (WATCHER_OFF): a run with any is never a plain PASS
             "watchers_off": list(rec.get("watchers_off", [])),
             "run_dir": str(run.run_dir),
-            # the share of episodes the runners contract-check now (flow1_ray/runner/budget.py)
+            # the share of episodes the runners contract-check now (flow1_ray/checks/own/budgets.py)
             "check_rate": _check_rate(rec.get("sampling") or {}),
             # flow1's own time in the runners, as a share of their sample() time (RunnerAgent.cost)
             "runner_cost": _runner_cost(rec.get("sampling") or {}),
@@ -285,7 +285,7 @@ class Flow1Callbacks(RLlibCallback):
                 agent.report_internal(where, exc)
                 return
             if self._run is not None:
-                from .watchers import internal_event
+                from .checks.own.watchers import internal_event
 
                 self._run.hub.add_events.remote([internal_event(f"hook {where}", exc, pid=os.getpid()).to_dict()])
         except Exception:

@@ -8,7 +8,6 @@ from typing import Any
 
 from .clustering.backends import BACKENDS
 
-NAMESPACE = "flow1"
 STALL_ACTIONS = ("report", "kill")
 FAIL_ACTIONS = ("report", "checkpoint", "stop", "checkpoint+stop")
 

@@ -77,7 +77,7 @@ def isolation(a: argparse.Namespace) -> None:
         inproc.append(checked(a.env, a.steps))
         iso.append(checked(a.env, a.steps, isolate=True))
     ratios = [i / p for p, i in zip(inproc, iso)]
-    from flow1_ray.isolate import default_start_method
+    from flow1_ray.envcheck.isolate import default_start_method
 
     print(f"env {a.env}, {a.steps} steps, {a.reps} interleaved pairs, start method {default_start_method()}")
     print(_line("in-process", inproc))

@@ -29,7 +29,7 @@ def build(tmp: str, env_config: dict, stall_timeout: float):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from flow1_ray import Flow1Callbacks
-    from flow1_ray.demo import FaultyCartPole
+    from flow1_ray.envcheck.demo import FaultyCartPole
 
     cb = Flow1Callbacks.with_options(output_dir=tmp, print_events=False, stall_timeout_s=stall_timeout,
                                      stall_action="kill")
@@ -58,7 +58,7 @@ def main() -> None:
 
     import ray
 
-    from flow1_ray.names import hub_name
+    from flow1_ray.common.names import hub_name
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)

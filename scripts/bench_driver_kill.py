@@ -37,7 +37,7 @@ def job(out_dir: str, iterations: int) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from flow1_ray import Flow1Callbacks
-    from flow1_ray.demo import FaultyCartPole
+    from flow1_ray.envcheck.demo import FaultyCartPole
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              configure_logging=False)

@@ -45,7 +45,7 @@ def make_sender():
         def run(self, seconds: float) -> dict:
             import ray
 
-            from flow1_ray.events import Event
+            from flow1_ray.common.events import Event
 
             start = time.monotonic()
             next_send = [start + self.interval * (i / self.count) for i in range(self.count)]
@@ -92,7 +92,7 @@ def one_size(n: int, args) -> dict:
     import psutil
     import ray
 
-    from flow1_ray.actors.hub import make_hub_actor
+    from flow1_ray.hub.hub import make_hub_actor
     from flow1_ray.options import Flow1Options
 
     run_dir = tempfile.mkdtemp(prefix="flow1-hubscale-")

@@ -3,7 +3,7 @@
 Each arm is a fresh process (one alive at a time, same seed) stepping CartPole with random
 actions and keeping ``rate`` bytes a step in a growing buffer; a last arm steps RLlib's own
 MemoryLeakingEnv (one dict entry per episode: ~10 KB per 1,000 steps) with nothing planted. Every 2,000 steps it reads its RSS and feeds both judges:
-``now`` is MEMORY_LEAK_SUSPECTED's trend (:class:`flow1_ray.checks.leak.LeakTrend`, judged
+``now`` is MEMORY_LEAK_SUSPECTED's trend (:class:`flow1_ray.checks.run.leak.LeakTrend`, judged
 every 100,000 steps, the hub every 10 s); the loop is held to 10,000 steps/s (a fast env
 under RLlib), since the rule judges time as well as steps, ``before`` the rule it replaced (a linear fit
 over the last 120 readings, > 1 MB per 1,000 steps with R^2 >= 0.8). Printed: the first step
@@ -47,7 +47,7 @@ def _before(points: list) -> bool:
 def _arm(rate: int, steps: int, seconds: float, out, steps_per_s: float = 10_000.0) -> None:
     import gymnasium as gym
 
-    from flow1_ray.checks.leak import LeakTrend
+    from flow1_ray.checks.run.leak import LeakTrend
 
     if rate == RLLIB:   # one dict entry per episode (a uuid key): ~10 KB per 1,000 steps by tracemalloc
         from ray.rllib.examples.envs.classes.memory_leaking_env import MemoryLeakingEnv

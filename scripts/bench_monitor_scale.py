@@ -29,7 +29,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 def holder(directory: str, first: int, count: int, interval: float) -> None:
-    from flow1_ray.runner.liveness import HEADER, IDLE, MAGIC, META_OFFSET, META_SIZE, VERSION
+    from flow1_ray.liveness.lockfile import HEADER, IDLE, MAGIC, META_OFFSET, META_SIZE, VERSION
 
     d, pid, fds = Path(directory), os.getpid(), []
     for i in range(first, first + count):
@@ -63,9 +63,9 @@ def main() -> None:
     import psutil
     import ray
 
-    from flow1_ray.actors.hub import make_hub_actor
+    from flow1_ray.hub.hub import make_hub_actor
     from flow1_ray.options import Flow1Options
-    from flow1_ray.runner.lockdir import job_lock_dir
+    from flow1_ray.liveness.lockdir import job_lock_dir
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)

@@ -22,13 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from flow1_ray import codes as C
-from flow1_ray.actors.recorder import RecorderCore
-from flow1_ray.events import Event
+from flow1_ray.common import codes as C
+from flow1_ray.hub.recorder import RecorderCore
+from flow1_ray.common.events import Event
 from flow1_ray.report import follow
 from flow1_ray.report.follow import RunFollower
 from flow1_ray.report.rundir import load_run_report
-from flow1_ray.store import load_metrics
+from flow1_ray.rundir.reading import load_metrics
 
 
 def flush_once(rec: RecorderCore, i: int) -> None:

@@ -7,7 +7,7 @@ Two measures per env, one arm alive at a time, arms alternated over ``--rounds``
   env's attributes a step, copies of the env while a suspect waits for its counterfactuals,
   the judgement);
 * the leakage test (on in every check) apart: a recorded 1,000-step rollout fed to a
-  :class:`~flow1_ray.checks.temporal_leak.LeakageWatch` (per step) and judged (once).
+  :class:`~flow1_ray.checks.env.temporal_leak.LeakageWatch` (per step) and judged (once).
 
     python scripts/bench_traps.py [--rounds 5] [--env CartPole-v1 --env HalfCheetah-v5 ...]
 """
@@ -23,7 +23,7 @@ import warnings
 import gymnasium as gym
 
 from flow1_ray import check_env
-from flow1_ray.checks.temporal_leak import LeakageWatch
+from flow1_ray.checks.env.temporal_leak import LeakageWatch
 
 DEFAULT_ENVS = ["CartPole-v1", "HalfCheetah-v5", "MiniGrid-DoorKey-5x5-v0", "ALE/Pong-v5"]
 PACKAGES = {"HalfCheetah": "mujoco", "MiniGrid": "minigrid", "ALE/": "ale_py", "highway": "highway_env"}

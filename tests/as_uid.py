@@ -21,7 +21,7 @@ if __name__ == "__main__":
     import rich.table  # noqa: F401
     import werkzeug.serving  # noqa: F401
 
-    import flow1_ray.cli
+    import flow1_ray.cli.main
     import flow1_ray.report.html  # noqa: F401
     import flow1_ray.report.panel  # noqa: F401
     import flow1_ray.report.render  # noqa: F401
@@ -33,4 +33,4 @@ if __name__ == "__main__":
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
-    sys.exit(flow1_ray.cli.main(sys.argv[2:]))
+    sys.exit(flow1_ray.cli.main.main(sys.argv[2:]))

@@ -26,7 +26,7 @@ def main(out_dir: str) -> dict:
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from flow1_ray import Flow1Callbacks, load_events
-    from flow1_ray.names import hub_name
+    from flow1_ray.common.names import hub_name
 
     cb = Flow1Callbacks.with_options(output_dir=out_dir, print_events=False, state_actions=False,
                                      stall_timeout_s=3.0, heartbeat_interval_s=0.5)

@@ -10,8 +10,8 @@ import pytest
 
 import zoo
 from flow1_ray import check_env
-from flow1_ray import codes as C
-from flow1_ray.checks.action_map import fit_dim
+from flow1_ray.common import codes as C
+from flow1_ray.checks.env.action_map import fit_dim
 
 
 def _pipe(report) -> list:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from flow1_ray import check_env
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 
 
 def _loud(report) -> list[tuple[str, str]]:

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import load_events
-from flow1_ray.actors.recorder import RecorderCore
-from flow1_ray.events import Event
+from flow1_ray.hub.recorder import RecorderCore
+from flow1_ray.common.events import Event
 from flow1_ray.report.rundir import load_run_report
 from test_rllib_callbacks import Run, build, runner_pids
 
@@ -30,8 +30,8 @@ def test_a_lock_directory_that_cannot_be_used_is_said_never_silent(ray_session, 
     import ray
     from ray.experimental import internal_kv
 
-    from flow1_ray.options import NAMESPACE
-    from flow1_ray.runner.lockdir import KV_LOCK_DIR
+    from flow1_ray.common.names import NAMESPACE
+    from flow1_ray.liveness.lockdir import KV_LOCK_DIR
 
     ctx = ray.get_runtime_context()
     key = f"{KV_LOCK_DIR}{ctx.get_job_id()}:{ctx.get_node_id()}"

@@ -13,8 +13,8 @@ import gymnasium as gym
 import pytest
 
 from flow1_ray import Flow1Callbacks, load_events
-from flow1_ray import codes as C
-from flow1_ray.checks.sampling import NoSamples
+from flow1_ray.common import codes as C
+from flow1_ray.checks.run.sampling import NoSamples
 from test_rllib_callbacks import Run
 
 pytestmark = pytest.mark.slow

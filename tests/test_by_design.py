@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from flow1_ray import check_env
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 
 E = "ray.rllib.examples.envs.classes"
 

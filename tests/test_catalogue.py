@@ -1,5 +1,5 @@
 """A finding is declared once: the rule files' RULES make the catalogue, and everything that
-lists codes or thresholds (codes.py, Thresholds, configs/thresholds.json, the README's table)
+lists codes or thresholds (common/codes.py, Thresholds, configs/thresholds.json, the README's table)
 is generated from them and checked here."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flow1_ray import Event
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray.checks import catalogue as cat
 from flow1_ray.checks.findings import Finding
 from flow1_ray.checks.rule import Rule
@@ -27,8 +27,8 @@ def test_the_generated_files_are_current():
 
 
 def test_codes_py_declares_no_code_by_hand():
-    """Outside its generated block, codes.py holds statuses and modules only."""
-    text = (ROOT / "flow1_ray/codes.py").read_text()
+    """Outside its generated block, common/codes.py holds statuses and modules only."""
+    text = (ROOT / "flow1_ray/common/codes.py").read_text()
     outside = re.sub(r"# --- codes: begin.*?# --- codes: end", "", text, flags=re.S)
     names = {t.id for node in ast.parse(outside).body if isinstance(node, ast.Assign)
              for t in node.targets if isinstance(t, ast.Name)}

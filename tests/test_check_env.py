@@ -7,11 +7,11 @@ import pytest
 
 import zoo
 from flow1_ray import Flow1InputError, Report, check_env
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 
 
 @pytest.mark.parametrize("target", [
-    "CartPole-v1", gym.make("CartPole-v1"), "zoo:Base", zoo.Base, lambda: zoo.Base(), "flow1_ray.demo:faulty_cartpole",
+    "CartPole-v1", gym.make("CartPole-v1"), "zoo:Base", zoo.Base, lambda: zoo.Base(), "flow1_ray.envcheck.demo:faulty_cartpole",
 ], ids=["id", "instance", "module:class", "class", "factory", "module:factory"])
 def test_accepted_targets(target):
     report = check_env(target, steps=100)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from flow1_ray import Flow1Callbacks
-from flow1_ray import codes as C
-from flow1_ray.runner.budget import JUDGE_AFTER_S, CheckBudget
+from flow1_ray.common import codes as C
+from flow1_ray.checks.own.budgets import JUDGE_AFTER_S, CheckBudget
 
 
 class Counting(gym.Env):

@@ -7,13 +7,13 @@ import pytest
 from gymnasium import spaces
 
 from flow1_ray import Thresholds
-from flow1_ray import codes as C
-from flow1_ray.checks.action_pipe import action_cast_error, check_action_batch
-from flow1_ray.checks.env_spec import membership_error, step_time_findings
-from flow1_ray.checks.obs_flow import reset_drift
-from flow1_ray.checks.reward import Episodes, reward_findings, reward_stats
-from flow1_ray.checks.reward_drop import ReturnTracker
-from flow1_ray.checks.space_contract import validate_space
+from flow1_ray.common import codes as C
+from flow1_ray.checks.env.action_pipe import action_cast_error, check_action_batch
+from flow1_ray.checks.env.env_spec import membership_error, step_time_findings
+from flow1_ray.checks.env.obs_flow import reset_drift
+from flow1_ray.checks.env.reward import Episodes, reward_findings, reward_stats
+from flow1_ray.checks.learner.reward_drop import ReturnTracker
+from flow1_ray.checks.env.space_contract import validate_space
 from flow1_ray.checks.spaces import leaves
 
 TH = Thresholds()
@@ -301,7 +301,7 @@ def test_live_checks_need_repeated_stalls_and_spend_the_drift_alpha():
     test spends its false-alarm rate over its looks (taken as the episodes double)."""
     from gymnasium import spaces
 
-    from flow1_ray.checks.rollout import RolloutChecker
+    from flow1_ray.checks.env.rollout import RolloutChecker
 
     rng = np.random.default_rng(0)
     stall = rng.normal(20e-6, 2e-6, 1000)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flow1_ray.raylog import RAY_LOG
+from flow1_ray.rundir.raylog import RAY_LOG
 
 #: the shapes of flow1's own lines (anything else on the terminal is someone else's)
 FLOW1_LINES = [
@@ -39,7 +39,7 @@ def run_cli(*args: str, env: dict, timeout: float = 600) -> subprocess.Completed
 
 PROBE = """
 import logging, os, sys, threading, warnings
-from flow1_ray.raylog import RayLog
+from flow1_ray.rundir.raylog import RayLog
 
 with RayLog(sys.argv[1], verbose=sys.argv[2] == "1") as log:
     print("flow1 line on stdout")

@@ -21,13 +21,13 @@ from PIL import Image
 from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot, \
     text, wait_for
 from flow1_ray import analyze_state_actions
-from flow1_ray import codes as C
-from flow1_ray.actors.clusterer import ClustererCore
-from flow1_ray.actors.recorder import RecorderCore
+from flow1_ray.common import codes as C
+from flow1_ray.hub.clusterer import ClustererCore
+from flow1_ray.hub.recorder import RecorderCore
 from flow1_ray.clustering.describe import describe, features, map_2d
 from flow1_ray.clustering.frames import FRAMES_PER_SEND, thumbnails
 from flow1_ray.clustering.heatmap import row_labels
-from flow1_ray.clustering.state_action_map import flatten_observations
+from flow1_ray.clustering.features import flatten_observations
 from flow1_ray.report.html import render_html
 from flow1_ray.report.rundir import load_run_report
 

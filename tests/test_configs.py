@@ -33,7 +33,7 @@ def test_bad_threshold_files(tmp_path):
 
 
 def test_state_action_thresholds_come_from_the_same_place():
-    from flow1_ray.checks.state_action import StateActionThresholds
+    from flow1_ray.checks.states.state_action import StateActionThresholds
 
     th = Thresholds().with_overrides({"chaos_entropy": 0.9, "rare_share": 0.001}).family(StateActionThresholds)
     assert th.chaos_entropy == 0.9 and th.rare_share == 0.001 and th.blind_spot_max == 0.3

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 
-from flow1_ray import codes as C
-from flow1_ray.actors.contention import ContentionCore, node_load
+from flow1_ray.common import codes as C
+from flow1_ray.checks.run.contention import ContentionCore, node_load
 
 
 def summary(step_ms: dict[str, float], steps: int, rss_mb: dict[str, float] | None = None) -> dict:
@@ -97,7 +97,7 @@ def test_memory_leak_needs_a_lasting_trend_and_span():
 
 
 def _trend(points):
-    from flow1_ray.checks.leak import LeakTrend
+    from flow1_ray.checks.run.leak import LeakTrend
 
     t = LeakTrend()
     for steps, mb, sec in points:
@@ -130,12 +130,12 @@ def test_node_load_reads_this_machine():
 
 
 def test_stall_event_names_the_innermost_frame_in_both_stack_formats():
-    from flow1_ray.checks.incidents import MonitorCore
+    from flow1_ray.checks.run.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "kill")
-    watchdog = '  File "env.py", line 3, in step\n  File "demo.py", line 9, in _env_step_hangs_here\n'
+    watchdog = '  File "env.py", line 3, in step\n  File "envcheck/demo.py", line 9, in _env_step_hangs_here\n'
     dump = ('Timeout (0:00:04)!\nThread 0x01 (most recent call first):\n  File "threading.py", line 1 in wait\n'
-            'Thread 0x02 (most recent call first):\n  File "demo.py", line 9 in _env_step_hangs_here\n'
+            'Thread 0x02 (most recent call first):\n  File "envcheck/demo.py", line 9 in _env_step_hangs_here\n'
             '  File "single_agent_env_runner.py", line 5 in sample\n')
     for stack, source in ((watchdog, "watchdog"), (dump, "faulthandler")):
         ch = {"kind": "stalled", "key": "k", "pid": 7, "ts": 1.0, "worker_index": 1, "stalled_s": 3.4,
@@ -147,7 +147,7 @@ def test_stall_event_names_the_innermost_frame_in_both_stack_formats():
 
 def test_one_incident_one_finding_for_a_stall_flow1_killed():
     """WORKER_STALLED is the incident; flow1's own kill and Ray's restart belong to it."""
-    from flow1_ray.checks.incidents import MonitorCore
+    from flow1_ray.checks.run.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "kill")
     base = {"key": "k", "worker_index": 1, "ts": 1.0}
@@ -161,7 +161,7 @@ def test_one_incident_one_finding_for_a_stall_flow1_killed():
 
 
 def test_a_death_is_a_fail_and_an_unexplained_restart_a_warn():
-    from flow1_ray.checks.incidents import MonitorCore
+    from flow1_ray.checks.run.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "report")
     base = {"key": "k", "worker_index": 1, "ts": 1.0}
@@ -175,7 +175,7 @@ def test_a_death_is_a_fail_and_an_unexplained_restart_a_warn():
 
 
 def test_the_death_rllib_makes_of_an_env_crash_belongs_to_it():
-    from flow1_ray.checks.incidents import MonitorCore
+    from flow1_ray.checks.run.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "report")
     ch = {"key": "k", "worker_index": 1, "ts": 1.0, "kind": "died", "pid": 7, "exit": "exit code 1",
@@ -189,7 +189,7 @@ def test_the_death_rllib_makes_of_an_env_crash_belongs_to_it():
 def test_an_actor_leaving_through_its_interpreter_during_algo_stop_has_stopped_not_died():
     """RLlib ends remote Learners with exit_actor() in algo.stop(): an interpreter exit that,
     before the stop, would be LEARNER_DIED. A signal during the stop is still a death."""
-    from flow1_ray.checks.incidents import MonitorCore
+    from flow1_ray.checks.run.incidents import MonitorCore
 
     core = MonitorCore("r", 3.0, "report")
     exit_ = {"key": "L", "worker_index": 0, "ts": 1.0, "kind": "died", "pid": 9, "exit": "interpreter exit",

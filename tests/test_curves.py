@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray.checks.curves import result_number
-from flow1_ray.checks.reward_drop import RunReturnDrop
+from flow1_ray.checks.learner.reward_drop import RunReturnDrop
 
 
 def feed(returns, episodes_per_iter=10, window=100, start_episodes=100):

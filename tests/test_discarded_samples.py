@@ -14,8 +14,8 @@ import gymnasium as gym
 import pytest
 
 from flow1_ray import Flow1Callbacks, load_events
-from flow1_ray import codes as C
-from flow1_ray.checks.sampling import DiscardedSamples, SampleTimes
+from flow1_ray.common import codes as C
+from flow1_ray.checks.run.sampling import DiscardedSamples, SampleTimes
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import load_events
-from flow1_ray.driver.watchdog import config_needs, explain_pending
+from flow1_ray.checks.run.driver import config_needs, explain_pending
 
 TESTS = Path(__file__).resolve().parent
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import diagnose_curves
-from flow1_ray.checks.eval_gap import config_differences
+from flow1_ray.checks.learner.eval_gap import config_differences
 
 TRAIN = [20.4, 34.6, 64.3, 99.7, 106.6, 95.2, 117.9, 176.5]
 CAPPED = [16.6, 20.0, 20.0, 20.0, 19.6, 20.0, 20.0, 20.0]          # eval env_config max_episode_steps=20
@@ -106,7 +106,7 @@ def test_a_live_ppo_run_evaluated_on_a_shorter_episode_limit_is_train_eval_gap(r
     assert ev["knobs"][0]["line"] == "config.evaluation(evaluation_config={})"
     # the evaluation return is in the metrics table beside the training return (the report's and the panel's curve)
     from flow1_ray import load_metrics
-    from flow1_ray.schema import EVAL_RETURN
+    from flow1_ray.common.schema import EVAL_RETURN
 
     rows = load_metrics(Path(results[-1]["flow1"]["run_dir"])).to_pylist()
     assert [r[EVAL_RETURN] for r in rows] == pytest.approx(

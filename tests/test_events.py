@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from flow1_ray import EVENT_SCHEMA, Event, Flow1InputError, check_env, load_events
-from flow1_ray import codes as C
-from flow1_ray.events import events_to_table, table_to_events
-from flow1_ray.store import write_events
+from flow1_ray.common import codes as C
+from flow1_ray.common.events import events_to_table, table_to_events
+from flow1_ray.rundir.store import write_events
 
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \| [A-Z_]+ \| (PASS|WARN|FAIL) \| [A-Z_]+ .+$")
 
@@ -115,7 +115,7 @@ def test_a_log_line_is_one_line_whatever_its_strings_hold():
 
 
 def test_rows_from_a_foreign_table_are_named_not_raised():
-    from flow1_ray.events import BadRow, event_from_row, events_from_table
+    from flow1_ray.common.events import BadRow, event_from_row, events_from_table
 
     good = events_to_table([_event()]).to_pylist()[0]
     assert event_from_row(good).code == C.OBS_DTYPE_MISMATCH

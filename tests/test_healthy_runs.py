@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray.checks.curves import result_number
-from flow1_ray.checks.reward_drop import RunReturnDrop
-from flow1_ray.checks.state_action import (Snapshot, StateActionThresholds, decided_share, trend_findings,
-                                          verdicts, warn_codes)
+from flow1_ray.checks.learner.reward_drop import RunReturnDrop
+from flow1_ray.checks.states.state_action import (Snapshot, StateActionThresholds, decided_share, trend_findings,
+    verdicts, warn_codes)
 
 CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
 RUNS = sorted(p.name for p in CORPUS.iterdir() if (p / "results.jsonl").exists()) if CORPUS.is_dir() else []

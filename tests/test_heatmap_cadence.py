@@ -1,4 +1,4 @@
-"""The state snapshots' cadence held under ``heatmap_budget`` (flow1_ray/clustering/cadence.py):
+"""The state snapshots' cadence held under ``heatmap_budget`` (flow1_ray/checks/own/budgets.py):
 a snapshot asked for sooner than its last one's CPU time / budget is skipped, said once
 (HEATMAPS_SPACED), and its states are judged by the next; ``heatmap_budget=0`` runs every one."""
 
@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from flow1_ray import codes as C
-from flow1_ray.actors.clusterer import StatesService
-from flow1_ray.clustering.cadence import SnapshotBudget
+from flow1_ray.common import codes as C
+from flow1_ray.hub.clusterer import StatesService
+from flow1_ray.checks.own.budgets import SnapshotBudget
 
 
 @pytest.mark.parametrize("budget, cost, gap, due", [

@@ -15,7 +15,7 @@ import signal
 
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import load_events
 from test_rllib_callbacks import Run, build
 

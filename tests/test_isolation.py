@@ -14,8 +14,8 @@ import pytest
 
 import zoo
 from flow1_ray import Flow1InputError, check_env
-from flow1_ray import codes as C
-from flow1_ray.envcheck import CheckInterrupted
+from flow1_ray.common import codes as C
+from flow1_ray.envcheck.api import CheckInterrupted
 
 #: short per-call timeouts: every zoo env's calls take microseconds, its hangs forever
 TIMEOUTS = ["--step-timeout", "2", "--reset-timeout", "2"]
@@ -133,8 +133,8 @@ def test_input_errors_found_in_the_child_are_one_line_exit_2(cli_env):
 
 
 def test_help_states_the_timeouts(cli_env):
-    from flow1_ray.cli import DEFAULT_TIMEOUTS as cli_defaults
-    from flow1_ray.isolate import DEFAULT_TIMEOUTS
+    from flow1_ray.cli.main import DEFAULT_TIMEOUTS as cli_defaults
+    from flow1_ray.envcheck.isolate import DEFAULT_TIMEOUTS
 
     assert cli_defaults == DEFAULT_TIMEOUTS
     out = " ".join(flow1("check", "--help", env=cli_env).stdout.split())

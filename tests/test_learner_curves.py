@@ -11,11 +11,11 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import diagnose_curves
 from flow1_ray.checks.advice import Knobs
-from flow1_ray.checks.gradients import LayerRules
-from flow1_ray.checks.learner_reading import max_entropy
+from flow1_ray.checks.learner.gradients import LayerRules
+from flow1_ray.checks.learner.learner_reading import max_entropy
 
 CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
 LOG2 = math.log(2)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from flow1_ray import Flow1Callbacks, load_events, load_learner
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from flow1_ray import Flow1Callbacks
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from test_rllib_callbacks import Run
 
 pytestmark = pytest.mark.slow

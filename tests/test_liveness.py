@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from flow1_ray.actors.probe import LockScanner
-from flow1_ray.runner.liveness import WorkerLiveness, holder_pid
-from flow1_ray.runner.lockdir import LockDirError, fresh_dir, private_dir, verify_private
+from flow1_ray.hub.probe import LockScanner
+from flow1_ray.liveness.lockfile import WorkerLiveness, holder_pid
+from flow1_ray.liveness.lockdir import LockDirError, fresh_dir, private_dir, verify_private
 
 
 def _wait(scanner: LockScanner, kind: str, timeout: float = 10.0) -> list[dict]:
@@ -182,7 +182,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_sweep_removes_only_old_unheld_locks(tmp_path):
-    from flow1_ray.runner.lockdir import sweep_stale
+    from flow1_ray.liveness.lockdir import sweep_stale
 
     root = tmp_path / "root"
     d = fresh_dir(root, "job1")

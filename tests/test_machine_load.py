@@ -14,8 +14,8 @@ import pytest
 
 import zoo
 from flow1_ray import check_env
-from flow1_ray import codes as C
-from flow1_ray.checks.machine_load import WaitShare, runqueue_wait_s
+from flow1_ray.common import codes as C
+from flow1_ray.checks.env.machine_load import WaitShare, runqueue_wait_s
 
 pytestmark = pytest.mark.skipif(runqueue_wait_s() is None or not hasattr(os, "sched_setaffinity"),
                                 reason="needs Linux schedstat and CPU affinity")

@@ -15,7 +15,7 @@ import signal
 import pytest
 
 from flow1_ray import Flow1Callbacks, load_events
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from test_rllib_callbacks import Run
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from gymnasium import spaces
 
 import zoo
 from flow1_ray import Thresholds, check_env
-from flow1_ray import codes as C
-from flow1_ray.checks.rollout import RolloutChecker
+from flow1_ray.common import codes as C
+from flow1_ray.checks.env.rollout import RolloutChecker
 from flow1_ray.checks.series import Series
 
 

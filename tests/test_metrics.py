@@ -16,7 +16,7 @@ import yaml
 
 from conftest import METRICS_PORT
 from flow1_ray import Flow1Callbacks
-from flow1_ray.actors.prometheus import SERIES, WORKERS
+from flow1_ray.hub.prometheus import SERIES, WORKERS
 
 ROOT = Path(__file__).resolve().parents[1]
 

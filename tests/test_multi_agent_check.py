@@ -17,8 +17,8 @@ from gymnasium import spaces
 
 import zoo_multi_agent as zma
 from flow1_ray import check_env
-from flow1_ray import codes as C
-from flow1_ray.checks.multi_agent import MultiAgentRolloutChecker
+from flow1_ray.common import codes as C
+from flow1_ray.checks.env.multi_agent import MultiAgentRolloutChecker
 
 STEPS = 400
 

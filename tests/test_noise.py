@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from flow1_ray import Flow1Callbacks, diagnose_curves, load_events
-from flow1_ray import codes as C
-from flow1_ray.checks.curve_diagnosis import CurveDiagnosis
-from flow1_ray.checks.reward_drop import ReturnNoise
+from flow1_ray.common import codes as C
+from flow1_ray.checks.learner.curve_diagnosis import CurveDiagnosis
+from flow1_ray.checks.learner.reward_drop import ReturnNoise
 
 LOG2 = math.log(2)
 PPO = {"algo_class": "PPO", "lr": 5e-5, "clip_param": 0.3, "num_epochs": 3}

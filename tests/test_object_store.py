@@ -11,10 +11,11 @@ import sys
 import pytest
 
 from conftest import S3_ENV
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray.checks.catalogue import rule
-from flow1_ray.events import Event
-from flow1_ray.store import Location, load_events, write_events
+from flow1_ray.common.events import Event
+from flow1_ray.rundir.reading import load_events
+from flow1_ray.rundir.store import Location, write_events
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] provides the loopback S3 endpoint")
 
@@ -63,7 +64,7 @@ def test_events_and_a_report_round_trip_through_s3(s3_uri):
 def test_the_panels_follower_reads_a_run_on_s3_as_it_grows(s3_uri):
     """flow1 serve on a URI: the runs under a prefix are found and each poll reads only the
     parts written since the last one."""
-    from flow1_ray.actors.recorder import RecorderCore
+    from flow1_ray.hub.recorder import RecorderCore
     from flow1_ray.report import follow
     from flow1_ray.report.follow import RunFollower, find_runs
 

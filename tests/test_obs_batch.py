@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from flow1_ray import codes as C
-from flow1_ray.checks.obs_flow import check_obs_batch
+from flow1_ray.common import codes as C
+from flow1_ray.checks.env.obs_flow import check_obs_batch
 from flow1_ray.checks.spaces import leaves
 from flow1_ray.checks.thresholds import DEFAULT
 

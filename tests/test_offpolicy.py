@@ -10,10 +10,10 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import diagnose_curves
-from flow1_ray.checks.curve_diagnosis import CurveDiagnosis
-from flow1_ray.checks.exploration import epsilon_at
+from flow1_ray.checks.learner.curve_diagnosis import CurveDiagnosis
+from flow1_ray.checks.learner.exploration import epsilon_at
 
 CORPUS = Path(__file__).resolve().parent / "data" / "healthy"
 DQN = {"algo_class": "DQN", "lr": 0.5, "gamma": 0.99, "n_step": 1, "tau": 1.0, "target_network_update_freq": 500,

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from flow1_ray import Flow1Callbacks, load_learner
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from test_learner_live import _train
 
 pytestmark = pytest.mark.slow

@@ -12,11 +12,11 @@ import pytest
 
 from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot, \
     text, wait_for
-from flow1_ray import codes as C
-from flow1_ray.actors.recorder import RecorderCore
-from flow1_ray.events import Event
+from flow1_ray.common import codes as C
+from flow1_ray.hub.recorder import RecorderCore
+from flow1_ray.common.events import Event
 from flow1_ray.report.follow import RunFollower, find_runs
-from flow1_ray.errors import Flow1InputError
+from flow1_ray.common.errors import Flow1InputError
 
 EVIL = '<script>alert("run")</script><img src=x onerror="alert(2)">'
 

@@ -32,10 +32,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from browser import Served, assert_no_alert, chrome, needs_browser, requested_urls, text, wait_for
-from flow1_ray import codes as C
-from flow1_ray.actors.recorder import RecorderCore
-from flow1_ray.cli import main
-from flow1_ray.events import EVENT_SCHEMA, Event
+from flow1_ray.common import codes as C
+from flow1_ray.hub.recorder import RecorderCore
+from flow1_ray.cli.main import main
+from flow1_ray.common.events import EVENT_SCHEMA, Event
 from flow1_ray.report.model import NOT_JUDGED, md
 from flow1_ray.report.panel import REFRESH_OUTPUTS, Runs, panel_callbacks
 
@@ -408,7 +408,7 @@ def test_the_follower_marks_a_bad_part_seen_and_never_reads_it_again(run_copy):
 
 def test_load_events_raises_one_line_and_read_table_names_what_it_skipped(run_copy):
     from flow1_ray import Flow1InputError, load_events
-    from flow1_ray.reading import read_table
+    from flow1_ray.rundir.reading import read_table
 
     good = load_events(run_copy).num_rows
     (run_copy / "events" / LAST).write_bytes(b"")

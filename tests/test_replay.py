@@ -14,9 +14,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import diagnose_curves
-from flow1_ray.checks.replay import native_ratio, train_batch
+from flow1_ray.checks.learner.replay import native_ratio, train_batch
 
 DQN = {"algo_class": "DQN", "train_batch_size_per_learner": 32, "num_learners": 0, "rollout_fragment_length": 1,
        "num_envs_per_env_runner": 1, "num_env_runners": 1, "num_steps_sampled_before_learning_starts": 1000,

@@ -13,13 +13,13 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from browser import assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot
-from flow1_ray import codes as C
-from flow1_ray.actors.recorder import RecorderCore
-from flow1_ray.events import Event
+from flow1_ray.common import codes as C
+from flow1_ray.hub.recorder import RecorderCore
+from flow1_ray.common.events import Event
 from flow1_ray.report.html import render_html
 from flow1_ray.report.model import NOT_JUDGED
 from flow1_ray.report.rundir import load_run_report
-from flow1_ray.store import HEATMAPS_DIR
+from flow1_ray.rundir.store import HEATMAPS_DIR
 
 EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
 
@@ -115,7 +115,7 @@ def test_the_sample_ci_job_runs_the_commands_that_exist():
     runs = [s["run"] for j in job["jobs"].values() for s in j["steps"] if "run" in s]
     assert any(r.startswith("flow1 check --env") for r in runs)
     assert any(r.startswith("flow1 report") and "--fail-on WARN" in r and "--format html" in r for r in runs)
-    from flow1_ray.cli import _parser
+    from flow1_ray.cli.main import _parser
 
     for r in runs:   # every flow1 command line of the job parses with today's CLI
         if r.startswith("flow1 "):
@@ -240,7 +240,7 @@ def test_the_evaluation_return_is_drawn_beside_the_training_return_where_a_run_e
     evaluated has none."""
     from flow1_ray.report.follow import RunFollower
     from flow1_ray.report.panel import return_figure
-    from flow1_ray.schema import EVAL_RETURN
+    from flow1_ray.common.schema import EVAL_RETURN
 
     def names(rows, name):
         d = tmp_path / name

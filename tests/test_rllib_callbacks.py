@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from flow1_ray import EVENT_SCHEMA, Flow1Callbacks, load_events, load_metrics
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray.callbacks import _guarded
-from flow1_ray.demo import FaultyCartPole
+from flow1_ray.envcheck.demo import FaultyCartPole
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ class Run:
     def __init__(self, result: dict):
         import ray
 
-        from flow1_ray.names import hub_name
+        from flow1_ray.common.names import hub_name
 
         self.dir = Path(result["flow1"]["run_dir"])
         # the hub holds the Recorder and the monitor (and, on CPU, the clusterer)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import load_metrics
 from flow1_ray.report.rundir import load_run_report
 

@@ -15,7 +15,7 @@ import pytest
 from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_browser, requested_urls, screenshot, \
     text, wait_for
 from flow1_ray.report.follow import is_run_dir
-from flow1_ray.store import EVENTS_DIR, Location
+from flow1_ray.rundir.store import EVENTS_DIR, Location
 
 pytestmark = [pytest.mark.slow, needs_browser]
 

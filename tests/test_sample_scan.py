@@ -1,4 +1,4 @@
-"""The scan of every sampled step (checks/sample_scan.py) on RLlib's own episodes, as an
+"""The scan of every sampled step (checks/env/sample_scan.py) on RLlib's own episodes, as an
 EnvRunner's sample() returns them (NumPy) and as they are while running (lists)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray.checks.findings import FindingLog
-from flow1_ray.checks.sample_scan import SampleScan
+from flow1_ray.checks.env.sample_scan import SampleScan
 
 
 def _episode(obs: list, rewards: list, numpy: bool = True) -> SingleAgentEpisode:
@@ -71,7 +71,7 @@ def test_non_scalar_rewards_and_integer_observations_are_left_to_the_checked_epi
 def test_a_part_reads_the_chunk_as_sample_returned_it_after_the_buffer_grew_it():
     """A local replay buffer (DQN's) concatenates the next chunk of an episode into the chunk
     it stored: a held part still reads one step, not terminated, and its own rewards."""
-    from flow1_ray.checks.episode_parts import episode_parts, part_rows
+    from flow1_ray.checks.env.episode_parts import episode_parts, part_rows
     from flow1_ray.runner.sender import Sender
     from flow1_ray.runner.states import StateSampler
     from gymnasium import spaces

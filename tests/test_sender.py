@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from flow1_ray import codes as C
-from flow1_ray.events import Event
+from flow1_ray.common import codes as C
+from flow1_ray.common.events import Event
 from flow1_ray.runner.sender import Sender
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def _hub_args(tmp_path, run_id: str = "r", states: bool = False, **opts) -> tupl
 def test_full_queue_drops_and_counts_without_blocking(ray_session, tmp_path):
     import ray
 
-    from flow1_ray.actors.hub import CONCURRENCY, make_hub_actor
+    from flow1_ray.hub.hub import CONCURRENCY, make_hub_actor
 
     Hub = make_hub_actor()
 
@@ -89,13 +89,13 @@ def test_state_batches_reach_the_clusterer_and_its_snapshot_the_recorder(ray_ses
     import numpy as np
     import ray
 
-    from flow1_ray import iteration as I
+    from flow1_ray.common import iteration as I
     from flow1_ray import load_clusters, load_events, load_learner, load_metrics
     from flow1_ray.driver.learner_watch import learner_columns
-    from flow1_ray.schema import DRIVER_MS, SAMPLES_DROPPED
-    from flow1_ray.actors.clusterer import make_clusterer_actor
-    from flow1_ray.actors.hub import make_hub_actor
-    from flow1_ray.names import hub_name
+    from flow1_ray.common.schema import DRIVER_MS, SAMPLES_DROPPED
+    from flow1_ray.hub.clusterer import make_clusterer_actor
+    from flow1_ray.hub.hub import make_hub_actor
+    from flow1_ray.common.names import hub_name
 
     rid = f"states-test-{where}"
     hub = make_hub_actor().options(name=hub_name(rid), namespace="flow1").remote(

@@ -7,10 +7,10 @@ import pytest
 from gymnasium import spaces
 
 from flow1_ray import analyze_state_actions
-from flow1_ray import codes as C
-from flow1_ray.checks.state_action import FIXATED, OK, verdicts
+from flow1_ray.common import codes as C
+from flow1_ray.checks.states.state_action import FIXATED, OK, verdicts
 from flow1_ray.clustering.backends import SklearnKMeans, TorchKMeans, resolve_backend
-from flow1_ray.clustering.state_action_map import flatten_observations, standardize
+from flow1_ray.clustering.features import flatten_observations, standardize
 
 
 def blobs(seed: int = 0, per: int = 2000, d: int = 6):

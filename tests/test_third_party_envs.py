@@ -17,7 +17,7 @@ import gymnasium as gym
 import pytest
 
 from flow1_ray import check_env
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 
 #: The documented advisories (README, "Advisories").
 ADVISORIES = {C.OBS_UNNORMALIZED_IMAGE, C.REWARD_SPARSE, C.EPISODE_NEVER_ENDS}

@@ -11,7 +11,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 from flow1_ray import diagnose_curves
 from flow1_ray.driver.learner_watch import rule_columns
 

@@ -10,7 +10,7 @@ import pytest
 
 import zoo
 from flow1_ray import check_env
-from flow1_ray import codes as C
+from flow1_ray.common import codes as C
 
 # (env, code, status, a fragment of the message): SB3-style "expected X, actual Y".
 FAULTS = [

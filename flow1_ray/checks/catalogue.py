@@ -2,7 +2,7 @@
 
 Everything that lists codes is made from here, so that a new finding is written once, in
 its rule file: ``python -m flow1_ray.checks.catalogue --write`` regenerates the code
-constants of :mod:`flow1_ray.codes`, the flat :class:`~flow1_ray.checks.thresholds.Thresholds`,
+constants of :mod:`flow1_ray.common.codes`, the flat :class:`~flow1_ray.checks.thresholds.Thresholds`,
 ``configs/thresholds.json`` and the README's table of codes; ``--check`` (run by the tests)
 fails when one of them is stale. No Ray here: the rule files are pure.
 """
@@ -18,44 +18,44 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from .. import codes as C
+from ..common import codes as C
 from .rule import Rule
 
-#: The modules that declare rules, in the order the catalogue lists them. A module with a
-#: ``RULES`` tuple (and optionally ``THRESHOLDS``: families no single rule owns) belongs here.
+#: The modules that declare rules, in the order the catalogue lists them, named inside this
+#: package: every rule module lives under ``flow1_ray.checks``, so the registry never imports a
+#: layer above it. A module with a ``RULES`` tuple (and optionally ``THRESHOLDS``: families no
+#: single rule owns) belongs here; the tests fail on one that is not listed.
 RULE_MODULES = (
-    "flow1_ray.checks.findings",
-    "flow1_ray.checks.space_contract",
-    "flow1_ray.checks.env_spec",
-    "flow1_ray.checks.rollout",
-    "flow1_ray.checks.multi_agent_contract",
-    "flow1_ray.checks.obs_flow",
-    "flow1_ray.checks.action_pipe",
-    "flow1_ray.checks.action_map",
-    "flow1_ray.checks.action_mask",
-    "flow1_ray.checks.reward",
-    "flow1_ray.checks.reward_drop",
-    "flow1_ray.checks.learner_curves",
-    "flow1_ray.checks.clip_fraction",
-    "flow1_ray.checks.offpolicy",
-    "flow1_ray.checks.replay",
-    "flow1_ray.checks.exploration",
-    "flow1_ray.checks.eval_gap",
-    "flow1_ray.checks.gradients",
-    "flow1_ray.driver.learner_watch",
-    "flow1_ray.driver.live_whatif",
-    "flow1_ray.checks.incidents",
-    "flow1_ray.checks.sampling",
-    "flow1_ray.driver.watchdog",
-    "flow1_ray.actors.contention",
-    "flow1_ray.checks.leak",
-    "flow1_ray.checks.temporal_leak",
-    "flow1_ray.checks.reward_logic",
-    "flow1_ray.checks.state_action",
-    "flow1_ray.checks.import_resolve",
-    "flow1_ray.watchers",
-    "flow1_ray.runner.budget",
-    "flow1_ray.clustering.cadence",
+    ".findings",
+    ".env.space_contract",
+    ".env.env_spec",
+    ".env.rollout",
+    ".env.multi_agent_contract",
+    ".env.obs_flow",
+    ".env.action_pipe",
+    ".env.action_map",
+    ".env.action_mask",
+    ".env.reward",
+    ".learner.reward_drop",
+    ".learner.learner_curves",
+    ".learner.clip_fraction",
+    ".learner.offpolicy",
+    ".learner.replay",
+    ".learner.exploration",
+    ".learner.eval_gap",
+    ".learner.gradients",
+    ".own.actions",
+    ".run.incidents",
+    ".run.sampling",
+    ".run.driver",
+    ".run.contention",
+    ".run.leak",
+    ".env.temporal_leak",
+    ".env.reward_logic",
+    ".states.state_action",
+    ".env.import_resolve",
+    ".own.watchers",
+    ".own.budgets",
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,13 +68,13 @@ def _load() -> tuple[dict[str, Rule], dict[str, str], tuple[type, ...]]:
     where: dict[str, str] = {}
     families: list[type] = []
     for name in RULE_MODULES:
-        mod = importlib.import_module(name)
+        mod = importlib.import_module(name, __package__)
         for r in getattr(mod, "RULES", ()):
             if r.code in rules:
-                raise RuntimeError(f"code {r.code} is declared twice: {where[r.code]} and {name}")
+                raise RuntimeError(f"code {r.code} is declared twice: {where[r.code]} and {mod.__name__}")
             if r.status not in C.STATUSES or (r.module not in C.MODULES and r.module != ""):
                 raise RuntimeError(f"{name}: {r.code} has status {r.status!r}, module {r.module!r}")
-            rules[r.code], where[r.code] = r, name
+            rules[r.code], where[r.code] = r, mod.__name__
             if r.thresholds is not None and r.thresholds not in families:
                 families.append(r.thresholds)
         families += [f for f in getattr(mod, "THRESHOLDS", ()) if f not in families]
@@ -109,6 +109,11 @@ def codes_block() -> str:
             lines.append(f"# {module or 'any module'}")
         lines.append(f'{r.code} = "{r.code}"')
     return "\n".join(lines)
+
+
+def defaults_block() -> str:
+    rows = [f"    {code}: ({r.module!r}, {r.status}),".replace("'", '"') for code, r in rules().items()]
+    return "DEFAULTS = {\n" + "\n".join(rows) + "\n}"
 
 
 def thresholds_block() -> str:
@@ -147,7 +152,8 @@ def readme_table() -> str:
 
 
 TARGETS = {
-    "flow1_ray/codes.py": ("# --- codes: begin", "# --- codes: end", codes_block),
+    "flow1_ray/common/codes.py": ("# --- codes: begin", "# --- codes: end", codes_block),
+    "flow1_ray/common/codes.py#defaults": ("# --- defaults: begin", "# --- defaults: end", defaults_block),
     "flow1_ray/checks/thresholds.py": ("    # --- fields: begin", "    # --- fields: end", thresholds_block),
     "README.md": ("<!-- codes: begin -->", "<!-- codes: end -->", readme_table),
 }
@@ -163,8 +169,9 @@ def _spliced(text: str, begin: str, end: str, body: str, path: str) -> str:
 def stale(root: Path = ROOT) -> dict[str, str]:
     """Generated file -> what it should hold, for every one that is out of date."""
     out: dict[str, str] = {}
-    for rel, (begin, end, make) in TARGETS.items():
-        text = (root / rel).read_text(encoding="utf-8")
+    for target, (begin, end, make) in TARGETS.items():
+        rel = target.split("#")[0]
+        text = out.get(rel) or (root / rel).read_text(encoding="utf-8")
         want = _spliced(text, begin, end, make(), rel)
         if want != text:
             out[rel] = want

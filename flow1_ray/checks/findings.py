@@ -1,4 +1,4 @@
-"""Findings: what a check says, before it becomes an :class:`~flow1_ray.events.Event`.
+"""Findings: what a check says, before it becomes an :class:`~flow1_ray.common.events.Event`.
 
 A per-step fault usually repeats (a dtype that turns float64 at step 6 stays float64), so
 findings are aggregated by ``(code, key)``: the first occurrence keeps its message and
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
-from .. import codes as C
-from ..events import Event, utcnow
+from ..common import codes as C
+from ..common.events import Event, utcnow
 from .rule import Rule
 
 RULES = (
@@ -36,13 +36,10 @@ class Finding:
 
     def __post_init__(self) -> None:
         if not (self.status and self.module):   # the rule's defaults (FindingLog ranks statuses)
-            from .catalogue import rule
-
-            spec = rule(self.code)
+            spec = C.DEFAULTS.get(self.code)
             if spec is None:
                 raise ValueError(f"unknown finding code {self.code!r}: declare it in a rule file's RULES")
-            self.status = self.status or spec.status
-            self.module = self.module or spec.module
+            self.module, self.status = self.module or spec[0], self.status or spec[1]
 
     def to_event(self, **where) -> Event:
         ev, msg = dict(self.evidence), self.message

@@ -6,7 +6,7 @@ judged against, the trigger text (rendered from those thresholds, so the text ne
 number the rule does not use), the evidence keys it writes, the RLlib knobs its advice may
 turn, and the signal the report and the panel chart for it. Rule files list theirs in a
 module-level ``RULES`` tuple; :mod:`.catalogue` collects them, and the code constants of
-:mod:`flow1_ray.codes`, the README's table of codes and ``configs/thresholds.json`` are
+:mod:`flow1_ray.common.codes`, the README's table of codes and ``configs/thresholds.json`` are
 generated from that collection (``python -m flow1_ray.checks.catalogue --write``).
 """
 

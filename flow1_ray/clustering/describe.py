@@ -24,6 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 from gymnasium import spaces
 
+from .features import IMAGE_POOL, has_numbers, is_frame_space
+
 VALUE, ONE_HOT, PIXEL = "value", "one_hot", "pixel"   # how a feature column reads
 #: how to read a description, where one is shown (the report, the panel)
 HOW_TO_READ = ("feature ≈ the cluster's centroid in the observation's units (mean: over all sampled states; sd: "
@@ -44,12 +46,6 @@ class Feature:
     kind: str = VALUE
 
 
-def _numeric(space: spaces.Space) -> bool:
-    from .state_action_map import _numeric as numeric
-
-    return numeric(space)
-
-
 def _index(shape: tuple[int, ...]) -> list[str]:
     """``[0]`` ... for a vector, ``[1,2]`` for a matrix; nothing for a scalar or one value."""
     if int(np.prod(shape)) == 1:
@@ -60,7 +56,6 @@ def _index(shape: tuple[int, ...]) -> list[str]:
 def _pixels(name: str, space: spaces.Box) -> list[Feature]:
     """The pooled blocks of a frame space, in ``_pool_images``'s column order, named by the
     pixel rows and columns each block averages (``img[y8:16,x0:8,c1]``)."""
-    from .state_action_map import IMAGE_POOL
 
     shape = space.shape
     if len(shape) == 2:
@@ -82,14 +77,13 @@ def _pixels(name: str, space: spaces.Box) -> list[Feature]:
 def features(space: spaces.Space, name: str = ROOT) -> list[Feature]:
     """The names of ``flatten_observations(obs, space)``'s columns, in its order (the same
     leaves left out: those without numbers)."""
-    from .state_action_map import is_frame_space
 
     if isinstance(space, spaces.Dict):
         top = name == ROOT
-        return [f for k, s in space.spaces.items() if _numeric(s)
+        return [f for k, s in space.spaces.items() if has_numbers(s)
                 for f in features(s, str(k) if top else f"{name}.{k}")]
     if isinstance(space, spaces.Tuple):
-        return [f for i, s in enumerate(space.spaces) if _numeric(s) for f in features(s, f"{name}[{i}]")]
+        return [f for i, s in enumerate(space.spaces) if has_numbers(s) for f in features(s, f"{name}[{i}]")]
     if isinstance(space, spaces.Discrete):
         return [Feature(f"{name}={int(space.start) + i}", ONE_HOT) for i in range(int(space.n))]
     if is_frame_space(space):

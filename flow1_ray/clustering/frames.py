@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from .features import is_frame_space
 from .reservoir import admit
 
 THUMB_SIDE = 64         # a thumbnail's longest side at most (pixels)
@@ -30,8 +31,6 @@ FRAME_BANK = 256        # frames the clusterer keeps per module, a uniform sampl
 def frame_leaf(space: spaces.Space, path: tuple = ()) -> tuple[tuple, spaces.Box] | None:
     """(path, space) of the observation's frames: the space itself, or the first leaf of a
     Dict/Tuple that is a frame space; None for an observation without frames."""
-    from .state_action_map import is_frame_space
-
     if is_frame_space(space):
         return path, space
     items = space.spaces.items() if isinstance(space, spaces.Dict) else \

@@ -1,6 +1,6 @@
 """The state-cluster x action heatmap: P(action | cluster) from the counts alone.
 
-The live writer (``actors/heatmaps.py``) and the offline map (``StateActionMap.heatmap``)
+The live writer (``hub/heatmaps.py``) and the offline map (``StateActionMap.heatmap``)
 draw with the same function from what a snapshot holds: counts, action labels, verdicts.
 """
 
@@ -11,8 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import codes as C
-from .. import schema as S
+from ..common import codes as C
+from ..common import schema as S
 
 COLOURS = {C.CHAOS: "darkorange", C.BLIND_SPOT: "red", C.ERROR_FIXATION: "magenta", C.RARE_STATE: "grey",
            S.VERDICT_FIXATED: "dimgray"}

@@ -14,24 +14,17 @@ import re
 import time
 from typing import Any
 
-from .. import codes as C
-from .. import schema as S
-from ..checks.curve_diagnosis import CurveDiagnosis
+from ..common import codes as C
+from ..common import schema as S
+from ..checks.learner.curve_diagnosis import CurveDiagnosis
 from ..checks.curves import finite as _f
 from ..checks.curves import result_section
-from ..checks.rule import Rule
 from ..checks.thresholds import DEFAULT
-from ..events import Event
+from ..common.events import Event
 from ..learner import tracer as T
 from ..options import Flow1Options
-from ..store import Location
+from ..rundir.store import Location
 
-RULES = (
-    Rule("LEARNER_SNAPSHOT", C.TRAIN_CURVES, C.PASS,
-         "the latest train batch and per-layer gradient norms were saved under snapshots/ (after a return drop "
-         "or a loss plateau)"),
-    Rule("GUARD_ACTION", C.FLOW1, C.PASS, "on_fail: flow1 saved a checkpoint and/or stopped the run because of a FAIL"),
-)
 
 logger = logging.getLogger("flow1_ray")
 
@@ -106,7 +99,7 @@ class LearnerWatch:
     def _watchers_off(self) -> list[Event]:
         """WATCHER_OFF, once each, for a Learner whose tracing turned itself off or whose
         lock file could not be made (its death or hang would go unnamed)."""
-        from ..watchers import LEARNER_LIVENESS, LEARNER_TRACING, watcher_off
+        from ..checks.own.watchers import LEARNER_LIVENESS, LEARNER_TRACING, watcher_off
 
         out = []
         for i, st in enumerate(self.statuses):
@@ -167,7 +160,7 @@ class LearnerWatch:
             try:
                 ev = self.live.maybe_launch(events, iteration, self.rolling, send)
             except Exception as e:   # noqa: BLE001 -- a what-if that cannot start never stops training
-                from ..watchers import internal_event
+                from ..checks.own.watchers import internal_event
 
                 ev = internal_event("live what-if", e, iteration=iteration)
             if ev is not None:
@@ -286,7 +279,7 @@ class LearnerWatch:
             while len(self.rolling) > self.opts.checkpoints_kept:
                 _remove(Location(self.rolling.pop(0)))
         except Exception as e:   # noqa: BLE001 -- a checkpoint that cannot be written never stops training
-            from ..watchers import internal_event
+            from ..checks.own.watchers import internal_event
 
             return internal_event("rolling checkpoint", e, iteration=iteration)
         finally:
@@ -327,8 +320,8 @@ def _remove(loc: Location) -> None:
 def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, heartbeat_s: float = 1.0,
                         stall_s: float = 30.0) -> dict:
     """On one Learner: the tracing, and (in a Learner actor) its lock-file liveness."""
-    from ..learner import liveness
-    from ..watchers import error_line, traceback_text
+    from ..liveness import learner as liveness
+    from ..checks.own.watchers import error_line, traceback_text
 
     status = {**T.install(learner, grad_every, tau), "rank": _rank()}
     try:

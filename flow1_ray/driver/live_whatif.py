@@ -15,21 +15,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import codes as C
-from .. import schema as S
-from ..checks.rule import Rule
-from ..events import Event
-from ..store import Location
-
-RULES = (
-    Rule("WHATIF_STARTED", C.FLOW1, C.PASS,
-         "with_options(whatif=True): a finding advised knobs; flow1 branched the run from a checkpoint to test them "
-         "(the branches, the seeds, the checkpoint)"),
-    Rule("WHATIF_VERDICT", C.FLOW1, C.PASS,
-         "a live what-if's verdict on one advice: held / did not hold / harmful / inconclusive / knob not in effect, "
-         "with the signal, the seeds' values and the one-sided rank test's p; or why there is none (the run "
-         "stopped first, a branch failed)"),
-)
+from ..common import codes as C
+from ..common import schema as S
+from ..common.events import Event
+from ..rundir.store import Location
 
 
 class LiveWhatif:
@@ -99,7 +88,7 @@ class LiveWhatif:
                            parallel=self.opts.whatif_parallel, stop=self.stop_flag)
             events = verdict_events(o)
         except Exception as e:   # noqa: BLE001 -- a what-if that fails is said, the run goes on
-            from ..watchers import error_line
+            from ..checks.own.watchers import error_line
 
             events = [Event(C.WHATIF_VERDICT, f"the live what-if failed: {error_line(e)}",
                             {"error": error_line(e)})]

@@ -8,7 +8,7 @@ stored, the bytes one stored step takes (the numpy arrays of its newest episodes
 actions, rewards and model outputs, without Python's object overhead -- a lower bound), and
 the memory this process may still take (the host's, or the container's cgroup limit when that
 is lower: on Kubernetes a pod is killed at its limit, not at the node's). The rules that read
-it are in :mod:`flow1_ray.checks.replay`.
+it are in :mod:`flow1_ray.checks.learner.replay`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The Algorithm process creates the run's actors in ``on_algorithm_init`` (get-or-create by
 name): the hub (Recorder, monitor, the hub node's probe and, on CPU, the state clusterer in
-one process: :mod:`~flow1_ray.actors.hub`), a NodeProbe on every other node, and a
+one process: :mod:`~flow1_ray.hub.hub`), a NodeProbe on every other node, and a
 StateClusterer of its own only when it gets a GPU share. They are owned by that process,
 not detached: Ray ends them when it ends, so no flow1 actor outlives its run even if the
 driver is killed. EnvRunners need none of them to start: their lock files are found by the
@@ -18,10 +18,11 @@ import time
 import uuid
 from typing import Any
 
-from ..names import KV_PREFIX, hub_name, kv, local_prefixes_key, states_name
-from ..options import NAMESPACE, Flow1Options
-from ..store import Location
-from ..actors.recorder import HEATMAP_DRAIN_S
+from ..common.names import KV_PREFIX, hub_name, kv, local_prefixes_key, states_name
+from ..common.names import NAMESPACE
+from ..options import Flow1Options
+from ..rundir.store import Location
+from ..hub.recorder import HEATMAP_DRAIN_S
 
 PROBE_START_TIMEOUT_S = 60.0
 
@@ -65,7 +66,7 @@ class Flow1Run:
     def __init__(self, opts: Flow1Options) -> None:
         import ray
 
-        from ..actors.hub import make_hub_actor
+        from ..hub.hub import make_hub_actor
 
         self.opts = opts
         self.run_id = opts.run_id or new_run_id()
@@ -92,7 +93,7 @@ class Flow1Run:
         self.states = self.hub if opts.state_actions else None
         self.states_actor = None
         if own_states:
-            from ..actors.clusterer import make_clusterer_actor
+            from ..hub.clusterer import make_clusterer_actor
 
             self.states = self.states_actor = make_clusterer_actor().options(
                 name=states_name(self.run_id), namespace=NAMESPACE, get_if_exists=True,

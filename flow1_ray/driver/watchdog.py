@@ -27,34 +27,18 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter, deque
+from collections import deque
 from typing import Any, Callable
 
-from .. import codes as C
-from ..checks.rule import Rule
-from ..events import Event
+from ..checks.run.driver import SLOW_START_FACTOR, config_needs, explain_constructing, explain_pending
+from ..common import codes as C
+from ..common.events import Event
 
-RULES = (
-    Rule("STOP_STALLED", C.WORKER, C.WARN, "algo.stop() has not returned for stop_timeout_s, with the driver's stack"),
-    Rule("DRIVER_STALLED", C.WORKER, C.WARN,
-         "train() has not returned for max(120 s, 5x the median iteration), with the driver's stack"),
-    Rule("ACTOR_UNPLACEABLE", C.RESOURCE, C.FAIL,
-         "the Algorithm's build waited > 15 s for actors the cluster cannot place now (who waits for what, who "
-         "holds it), or its config asks for more than the cluster has"),
-    Rule("SLOW_START", C.RESOURCE, C.PASS,
-         "advisory: the build waited > startup_timeout_s for actors that are placed and still in their "
-         "constructor (an env with a long init, a busy machine); a WARN once that lasts "
-         "10x startup_timeout_s", evidence=("waited_s", "constructing")),
-)
 
-#: a build whose placed actors are still constructing after this x startup_timeout_s is a WARN
-SLOW_START_FACTOR = 10
 #: the driver's CPU share (of one core) over a quiet train() that counts as working
 BUSY_CPU_SHARE = 0.2
 
 logger = logging.getLogger("flow1_ray")
-
-PENDING_STATES = ("PENDING_CREATION", "DEPENDENCIES_UNREADY")
 
 
 def job_actors(job_id_hex: str) -> list[dict]:
@@ -75,72 +59,6 @@ def job_actors(job_id_hex: str) -> list[dict]:
                     # (measured: pid and worker id set; an unplaced one has neither)
                     "pid": int(a.pid), "constructing": bool(a.address.worker_id) and a.pid > 0})
     return out
-
-
-def explain_pending(actors: list[dict], totals: dict[str, float], available: dict[str, float]) -> list[str]:
-    """One sentence per class of pending actor: what it waits for and who holds it.
-    Pure: the lists come from :func:`job_actors` and ``ray.cluster_resources()`` /
-    ``ray.available_resources()``."""
-    pending = [a for a in actors if a["state"] in PENDING_STATES and not a.get("constructing")]
-    alive = [a for a in actors if a["state"] == "ALIVE" or a.get("constructing")]
-    lines = []
-    for (cls, res), n in Counter((a["class"], tuple(sorted(a["resources"].items()))) for a in pending).items():
-        need = dict(res)
-        parts = []
-        for k, v in need.items():
-            if k.startswith("node:") or v <= 0:
-                continue
-            total, free = totals.get(k, 0.0), available.get(k, 0.0)
-            if total < v:
-                parts.append(f"{k} {v:g}, and the cluster has {total:g} in all: it can never be placed")
-                continue
-            if free >= v:
-                continue
-            holders = Counter(a["class"] for a in alive if a["resources"].get(k, 0) > 0)
-            held = sum(a["resources"].get(k, 0) for a in alive)
-            who = ", ".join(f"{c} x{m}" for c, m in holders.most_common()) or "no actor of this job"
-            parts.append(f"{k} {v:g}; {held:g}/{total:g} {k} held by {who} (free {free:g})")
-        if parts:
-            lines.append(f"{n} {cls} actor(s) wait for " + "; ".join(parts))
-    return lines
-
-
-def explain_constructing(actors: list[dict]) -> list[str]:
-    """One sentence per class of actor placed but still in its constructor (an env with a
-    long init, a busy machine): a slow start, not a missing resource."""
-    slow = [a for a in actors if a["state"] in PENDING_STATES and a.get("constructing")]
-    lines = []
-    for cls, group in _by_class(slow).items():
-        pids = ", ".join(str(a["pid"]) for a in group[:4]) + (", ..." if len(group) > 4 else "")
-        lines.append(f"{len(group)} {cls} actor(s) placed and still in their constructor (pid {pids})")
-    return lines
-
-
-def _by_class(actors: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for a in actors:
-        out.setdefault(a["class"], []).append(a)
-    return out
-
-
-def config_needs(config: Any) -> dict[str, float]:
-    """CPUs and GPUs the Algorithm's actors ask for (EnvRunners, evaluation runners,
-    Learner actors); the driver's own share is already held."""
-    def g(name: str, default: float = 0.0) -> float:
-        v = getattr(config, name, default)
-        try:
-            return float(v or 0)
-        except (TypeError, ValueError):
-            return default
-
-    runners = g("num_env_runners") + g("evaluation_num_env_runners")
-    learners = g("num_learners")
-    cpus = runners * g("num_cpus_per_env_runner", 1.0)
-    gpus = runners * g("num_gpus_per_env_runner")
-    if learners > 0:
-        cpus += learners * (g("num_cpus_per_learner", 1.0) if g("num_gpus_per_learner") == 0 else 0.0)
-        gpus += learners * g("num_gpus_per_learner")
-    return {"CPU": cpus, "GPU": gpus}
 
 
 def _cpu_seconds() -> float | None:
@@ -232,7 +150,7 @@ class DriverWatch:
                 if not self.failed:
                     self.failed = True
                     try:
-                        from ..watchers import DRIVER_WATCH, watcher_off
+                        from ..checks.own.watchers import DRIVER_WATCH, watcher_off
                         self.emit(watcher_off(DRIVER_WATCH, "the driver", e,
                                               "a build, train() or stop() that never returns"))
                     except Exception:
@@ -339,8 +257,8 @@ class DriverWatch:
         try:
             import ray
 
-            from ..runner.liveness import probe_lock
-            from ..runner.lockdir import job_lock_dir
+            from ..liveness.lockfile import probe_lock
+            from ..liveness.lockdir import job_lock_dir
 
             d = job_lock_dir(self.job_id, ray.get_runtime_context().get_node_id())
             for path in d.glob("*.lock"):

@@ -2,10 +2,10 @@
 importance ratios and the batch's reward range. Called by :mod:`.tracer` on traced updates only, inside its guard.
 
 RLlib 2.60 logs neither: the clip fraction (the share of probability ratios new / sampling
-policy outside ``1 +- clip_param``; ``checks/clip_fraction.py`` judges it) is computed from
+policy outside ``1 +- clip_param``; ``checks/learner/clip_fraction.py`` judges it) is computed from
 the update's own forward output, so it costs one log-probability of the batch's actions and
 no extra forward pass; the reward range bounds the Q-values an off-policy critic can take
-(``checks/offpolicy.py``: a replayed batch holds rewards from the whole buffer).
+(``checks/learner/offpolicy.py``: a replayed batch holds rewards from the whole buffer).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ import time
 from collections import deque
 from typing import Any
 
-from ..schema import ALL_MODULES, DEFAULT_MODULE_ID
+from ..common.schema import ALL_MODULES, DEFAULT_MODULE_ID
 from .batch_measures import clip_counts, reward_range
-from ..watchers import error_line, traceback_text
+from ..checks.own.watchers import error_line, traceback_text
 
 logger = logging.getLogger("flow1_ray")
 

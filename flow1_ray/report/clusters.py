@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from .. import schema as S
-from ..reading import PNG_MAGIC
+from ..common import schema as S
+from ..rundir.reading import PNG_MAGIC
 
 #: columns a reader shows when they are there, and the Arrow type test each must pass
 SHOWN: dict[str, Callable[[pa.DataType], bool]] = {

@@ -3,7 +3,7 @@
 The Recorder writes each flush as a new Parquet part (through a temporary name and a
 rename, never rewritten), so following a run is listing its folders and reading only the
 parts not read before: a poll of a long run costs a few ``listdir`` calls, not a reread
-of the run. Works on a local path or a filesystem URI (:class:`~flow1_ray.store.Location`).
+of the run. Works on a local path or a filesystem URI (:class:`~flow1_ray.rundir.store.Location`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Callable
 
 import pyarrow as pa
 
-from .. import codes as C
-from .. import schema as S
-from ..errors import Flow1InputError
-from ..events import Event, events_from_table, one_line
-from ..runrecord import RUN_JSON, completeness
-from ..reading import PART_COLUMN, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names
-from ..store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, SNAPSHOTS_DIR, Location
+from ..common import codes as C
+from ..common import schema as S
+from ..common.errors import Flow1InputError
+from ..common.events import Event, events_from_table, one_line
+from ..rundir.runrecord import RUN_JSON, completeness
+from ..rundir.reading import PART_COLUMN, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names
+from ..rundir.store import (CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR,
+    SNAPSHOTS_DIR, Location)
 from .model import GAP_CODES, Report, events_problem, missing_events, no_verdict
 from .views import TIMELINE
 

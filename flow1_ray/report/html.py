@@ -20,10 +20,10 @@ from typing import Any
 
 import logging
 
-from .. import schema as S
-from ..events import one_line
-from ..reading import read_file, read_table
-from ..store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
+from ..common import schema as S
+from ..common.events import one_line
+from ..rundir.reading import read_file, read_table
+from ..rundir.store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
 from ..clustering.describe import HOW_TO_READ
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, ema_label, findings_by_module, rule_signals, timeline_marks

@@ -7,11 +7,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import codes as C
-from ..events import Event, jsonable, one_line
-from ..runrecord import RUN_JSON
-from ..schema import EVIDENCE_DIR
-from ..store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
+from ..common import codes as C
+from ..common.events import Event, jsonable, one_line
+from ..rundir.runrecord import RUN_JSON
+from ..common.schema import EVIDENCE_DIR
+from ..rundir.store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
 NOT_JUDGED = "NOT JUDGED"
@@ -138,7 +138,7 @@ class Report:
     #: why there is no verdict at all (no start record, no readable events, nothing
     #: assessable); None when there is one
     not_judged: str | None = None
-    #: the run's life from its run directory (:func:`flow1_ray.runrecord.completeness`);
+    #: the run's life from its run directory (:func:`flow1_ray.rundir.runrecord.completeness`);
     #: None for a report that is not of a run directory (``check_env``)
     completeness: dict[str, Any] | None = None
 
@@ -230,7 +230,7 @@ class Report:
     def write(self, run_dir: "str | os.PathLike | Location") -> "Location":
         """Write events (Parquet + log) and the report files into a run directory (a path
         or a filesystem URI)."""
-        from ..runrecord import write_start, write_stop
+        from ..rundir.runrecord import write_start, write_stop
 
         d = Location(run_dir)
         d.mkdir()
@@ -327,5 +327,5 @@ _MD = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "<": "&lt;"
 
 def md(text: Any) -> str:
     """A string from a run, safe inside a Markdown line or table cell: one line
-    (:func:`~flow1_ray.events.one_line`), no raw HTML, no ``|``, backtick or link."""
+    (:func:`~flow1_ray.common.events.one_line`), no raw HTML, no ``|``, backtick or link."""
     return "".join(_MD.get(ch, ch) for ch in one_line("" if text is None else text))

@@ -35,12 +35,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import codes as C
-from .. import schema as S
-from ..errors import Flow1InputError
-from ..events import one_line
-from ..reading import read_file
-from ..store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
+from ..common import codes as C
+from ..common import schema as S
+from ..common.errors import Flow1InputError
+from ..common.events import one_line
+from ..rundir.reading import read_file
+from ..rundir.store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
 from .follow import RunFollower, find_runs, is_run_dir
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, current_findings, ema_label, hypotheses, risk, rule_signals, timeline_marks

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .. import codes as C
-from ..events import Event, one_line
+from ..common import codes as C
+from ..common.events import Event, one_line
 from .model import GAP_CODES, Report, life_line, verdict_kind
 
 STYLE = {C.PASS: "green", C.WARN: "yellow", C.FAIL: "bold red", "GAPS": "yellow", "NOT_JUDGED": "bold magenta"}

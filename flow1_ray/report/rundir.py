@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import schema as S
-from ..errors import Flow1InputError
-from ..events import Event, events_from_table, one_line
-from ..reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
-from ..runrecord import RUN_JSON, completeness
-from ..store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
+from ..common import schema as S
+from ..common.errors import Flow1InputError
+from ..common.events import Event, events_from_table, one_line
+from ..rundir.reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
+from ..rundir.runrecord import RUN_JSON, completeness
+from ..rundir.store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
 from .clusters import by_module, flagged, latest, snapshot_key, summary_row, usable, views
 from .follow import is_run_dir
 from .model import Report, events_problem, missing_events, no_verdict

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from .. import codes as C
-from .. import schema as S
-from ..events import Event
+from ..common import codes as C
+from ..common import schema as S
+from ..common.events import Event
 
 #: event codes that change a worker's state, for the worker timeline
 TIMELINE = {C.WORKER_DIED: "dead", C.LEARNER_DIED: "dead", C.WORKER_STALLED: "stalled",
@@ -179,7 +179,7 @@ def rule_signals() -> list[tuple[str, str, list[str]]]:
 def ema_label(run_dir: Any) -> str:
     """The return EMA's legend, with the alpha this run used (its options' thresholds)."""
     from ..checks.thresholds import DEFAULT
-    from ..runrecord import RUN_JSON, read_json
+    from ..rundir.runrecord import RUN_JSON, read_json
 
     start, _ = read_json(run_dir, RUN_JSON) if run_dir is not None else (None, None)
     opts = (start or {}).get("options")

@@ -11,9 +11,9 @@ import json
 import math
 from typing import Any
 
-from .. import schema as S
-from ..reading import read_file
-from ..store import Location
+from ..common import schema as S
+from ..rundir.reading import read_file
+from ..rundir.store import Location
 
 VERDICTS_JSON, CURVES_PARQUET = "verdicts.json", "curves.parquet"
 #: the newest what-ifs a report shows
@@ -139,7 +139,7 @@ def draw(d: Location, whatif_id: str) -> Any:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from ..events import one_line
+    from ..common.events import one_line
 
     fig, axes = plt.subplots(1, len(shown), figsize=(4.4 * len(shown), 3.2), squeeze=False)
     for ax, (col, title) in zip(axes.ravel(), shown):

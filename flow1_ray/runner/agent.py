@@ -1,10 +1,10 @@
 """What flow1 does inside one EnvRunner: liveness, live contract checks, sends.
 
-- Liveness: a :class:`~flow1_ray.runner.liveness.WorkerLiveness` lock for the runner's
+- Liveness: a :class:`~flow1_ray.liveness.lockfile.WorkerLiveness` lock for the runner's
   whole life; ``sample()`` is wrapped to mark busy/idle, the vector env's ``step`` to stamp
   progress (a few attribute writes per vector step) and to catch what the env raises.
 - Contract checks: a share ``sample_rate`` of the episodes is fed, step by step, to the
-  same :class:`~flow1_ray.checks.rollout.RolloutChecker` that ``flow1 check`` uses, with the
+  same :class:`~flow1_ray.checks.env.rollout.RolloutChecker` that ``flow1 check`` uses, with the
   sub-env's raw values (before the vector env copies and casts them); the other episodes'
   steps run with nothing of flow1's around them.
 - What sample() returned: its episodes are scanned whole (the NaN scan) and thinned into
@@ -29,21 +29,22 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .. import codes as C
-from ..checks.env_spec import crash_finding
-from ..checks.episode_parts import EpisodePart, episode_parts
+from ..common import codes as C
+from ..checks.env.env_spec import crash_finding
+from ..checks.env.episode_parts import EpisodePart, episode_parts
 from ..checks.findings import Finding, FindingLog
-from ..checks.machine_load import WaitShare
-from ..checks.rollout import RolloutChecker
-from ..checks.sample_scan import SampleScan
-from ..checks.sampling import SampleTimes
+from ..checks.env.machine_load import WaitShare
+from ..checks.env.rollout import RolloutChecker
+from ..checks.env.sample_scan import SampleScan
+from ..checks.run.sampling import SampleTimes
 from ..checks.thresholds import DEFAULT
-from ..options import NAMESPACE, Flow1Options
-from ..schema import DEFAULT_MODULE_ID
-from ..watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
-from .liveness import STEP_EMA, NoLiveness, WorkerLiveness
-from .lockdir import job_lock_dir
-from .budget import CheckBudget
+from ..common.names import NAMESPACE
+from ..options import Flow1Options
+from ..common.schema import DEFAULT_MODULE_ID
+from ..checks.own.watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
+from ..liveness.lockfile import STEP_EMA, NoLiveness, WorkerLiveness
+from ..liveness.lockdir import job_lock_dir
+from ..checks.own.budgets import CheckBudget
 from .sender import Sender
 from .reward_audit import LiveRewardAudit, audits_here
 from .states import StateSampler
@@ -275,7 +276,7 @@ class RunnerAgent:
     def _new_checker(self, sub: Any) -> Any:
         """The sub-env's checker: each agent of a multi-agent env against its own spaces."""
         if self.multi_agent:
-            from ..checks.multi_agent import MultiAgentRolloutChecker
+            from ..checks.env.multi_agent import MultiAgentRolloutChecker
 
             rc = MultiAgentRolloutChecker.for_env(getattr(sub, "unwrapped", sub), self.thresholds,
                                                   window=LIVE_WINDOW, log=self.log, live=True)
@@ -478,18 +479,18 @@ class RunnerAgent:
         """The run's actor named by ``name_of(run_id)``, or None while the run is unknown."""
         import ray
 
-        from ..names import runner_run_id
+        from ..common.names import runner_run_id
 
         run_id = LOCAL_RUN.get(str(os.getpid())) if self.local else runner_run_id(self.actor_id)
         return ray.get_actor(name_of(run_id), namespace=NAMESPACE) if run_id else None
 
     def _lookup_recorder(self) -> Any:
-        from ..names import hub_name
+        from ..common.names import hub_name
         return self._lookup(hub_name)
 
     def _lookup_clusterer(self) -> Any:
         """The run's own StateClusterer actor if it has one (a GPU share), else the hub."""
-        from ..names import hub_name, states_name
+        from ..common.names import hub_name, states_name
         try:
             return self._lookup(states_name)
         except ValueError:  # no such actor: the clusterer lives in the hub

@@ -2,7 +2,7 @@
 
 ``Flow1Callbacks.with_options(audit_reward=True)``: the first training runner (the local
 one when there are no remote runners) audits its first sub-env with the same
-:class:`~flow1_ray.checks.reward_logic.RewardLogicAudit` as ``flow1 check --audit-reward``,
+:class:`~flow1_ray.checks.env.reward_logic.RewardLogicAudit` as ``flow1 check --audit-reward``,
 on the actions of the policy being trained (a policy can find an env's trap that random
 actions never reach). The base env's own ``step`` and ``reset`` are shadowed on the
 instance (as ``flow1 check``'s action probe does), so the audit sees the env's state right
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..checks.findings import Finding
-from ..checks.reward_logic import RewardLogicAudit
+from ..checks.env.reward_logic import RewardLogicAudit
 
 LIVE_AUDIT_STEPS = 5000        # steps the live audit keeps (the newest)
 LIVE_JUDGE_EVERY = 512         # steps between its looks for suspect attributes

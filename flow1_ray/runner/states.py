@@ -34,11 +34,12 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium import spaces
 
-from ..checks.episode_parts import EpisodePart, episode_parts, part_rows, parts_rows
+from ..checks.env.episode_parts import EpisodePart, episode_parts, part_rows, parts_rows
 from ..clustering.describe import features
 from ..clustering.frames import FRAMES_PER_SEND, FrameBank, frame_leaf, leaf_of, thumbnails
-from ..clustering.state_action_map import action_index, flatten_observations, is_frame_space, policy_stats
-from ..schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
+from ..clustering.features import flatten_observations, is_frame_space
+from ..clustering.state_action_map import action_index, policy_stats
+from ..common.schema import DEFAULT_MODULE_ID as DEFAULT_MODULE
 from .sender import Sender
 
 MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped, counted

@@ -270,8 +270,8 @@ def _num(v: Any) -> float | None:
 def _judges(algo: Any, modules: tuple[str, ...]) -> tuple[Any, dict]:
     """The run's curve rules for this branch, and per module the entropy's maximum (as the
     rules normalise it), from the built modules' action spaces."""
-    from ..checks.curve_diagnosis import CurveDiagnosis
-    from ..checks.learner_curves import ModuleCurves
+    from ..checks.learner.curve_diagnosis import CurveDiagnosis
+    from ..checks.learner.learner_curves import ModuleCurves
 
     spaces = {}
     for mid in modules:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import schema as S
-from ..errors import Flow1InputError
+from ..common import schema as S
+from ..common.errors import Flow1InputError
 from ..checks.advice import Knob
 from .branch import change, change_from_knob, parse_value
 from .verdict import RETURN, Signal, signal_for
@@ -87,7 +87,7 @@ def run_dir_of(checkpoint: Path) -> Path | None:
     if checkpoint.parent.name == S.CHECKPOINTS_DIR:
         candidates.append(checkpoint.parent.parent)
     from ..report.rundir import is_run_dir
-    from ..store import Location
+    from ..rundir.store import Location
 
     return next((c for c in candidates if c.is_dir() and is_run_dir(Location(str(c)))), None)
 
@@ -96,7 +96,7 @@ def resolve(path: str) -> Source:
     """A checkpoint (``save_to_path``'s folder) or a flow1 run directory (its newest
     checkpoint); Flow1InputError with one line otherwise."""
     from ..report.rundir import is_run_dir
-    from ..store import Location
+    from ..rundir.store import Location
 
     p = Path(path)
     if not p.exists():
@@ -131,7 +131,7 @@ def before_symptom(checkpoints: list[Path], advice: list[Advice]) -> Path:
 def read_advice(run_dir: Path) -> list[Advice]:
     """The run's WARN/FAIL findings that advised knobs, first of each (code, module)."""
     from ..report.rundir import read_events
-    from ..store import Location
+    from ..rundir.store import Location
 
     events, _, _ = read_events(Location(str(run_dir)))
     seen, out = set(), []

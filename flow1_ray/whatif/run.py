@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..schema import WHATIF_DIR
+from ..common.schema import WHATIF_DIR
 from .branch import BranchResult, BranchSpec, run_branch
 from .plan import BASELINE, Branch, Source, describe, plan, resolve
 from .verdict import NOT_IN_EFFECT, RETURN, Comparison, Signal, Verdict, compare, judge, reduce_series, signal_for
@@ -147,7 +147,7 @@ def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = 
     """Plan, run and judge; ``say`` gets progress lines. Raises Flow1InputError on bad input.
     A Ray this call starts it also stops; ``ray_log``: Ray's own output goes to the what-if's
     ``ray.log`` (the CLI), not the terminal."""
-    from ..errors import Flow1InputError
+    from ..common.errors import Flow1InputError
 
     if iterations < 1 or seeds < 1 or parallel < 1 or not cpus_per_branch > 0 or env_runners < 0:
         raise Flow1InputError("--iterations, --seeds and --parallel must be >= 1, --cpus-per-branch > 0, "
@@ -166,7 +166,7 @@ def run_source(source: Source, branches: list[Branch], base: Path, *, iterations
     """The planned branches run and judged, written under ``base/<UTC stamp>/``; ``stop``
     (a ``threading.Event``): set, the runs in flight are cancelled and no verdict is made
     (the live what-if of a run that ended first)."""
-    from ..errors import Flow1InputError
+    from ..common.errors import Flow1InputError
 
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -182,7 +182,7 @@ def run_source(source: Source, branches: list[Branch], base: Path, *, iterations
     specs = [BranchSpec(b.name, str(source.checkpoint), b.changes, seed, iterations, env_runners)
              for seed in range(first_seed, first_seed + seeds) for b in branches]
     if ray_log:
-        from ..raylog import RAY_LOG, RayLog
+        from ..rundir.raylog import RAY_LOG, RayLog
 
         with RayLog(out_dir / RAY_LOG) as log:
             results, queued = _run(specs, parallel, cpus_per_branch, say, log.ray_speaks, stop)

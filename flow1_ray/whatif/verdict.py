@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..checks.learner_curves import CurveThresholds
+from ..checks.learner.learner_curves import CurveThresholds
 
 #: one-sided error rate of "held" and of "harmful" when the knob changes nothing
 ALPHA = 0.05

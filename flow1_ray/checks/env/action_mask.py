@@ -1,0 +1,64 @@
+"""Action masks: RLlib's convention of an observation dict that carries ``"action_mask"`` (one
+entry per action of a Discrete space, 1 valid, 0 not: ``ActionMaskEnv``,
+``ParametricActionsCartPole``, and the action-masking RLModule that reads them). An env that
+publishes one rejects the actions it masks out, by design; so a check that drives it draws its
+random actions from the valid ones, as the masked policy would, and checks the mask itself:
+its shape, its values, and that it leaves at least one action. No Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...common import codes as C
+from ..rule import Rule
+
+#: the observation key RLlib's action-masking examples and RLModule read
+MASK_KEY = "action_mask"
+
+RULES = (
+    Rule("ACTION_MASK_INVALID", C.ENV_SPEC, C.FAIL,
+         "the observation's action_mask cannot mask the Discrete(n) action space: not n entries, values outside "
+         "[0, 1] or not finite, or no valid action at all (every entry 0)",
+         evidence=("problem", "shape", "expected_shape", "step")),
+)
+
+
+def mask_of(obs: Any) -> Any | None:
+    """The observation's action mask by RLlib's convention, or None."""
+    return obs.get(MASK_KEY) if isinstance(obs, Mapping) else None
+
+
+def valid_actions(mask: Any, space: Any) -> tuple[np.ndarray | None, str | None]:
+    """``(mask for space.sample(mask=...), problem)``: an int8 0/1 array of the space's n
+    actions (entries > 0.5 are valid: RLlib's example rounds a float mask so), or None and
+    what is wrong with it. (None, None) for a space this convention does not cover."""
+    import gymnasium as gym
+
+    if not isinstance(space, gym.spaces.Discrete):
+        return None, None
+    n = int(space.n)
+    try:
+        arr = np.asarray(mask, dtype=float)
+    except (TypeError, ValueError):
+        return None, f"expected {n} numbers, actual {type(mask).__name__} that is not numeric"
+    if arr.shape != (n,):
+        return None, f"expected shape ({n},), one entry per action of Discrete({n}), actual {arr.shape}"
+    if not np.all(np.isfinite(arr)) or arr.min() < 0 or arr.max() > 1:
+        return None, f"expected values in [0, 1], actual min {np.nanmin(arr):g}, max {np.nanmax(arr):g}" + (
+            " and non-finite entries" if not np.all(np.isfinite(arr)) else "")
+    valid = (arr > 0.5).astype(np.int8)
+    if not valid.any():
+        return None, "expected at least one valid action, actual every entry 0: no action can be taken"
+    return valid, None
+
+
+def mask_message(problem: str, mask: Any, space: Any, step: int, obs_path: str = "obs") -> tuple[str, dict]:
+    """ACTION_MASK_INVALID's message and evidence."""
+    shape = list(np.shape(mask)) if mask is not None else None
+    return (f"{obs_path}['{MASK_KEY}'] at step {step}: {problem}; RLlib's action-masking module cannot pick an "
+            f"action from it",
+            {"problem": problem, "shape": shape, "expected_shape": [int(getattr(space, "n", 0))],
+             "step": step, "mask": repr(mask)[:200]})

@@ -1,0 +1,221 @@
+"""Incidents from the probes' transitions: a worker's death, stall or restart becomes one
+WORKER_* / LEARNER_* event, and the table of workers that ``on_train_result`` reports
+(alive, dead, stalled, restarted) is kept here, without Ray (tests and the hub use it).
+
+One incident, one finding: the death that ends an incident flow1 already reported (its own
+kill of a stalled runner, RLlib ending a runner whose env raised, a runner of a node named
+lost) is a PASS row, and the restart after a reported death or stall is its recovery.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from ...common import codes as C
+from ...common import schema as S
+from ..rule import Rule
+from ...common.events import Event
+
+RULES = (
+    Rule("WORKER_DIED", C.WORKER, C.FAIL, "an EnvRunner's lock was released: its process is gone"),
+    Rule("WORKER_STALLED", C.WORKER, C.FAIL, "lock held but no heartbeat for stall_timeout_s"),
+    Rule("LEARNER_DIED", C.WORKER, C.FAIL, "a Learner actor's lock was released: its process is gone"),
+    Rule("LEARNER_STALLED", C.WORKER, C.FAIL, "a Learner actor inside update() made no gradient step for stall_timeout_s"),
+    Rule("WORKER_RESTARTED", C.WORKER, C.WARN, "a new process took over a worker index"),
+    Rule("NODE_LOST", C.WORKER, C.FAIL,
+         "a node's probe stopped answering and its raylet does not accept connections: its runners are gone "
+         "(named before Ray's health check declares the node dead)"),
+)
+
+
+def _who(ch: dict) -> str:
+    if ch.get("role") == "learner":
+        return f"learner {ch.get('worker_index')} (pid {ch.get('pid')})"
+    kind = "eval" if ch.get("eval") else "train"
+    return f"{kind} worker {ch.get('worker_index')} (pid {ch.get('pid')})"
+
+
+def _is_learner(ch: dict) -> bool:
+    return ch.get("role") == "learner"
+
+
+def _last_line(stack: str) -> str:
+    """The innermost frame: the last 'File' line of a Python traceback, or the first of
+    faulthandler's dump (most recent call first), in the thread that was sampling."""
+    if "most recent call first" in stack:
+        blocks = [b for b in stack.split("hread 0x") if "File " in b]
+        block = next((b for b in blocks if "env_runner" in b or "sample" in b), blocks[0] if blocks else "")
+        for ln in block.splitlines():
+            if ln.strip().startswith("File "):
+                return ln.strip()
+        return ""
+    lines = [ln.strip() for ln in stack.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith("File "):
+            return ln
+    return lines[-1] if lines else ""
+
+
+#: a worker's state after each of its events (a restarted hub rebuilds its table from them)
+_STATE_OF = {C.WORKER_DIED: S.DEAD, C.LEARNER_DIED: S.DEAD, C.WORKER_STALLED: S.STALLED,
+             C.LEARNER_STALLED: S.STALLED, C.WORKER_RESTARTED: S.ALIVE}
+
+
+class MonitorCore:
+    """Transition -> event logic and the worker table, without Ray."""
+
+    def __init__(self, run_id: str, stall_timeout_s: float, stall_action: str) -> None:
+        self.run_id = run_id
+        self.stall_timeout = stall_timeout_s
+        self.stall_action = stall_action
+        self.workers: dict[str, dict] = {}   # by runner key
+        self.restarts = 0
+        self.deaths = 0
+        self.stalls = 0
+        self.probe_errors: list[str] = []
+        self.stopping = False   # algo.stop() has begun: RLlib ends the Learners and runners
+
+    def graceful(self, ch: dict) -> dict:
+        """During ``algo.stop()`` a process that leaves through its interpreter (RLlib ends
+        remote Learners with ``exit_actor``: Ray's INTENDED_USER_EXIT) has stopped with the
+        run, it has not died; a signal or an exception during the stop is still a death."""
+        if (self.stopping and ch.get("kind") == "died" and not ch.get("exit_signal") and not ch.get("exception")
+                and ch.get("exit") == "interpreter exit"):
+            return {**ch, "kind": "stopped", "exit": "stopped with the run"}
+        return ch
+
+    def update(self, node_id: str, ch: dict) -> dict:
+        """Apply one transition to the worker table; returns where it happened (event fields).
+        A restart notes whether the previous process's end was already reported (its own
+        finding), which makes the restart the recovery of a known incident."""
+        key, kind = ch["key"], ch["kind"]
+        w = self.workers.setdefault(key, {"key": key})
+        if kind == "restarted":
+            ch.setdefault("previous_reported", w.get("status") in S.UNHEALTHY)
+        w.update({"pid": ch["pid"], "worker_index": ch.get("worker_index"), "eval": ch.get("eval"),
+                  "role": ch.get("role", "env_runner"), "node_id": ch.get("node_id") or node_id})
+        status = {"new": S.ALIVE, "restarted": S.ALIVE, "recovered": S.ALIVE, "stopped": S.STOPPED,
+                  "died": S.DEAD, "stalled": S.STALLED}.get(kind)
+        if status:
+            w["status"] = status
+        if kind == "died":
+            w["died_at"] = ch["ts"]
+        self.restarts += kind == "restarted"
+        self.deaths += kind == "died"
+        self.stalls += kind == "stalled"
+        return dict(run_id=self.run_id, worker_index=ch.get("worker_index"), pid=ch["pid"],
+                    node_id=ch.get("node_id") or node_id, ts=datetime.fromtimestamp(ch["ts"], timezone.utc))
+
+    def events_for(self, node_id: str, changes: list[dict], details: dict[int, dict] | None = None) -> list[Event]:
+        """Update the table and build the events of ``changes`` (deaths with Ray's
+        ``details`` by pid, when known)."""
+        out = []
+        for ch in map(self.graceful, changes):
+            kind = ch["kind"]
+            where = self.update(node_id, ch)
+            if kind == "restarted":
+                out.append(self._restarted(ch, where))
+            elif kind == "died":
+                out.append(self.died_event(ch, where, (details or {}).get(ch["pid"], {})))
+            elif kind == "stalled":
+                out.append(self._stalled(ch, where))
+        return out
+
+    @staticmethod
+    def _restarted(ch: dict, where: dict) -> Event:
+        """One incident, one finding: a restart after a death or stall flow1 reported is
+        that incident's recovery (PASS); a restart whose cause flow1 never saw stays a WARN."""
+        known = bool(ch.get("previous_reported"))
+        msg = (f"{_who(ch)} took over from pid {ch.get('previous_pid')}: Ray restarted the runner"
+               + ("; recovery from the incident reported above" if known
+                  else "; flow1 saw no death or stall of the previous process"))
+        return Event(C.WORKER_RESTARTED, msg,
+                     {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": ch["key"],
+                      "previous_reported": known}, status=C.PASS if known else "", **where)
+
+    def died_event(self, ch: dict, where: dict, detail: dict, crash_recorded: bool = False) -> Event:
+        """WORKER_DIED; PASS when the death is the end of an incident already reported: flow1's
+        own kill of a stalled runner, or RLlib ending a runner whose env raised
+        (``crash_recorded``: the ENV_CRASHED of that process is in the Recorder)."""
+        sig = ch.get("exit_signal")
+        how = (f"signal {sig}{' (inferred: it ran no exit code)' if ch.get('signal_inferred') else ''}" if sig
+               else ch.get("exit", "exited"))
+        exc = ch.get("exception") or {}
+        cause = f"; env.step raised {exc['exception']}: {exc['error']} in {exc['frame']}" if exc else ""
+        if ch.get("killed_by_flow1"):
+            cause += ("; flow1 killed it (stall_action='kill') so that Ray restarts it: the end of the stall "
+                      "reported as WORKER_STALLED, not a second incident")
+        follows_crash = bool(exc) and crash_recorded
+        if follows_crash:
+            cause += "; RLlib ends a runner whose env raised: the end of the ENV_CRASHED incident, not a second one"
+        if ch.get("confirms_node_lost"):
+            cause += "; confirmed: Ray declared the node dead, the NODE_LOST incident reported above"
+        ray_part = f"; Ray: {detail['ray_exit_type']}" if "ray_exit_type" in detail else ""
+        age = ch.get("last_heartbeat_age_s")
+        msg = (f"{_who(ch)} died: {how}{cause}{ray_part}; last heartbeat {age:.2f} s before"
+               if age is not None else f"{_who(ch)} died: {how}{cause}{ray_part}")
+        ev = {k: ch.get(k) for k in ("key", "worker_index", "pid", "node_id", "actor_id", "exit_signal",
+                                     "signal_inferred", "exit", "last_heartbeat_age_s", "last_step_age_s",
+                                     "state_at_death", "killed_by_flow1", "traceback_tail", "node_lost", "confirms_node_lost",
+                                     "role")}
+        ev.update(detail)
+        if exc:
+            ev["exception"] = exc
+        # one incident, one finding: the death flow1 caused belongs to the stall finding, the
+        # death of a node's runner to that node's NODE_LOST
+        known = ch.get("killed_by_flow1") or follows_crash or ch.get("confirms_node_lost")
+        code = C.LEARNER_DIED if _is_learner(ch) else C.WORKER_DIED
+        if _is_learner(ch):
+            msg += "; train() waits on this Learner: RLlib raises, or restarts it when allowed"
+        return Event(code, msg, ev, status=C.PASS if known else "", **where)
+
+    def _stalled(self, ch: dict, where: dict) -> Event:
+        stack = ch.get("stack", "")
+        top = _last_line(stack)
+        action = ("; flow1 killed it (stall_action='kill') so that Ray restarts it" if ch.get("killed")
+                  else f"; stall_action='{self.stall_action}'")
+        place = f" {ch['where']}" if ch.get("where") else ""
+        unit = "no gradient step" if _is_learner(ch) else "no step"
+        if _is_learner(ch):
+            place = " inside update()"
+        msg = (f"{_who(ch)} stalled: {unit} for {ch.get('stalled_s', 0):.1f} s{place} "
+               f"(stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}{action}")
+        return Event(C.LEARNER_STALLED if _is_learner(ch) else C.WORKER_STALLED, msg,
+                     {"key": ch.get("key"), "role": ch.get("role", "env_runner"), "eval": ch.get("eval"),
+                      "stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
+                      "top_frame": top,
+                      "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
+                      "steps": ch.get("steps")}, **where)
+
+    def rebuild(self, events: list[Event]) -> dict[str, dict]:
+        """A restarted hub's worker table from the run's recorded events (in time order):
+        each worker flow1 reported on, with its last pid and state -- dead, stalled, or alive
+        again after a restart -- and the counts. Returns the table (key -> worker); workers
+        that never had an incident are found again by the probes (their lock files)."""
+        for e in sorted(events, key=lambda e: e.ts):
+            key = e.evidence.get("key") or e.evidence.get("actor_id")
+            if not key or e.code not in _STATE_OF:
+                continue
+            w = self.workers.setdefault(key, {"key": key})
+            w.update({"pid": e.pid, "worker_index": e.worker_index, "node_id": e.node_id,
+                      "role": e.evidence.get("role") or ("learner" if e.code.startswith("LEARNER") else "env_runner"),
+                      "eval": e.evidence.get("eval"), "status": _STATE_OF[e.code]})
+            if e.code == C.WORKER_RESTARTED:
+                self.restarts += 1
+            elif e.code in (C.WORKER_DIED, C.LEARNER_DIED):
+                self.deaths += 1
+            elif e.code in (C.WORKER_STALLED, C.LEARNER_STALLED):
+                self.stalls += 1
+        return self.workers
+
+    def status(self) -> dict[str, Any]:
+        """Counts by state of the EnvRunners (top level) and of the Learner actors (``learners``)."""
+        by = dict.fromkeys(S.WORKER_STATES_ALL, 0)
+        learners = dict.fromkeys(S.WORKER_STATES_ALL, 0)
+        for w in list(self.workers.values()):
+            into = learners if w.get("role") == "learner" else by
+            state = w.get("status", S.ALIVE)
+            into[state] = into.get(state, 0) + 1
+        return {**by, "learners": learners, "restarts": self.restarts, "deaths": self.deaths, "stalls": self.stalls,
+                "workers": list(self.workers.values()), "probe_errors": self.probe_errors[-5:]}

@@ -1,0 +1,217 @@
+"""Samples RLlib throws away: RUNNER_SAMPLES_DISCARDED; iterations that train on nothing: NO_SAMPLES.
+
+A synchronous algorithm (PPO, DQN, ...) waits ``sample_timeout_s`` for its runners' ``sample()``
+calls and leaves out the late ones: their call keeps running and its result is discarded, and
+the only trace is ``fault_tolerance/num_env_runners_dropped_lifetime`` (no runner named; ray
+issue 63302: up to 90 % of the compute wasted). Each runner times its own ``sample()`` calls
+(:class:`SampleTimes`, in the EnvRunner); the driver puts those beside RLlib's counter
+(:class:`DiscardedSamples`) and names the runners whose calls outlast the timeout.
+
+When every runner's ``sample()`` is late (``sample_timeout_s``) or dead, RLlib logs "No
+samples returned from remote workers" and the iteration has 0 env steps: ``train()``
+returns, the curves stand still, and nothing says why. One such iteration can be an
+asynchronous algorithm's gap; several in a row is a run that is not learning. Pure: fed
+with result dicts (live in ``on_train_result``), no Ray.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from typing import Any
+
+from ...common import codes as C
+from ...common.events import Event
+from ..rule import Rule
+
+#: iterations on which RLlib's drop counter rose before RUNNER_SAMPLES_DISCARDED
+DISCARD_MIN_ITERS = 2
+
+RULES = (
+    Rule("NO_SAMPLES", C.WORKER, C.WARN,
+         "training iterations sampled 0 env steps several times in a row (runners dropped or late)"),
+    Rule("RUNNER_SAMPLES_DISCARDED", C.WORKER, C.WARN,
+         "RLlib left out late sample() calls (fault_tolerance/num_env_runners_dropped_lifetime rose) on "
+         f"{DISCARD_MIN_ITERS} iterations and EnvRunners' own timing shows calls longer than sample_timeout_s: "
+         "each such runner named with its durations, its steps thrown away and the share of the sampling wasted",
+         evidence=("runners", "sample_timeout_s", "wasted_share", "dropped_lifetime", "knobs"),
+         knobs=("sample_timeout_s", "rollout_fragment_length")),
+)
+
+
+class SampleTimes:
+    """One EnvRunner's ``sample()`` calls, timed where they run: how many, how long, and
+    which outlasted ``sample_timeout_s`` (a synchronous algorithm has discarded those).
+    Bounded: counters and the last 32 durations."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = float(timeout_s) if timeout_s else None
+        self.calls = self.late = 0
+        self.steps = self.late_steps = 0
+        self.recent: deque[float] = deque(maxlen=32)
+        self.max_s = 0.0
+
+    def add(self, seconds: float, steps: int) -> bool:
+        """One call; True when it was late."""
+        self.calls += 1
+        self.steps += steps
+        self.recent.append(seconds)
+        self.max_s = max(self.max_s, seconds)
+        late = self.timeout_s is not None and seconds > self.timeout_s
+        if late:
+            self.late += 1
+            self.late_steps += steps
+        return late
+
+    def as_dict(self) -> dict:
+        return {"calls": self.calls, "late": self.late, "steps": self.steps, "late_steps": self.late_steps,
+                "median_s": float(statistics.median(self.recent)) if self.recent else None,
+                "max_s": self.max_s, "timeout_s": self.timeout_s}
+
+
+class DiscardedSamples:
+    """RUNNER_SAMPLES_DISCARDED on the driver, from RLlib's drop counter and the runners' own
+    :class:`SampleTimes` (``{worker_index: SampleTimes.as_dict()}`` as the hub last heard it).
+    One finding, once the counter rose on ``DISCARD_MIN_ITERS`` iterations with a runner to
+    name; its numbers are the run's so far."""
+
+    def __init__(self, config: Any = None, min_iters: int = DISCARD_MIN_ITERS) -> None:
+        self.min_iters = min_iters
+        self.fragment = _config_number(config, "rollout_fragment_length")
+        self.prev: float | None = None
+        self.rises = 0
+        self.reported = False
+
+    def add(self, result: dict, runners: dict, iteration: int) -> list[Event]:
+        dropped = _number((result.get("fault_tolerance") or {}).get("num_env_runners_dropped_lifetime"))
+        if dropped is None:
+            return []
+        if self.prev is not None and dropped > self.prev:
+            self.rises += 1
+        self.prev = dropped
+        late = {int(k): v for k, v in (runners or {}).items() if isinstance(v, dict) and v.get("late")}
+        if self.reported or self.rises < self.min_iters or not late:
+            return []
+        self.reported = True
+        return [self._finding(result, runners, late, dropped, iteration)]
+
+    def _finding(self, result: dict, runners: dict, late: dict, dropped: float, iteration: int) -> Event:
+        timeout = next((v["timeout_s"] for v in late.values() if v.get("timeout_s")), None)
+        sampled = sum(int(v.get("steps") or 0) for v in runners.values() if isinstance(v, dict))
+        thrown = sum(int(v.get("late_steps") or 0) for v in late.values())
+        trained = _number(result.get("num_env_steps_sampled_lifetime"))
+        # the steps that reached training (RLlib's count) beside those thrown away (the runners')
+        whole = thrown + trained if trained is not None else sampled
+        share = thrown / whole if whole else None
+        parts = []
+        for idx, v in sorted(late.items()):
+            med = v.get("median_s")
+            parts.append(f"EnvRunner {idx}: {v['late']} of {v['calls']} sample() calls took longer than "
+                         f"sample_timeout_s={timeout:g} s (median {med:.2f} s, max {v['max_s']:.2f} s), "
+                         f"{v['late_steps']:,} of its {v['steps']:,} steps thrown away")
+        worst = max(float(v.get("max_s") or 0.0) for v in late.values())
+        knobs = [{"knob": "sample_timeout_s", "current": timeout, "value": round(2 * worst, 1),
+                  "why": "twice the slowest sample() call: a late runner's steps reach training"}]
+        med = max(float(v.get("median_s") or 0.0) for v in late.values())
+        steps_per_call = max(int(v.get("steps") or 0) / max(1, int(v.get("calls") or 1)) for v in late.values())
+        if timeout and med > 0 and steps_per_call >= 2:
+            fit = max(1, int(steps_per_call * timeout / med * 0.8))
+            knobs.append({"knob": "rollout_fragment_length", "current": self.fragment or int(steps_per_call),
+                          "value": fit, "why": "a fragment the slow runner finishes within the timeout"})
+        reached = (f"; {int(trained):,} steps reached training in all" if trained is not None else "")
+        return Event(C.RUNNER_SAMPLES_DISCARDED, (
+            "RLlib discarded late sample() results (fault_tolerance/num_env_runners_dropped_lifetime "
+            f"{int(dropped)}, up to iteration {iteration}): " + "; ".join(parts)
+            + (f": {share:.0%} of the {int(whole):,} steps sampled never reached training" if share is not None
+               else "") + reached + "; the learner trains on the fast runners alone; try "
+            + " or ".join(f"config.env_runners({k['knob']}={k['value']})" for k in knobs)),
+            {"runners": {str(k): v for k, v in late.items()}, "sample_timeout_s": timeout, "wasted_share": share,
+             "steps_sampled": sampled, "steps_thrown_away": thrown, "steps_trained_lifetime": trained,
+             "dropped_lifetime": dropped, "knobs": knobs}, iteration=iteration)
+
+
+def _number(v: Any) -> float | None:
+    try:
+        return None if v is None or isinstance(v, bool) else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _config_number(config: Any, name: str) -> int | None:
+    v = config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+    try:
+        return int(v) if v not in (None, "auto") else None
+    except (TypeError, ValueError):
+        return None
+
+#: iterations in a row with no new env step before NO_SAMPLES
+NO_SAMPLES_ITERS = 3
+
+
+def _lifetime(result: dict) -> int | None:
+    for v in (result.get("num_env_steps_sampled_lifetime"),
+              (result.get("env_runners") or {}).get("num_env_steps_sampled_lifetime")):
+        try:
+            if v is not None:
+                return int(v)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+class NoSamples:
+    """Counts iterations in a row whose lifetime env-step count did not move; one finding
+    per streak, re-armed when steps arrive again."""
+
+    def __init__(self, iters: int = NO_SAMPLES_ITERS) -> None:
+        self.iters = iters
+        self.last: int | None = None
+        self.streak = 0
+        self.dropped_at_start: float | None = None
+        self.prev_dropped: float | None = None    # the count before this iteration
+        self.reported = False
+
+    def add(self, result: dict, iteration: int, runners: dict | None = None) -> list[Event]:
+        """``runners``: each runner's own sample() timing (:class:`SampleTimes`), to name the
+        late ones when nothing arrives."""
+        steps = _lifetime(result)
+        ft = result.get("fault_tolerance") or {}
+        dropped = ft.get("num_env_runners_dropped_lifetime")
+        if steps is None:
+            return []
+        if self.last is not None and steps <= self.last:
+            if self.streak == 0:   # the drops of this iteration count: from the count before it
+                self.dropped_at_start = self.prev_dropped
+            self.streak += 1
+        else:
+            self.streak, self.reported = 0, False
+        self.last, self.prev_dropped = steps, dropped
+        if self.streak < self.iters or self.reported:
+            return []
+        self.reported = True
+        return [self._finding(iteration, dropped, ft, runners or {})]
+
+    def _finding(self, iteration: int, dropped: Any, ft: dict, runners: dict) -> Event:
+        why = []
+        late = sorted((int(k), v) for k, v in runners.items() if isinstance(v, dict) and v.get("late"))
+        if late:
+            why.append("every late runner's sample() outlasts sample_timeout_s: " + ", ".join(
+                f"EnvRunner {k} (median {v.get('median_s') or 0:.2f} s against {v.get('timeout_s')} s)"
+                for k, v in late))
+        try:
+            d = int(dropped) - int(self.dropped_at_start or 0)
+            if d > 0:
+                why.append(f"RLlib left out {d} late sample() call(s) meanwhile (sample_timeout_s; "
+                           f"fault_tolerance/num_env_runners_dropped_lifetime)")
+        except (TypeError, ValueError):
+            pass
+        healthy = ft.get("num_healthy_workers")
+        if healthy is not None:
+            why.append(f"{healthy} healthy EnvRunner(s)")
+        return Event(C.NO_SAMPLES, (
+            f"{self.streak} iterations in a row sampled 0 env steps (up to iteration {iteration}): the learner "
+            f"trains on nothing new" + (f"; {'; '.join(why)}" if why else "")
+            + "; look for hung or slow runners (WORKER_STALLED, STEP_DURATION_OUTLIER) or raise "
+              "config.env_runners(sample_timeout_s=...)"),
+            {"iterations": self.streak, "env_steps_lifetime": self.last, "dropped_lifetime": dropped,
+             "healthy_workers": healthy}, iteration=iteration)

@@ -1,0 +1,380 @@
+"""The ``flow1`` command: ``check``, ``train``, ``report``, ``diagnose``, ``serve``, ``whatif``.
+
+Exit codes: 0 no FAIL, 1 FAIL (or WARN with ``--fail-on WARN``), 2 usage or input error.
+A :class:`Flow1InputError` becomes one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from typing import Any
+
+from ..common import codes as C
+from ..common.errors import Flow1InputError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: flow1 check's per-call timeouts (seconds); flow1_ray.envcheck.isolate.DEFAULT_TIMEOUTS, repeated
+#: here so that the parser does not import the checker
+DEFAULT_TIMEOUTS = {"make": 300.0, "reset": 120.0, "step": 60.0}
+#: flow1 check's progress line (stderr): shown once a check has run this long, then every
+#: PROGRESS_EVERY_S seconds (on a terminal: rewritten in place twice a second)
+PROGRESS_AFTER_S, PROGRESS_EVERY_S = 2.0, 10.0
+DEMO_FAULTY = "flow1_ray.envcheck.demo:faulty_cartpole"
+DEMO_CLEAN = "CartPole-v1"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flow1", description="Diagnose RL environments and RLlib runs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="check an env's contracts on every step of a rollout, without training")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--env", help="registered id (CartPole-v1) or module:attr (a class, factory or instance)")
+    src.add_argument("--demo", action="store_true",
+                     help=f"check a built-in faulty env ({DEMO_FAULTY}) and a clean one ({DEMO_CLEAN})")
+    c.add_argument("--steps", type=int, default=1000, help="env steps to run (default 1000)")
+    c.add_argument("--seed", type=int, default=0, help="seed for reset and action sampling (default 0)")
+    c.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    c.add_argument("--output-dir", metavar="DIR", help="also write a run directory (events Parquet, log, report)")
+    c.add_argument("--thresholds", metavar="PATH",
+                   help="JSON object overriding default thresholds (see configs/thresholds.json)")
+    c.add_argument("--audit-reward", action="store_true",
+                   help="also read the env's attributes around every step: does the reward jump when the env "
+                        "changes its own state (a target moved, a counter reset) whatever the action? "
+                        "(REWARD_UNEARNED)")
+    c.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL,
+                   help="lowest status that makes the exit code 1 (default FAIL)")
+    c.add_argument("--verbose", action="store_true",
+                   help=f"the progress line from the start (else after {PROGRESS_AFTER_S:g} s); the check starts "
+                        f"no Ray: its output is flow1's, and the env's own on stderr")
+    for call, what in (("make", "importing module:attr and constructing the env"), ("reset", "one reset()"),
+                       ("step", "one step()")):
+        c.add_argument(f"--{call}-timeout", type=float, default=DEFAULT_TIMEOUTS[call], metavar="S",
+                       help=f"seconds {what} may take before the check stops with ENV_HUNG and the env's stack "
+                            f"(default {DEFAULT_TIMEOUTS[call]:g}; 0: no limit)")
+    t = sub.add_parser("train", help="PPO with Flow1Callbacks on a local Ray (the demo job)")
+    t.add_argument("--env", default="CartPole-v1", help="registered id or module:attr (default CartPole-v1)")
+    t.add_argument("--iterations", type=int, default=6)
+    t.add_argument("--env-runners", type=int, default=2)
+    t.add_argument("--inject", choices=["none", "crash", "hang"], default="none",
+                   help="make EnvRunner 1 raise in env.step (crash) or hang there (hang); exit 0 if flow1 names it")
+    t.add_argument("--output-dir", metavar="DIR", help="where run directories go (default ./flow1_runs)")
+    t.add_argument("--stall-timeout", type=float, default=5.0, help="seconds without a step = stalled (default 5)")
+    t.add_argument("--learner-gpus", type=float, default=0.0,
+                   help="GPUs for one Learner actor (0: the Learner runs in the driver, on CPU)")
+    t.add_argument("--quiet", action="store_true", help="no line per iteration")
+    t.add_argument("--verbose", action="store_true",
+                   help="also show Ray's own output on the terminal (stderr); it always goes to <run dir>/ray.log")
+    d = sub.add_parser("diagnose", help="read a finished run's result.json (Tune/RLlib, no flow1 needed) "
+                                        "through the learner-curve rules")
+    d.add_argument("path", help="a result.json (one RLlib result per line) or the directory holding it")
+    d.add_argument("--env", help="registered env id whose action space sets the entropy maximum (made, so its "
+                                 "module is imported: never taken from the file read; without it the entropy "
+                                 "ratio is not assessable)")
+    d.add_argument("--thresholds", metavar="PATH", help="JSON object overriding default thresholds")
+    d.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    d.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
+    r = sub.add_parser("report", help="summarise a run directory from its Parquet files (no Ray needed)")
+    r.add_argument("run_dir", help="a run directory: a path or a filesystem URI (s3://bucket/prefix/<run_id>?...)")
+    r.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    r.add_argument("--format", choices=["md", "html", "json"],
+                   help="also write the report in this format (html: one self-contained page)")
+    r.add_argument("--out", metavar="FILE", help="where --format writes (default RUN_DIR/report.<format>; '-' stdout)")
+    r.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
+    r.add_argument("--allow-blind", action="store_true",
+                   help="exit 0 on a run flow1 did not watch whole (a watcher off, no clean stop, events parts "
+                        "skipped) when nothing reached --fail-on (default: exit 1)")
+    w = sub.add_parser("whatif", help="test a run's advice: branches from its checkpoint with the advised (or given) "
+                                      "knobs, each knob read back, judged against a baseline over seeds")
+    w.add_argument("path", help="a checkpoint folder (algo.save_to_path) or a flow1 run directory (its newest "
+                                "checkpoint: the guard's on_fail='checkpoint' or checkpoint_every)")
+    w.add_argument("--set", action="append", default=[], metavar="'KNOB=VALUE ...'", dest="sets",
+                   help="one branch with these changes (config.training unless METHOD.KNOB=VALUE); repeatable")
+    w.add_argument("--from-advice", action="store_true",
+                   help="one branch per distinct knob the run's findings advised first")
+    w.add_argument("--iterations", type=int, default=5, help="train() iterations per branch run (default 5)")
+    w.add_argument("--seeds", type=int, default=3,
+                   help="seeds per branch (default 3: the least for the permutation test to reach p = 0.05)")
+    w.add_argument("--first-seed", type=int, default=0, help="seeds are FIRST .. FIRST+SEEDS-1 (default 0)")
+    w.add_argument("--parallel", type=int, default=2, help="branch runs at once (default 2)")
+    w.add_argument("--cpus-per-branch", type=float, default=1.0, help="CPUs one branch run takes (default 1)")
+    w.add_argument("--env-runners", type=int, default=0,
+                   help="EnvRunners per branch run (default 0: it samples in its own process; batch sizes unchanged)")
+    w.add_argument("--max-branches", type=int, default=6, help="refuse plans with more branches than this")
+    w.add_argument("--output-dir", metavar="DIR", help="where the what-if's folder goes (default RUN_DIR/whatif)")
+    w.add_argument("--json", metavar="PATH", help="write the verdicts as JSON to PATH ('-' for stdout)")
+    s = sub.add_parser("serve", help="a live panel of a run in the browser: result, cause, hypothesis, risk "
+                                     "(read-only; follows the run as it is written)")
+    s.add_argument("path", help="a run directory, or an output directory whose runs the panel lists "
+                                "(a path or a filesystem URI)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; the panel has no login)")
+    s.add_argument("--port", type=int, default=8050, help="port (default 8050; 0 picks a free one)")
+    return p
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .train import run_training
+
+    report, expected = run_training(args.env, args.iterations, args.env_runners, args.inject, args.output_dir,
+                                    args.stall_timeout, args.quiet, args.learner_gpus, args.verbose)
+    if expected is None:
+        return report.exit_code()
+    caught = expected in report.codes()
+    print(f"flow1 train: the injected {args.inject} was {'named (' + expected + ')' if caught else 'NOT named'}")
+    return EXIT_OK if caught else EXIT_FAIL
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ..report.render import console, print_events, print_run_report
+    from ..report.rundir import load_run_report
+
+    report = load_run_report(args.run_dir)
+    text = None
+    if args.format:   # rendered first: a plot it cannot draw is named in every rendering below
+        from ..report.html import render_html
+
+        text = {"md": report.to_markdown, "json": report.to_json,
+                "html": lambda: render_html(report, args.run_dir)}[args.format]()
+    human = console(sys.stderr if "-" in (args.json, args.out) else None)
+    print_events(human, [e for e in report.events if e.status != C.PASS or e.advisory])
+    print_run_report(human, report)
+    _write_json(args.json, report.to_json())
+    if text is not None:
+        from ..rundir.store import Location
+
+        out = args.out or str(Location(args.run_dir) / f"report.{args.format}")
+        if out == "-":
+            sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+        else:
+            try:
+                Location(out).write_text(text)
+            except OSError as e:
+                raise Flow1InputError(f"cannot write {out}: {e}") from None
+            human.print(f"report: {out}")
+    return _judged(report, report.exit_code(args.fail_on, args.allow_blind))
+
+
+def _judged(report: "Any", code: int) -> int:
+    """Exit 2 with the one line that says why there is no verdict."""
+    from ..common.events import one_line
+    from ..report.model import NOT_JUDGED
+
+    if code == EXIT_USAGE and report.not_judged:
+        print(f"flow1: error: {NOT_JUDGED}: {one_line(report.not_judged)}", file=sys.stderr)
+    return code
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from ..checks.thresholds import Thresholds
+    from ..checks.learner.curve_diagnosis import diagnose_curves
+    from .diagnose import action_space_of, not_assessable, read_results
+    from ..report.model import Report
+    from ..report.render import console, print_events, print_gaps, verdict_text
+
+    th = Thresholds.from_file(args.thresholds) if args.thresholds else None
+    results, config = read_results(args.path)
+    # only the env the user names is made: the file's own config env may name a module to import
+    space = action_space_of(args.env, required=True) if args.env else None
+    events = diagnose_curves(results, config=config, action_space=space, thresholds=th)
+    missing, judged = not_assessable(results, space)
+    report = Report(target=str(args.path), events=events, not_assessable=missing,
+                    not_judged=None if judged else "no signal the rules read is ever a finite number",
+                    summary={"iterations": len(results), "config": "found" if config else "none (advice without "
+                             "current values)", "action_space": str(space) if space is not None else "unknown"})
+    human = console(sys.stderr if args.json == "-" else None)
+    print_events(human, events)
+    loud = [e for e in events if e.status != C.PASS]
+    line = verdict_text("flow1 diagnose", report)
+    line.append(f"; {len(results)} iterations read, {len(loud)} finding(s)"
+                f"{'' if config else ' (no config in the results: advice has no current values)'}")
+    human.print(line)
+    print_gaps(human, report)
+    _write_json(args.json, report.to_json())
+    return _judged(report, report.exit_code(args.fail_on))
+
+
+def _cmd_whatif(args: argparse.Namespace) -> int:
+    """Exit 0 when every branch ran with its knobs in effect (whatever the verdicts), 1 when
+    a branch failed or a knob could not be put in effect (the what-if did not test what it
+    was asked to), 2 on bad input."""
+    import json
+
+    from ..whatif.run import VERDICTS_MD, run_whatif, summary_lines
+    from ..whatif.verdict import NOT_IN_EFFECT
+
+    def say(line: str) -> None:   # the stream looked up per line: Ray's log routing replaces them for a while
+        print(line, file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+
+    o = run_whatif(args.path, sets=args.sets, from_advice=args.from_advice, iterations=args.iterations,
+                   seeds=args.seeds, parallel=args.parallel, cpus_per_branch=args.cpus_per_branch,
+                   env_runners=args.env_runners, output_dir=args.output_dir, max_branches=args.max_branches,
+                   first_seed=args.first_seed, ray_log=True, say=say)
+    for line in summary_lines(o):
+        say(line)
+    say(f"verdicts: {o.out_dir / VERDICTS_MD}")
+    _write_json(args.json, json.dumps({"out_dir": str(o.out_dir), "verdicts": o.verdicts}, default=str))
+    bad = o.failed() or [v for v in o.verdicts if v["verdict"] == NOT_IN_EFFECT]
+    return EXIT_FAIL if bad else EXIT_OK
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from ..report.panel import is_loopback, serve
+
+    if not 0 <= args.port <= 65535:
+        raise Flow1InputError(f"--port must be in 0..65535, got {args.port}")
+
+    def ready(url: str) -> None:
+        print(f"flow1 serve: {url} ({args.path}); Ctrl-C to stop", flush=True)
+        if not is_loopback(args.host):
+            print(f"flow1 serve: listening on {args.host}, beyond this machine: the panel is read-only but has "
+                  f"no login, anyone who reaches it sees the run", file=sys.stderr, flush=True)
+
+    serve(args.path, host=args.host, port=args.port, on_ready=ready)
+    return EXIT_OK
+
+
+def _write_json(dest: str | None, text: str) -> None:
+    if not dest:
+        return
+    if dest == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        Path(dest).write_text(text + "\n", encoding="utf-8")
+    except OSError as e:
+        raise Flow1InputError(f"cannot write JSON report to {dest}: {e.strerror}") from None
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Each env runs in a child process (flow1_ray.envcheck.isolate): a hang past its timeout, a
+    crash or a print of the env cannot take this process, its report or its stdout. Ctrl-C
+    stops the child and still writes the partial report (--json, --output-dir), exit 130."""
+    from ..report.render import console, print_report
+
+    from ..checks.thresholds import Thresholds
+
+    if args.steps < 1:
+        raise Flow1InputError(f"--steps must be >= 1, got {args.steps}")
+    for call in DEFAULT_TIMEOUTS:
+        value = getattr(args, f"{call}_timeout")
+        if not value >= 0:  # NaN too
+            raise Flow1InputError(f"--{call}-timeout must be >= 0 seconds (0: no limit), got {value}")
+    th = Thresholds.from_file(args.thresholds) if args.thresholds else None
+    human = console(sys.stderr if args.json == "-" else None)
+    opts = {"steps": args.steps, "seed": args.seed, "thresholds": th, "isolate": True,
+            "audit_reward": args.audit_reward,
+            **{f"{call}_timeout_s": getattr(args, f"{call}_timeout") for call in DEFAULT_TIMEOUTS}}
+    reports, interrupted = _checked([DEMO_FAULTY, DEMO_CLEAN] if args.demo else [args.env], opts, args.verbose)
+    for i, r in enumerate(reports):
+        if i:
+            human.print()
+        print_report(human, r)
+    if interrupted:
+        code = EXIT_INTERRUPTED
+    elif args.demo:
+        faulty, clean = reports
+        ok = faulty.status == C.FAIL and clean.status == C.PASS
+        human.print(f"demo: the faulty env {'was' if faulty.status == C.FAIL else 'was NOT'} caught "
+                    f"({', '.join(sorted(faulty.codes()))}); the clean env "
+                    f"{'passed' if clean.status == C.PASS else 'did NOT pass'}")
+        code = EXIT_OK if ok else EXIT_FAIL
+    else:
+        code = reports[0].exit_code(args.fail_on)
+    if args.output_dir:
+        for r in reports:
+            r.write(Path(args.output_dir) / _slug(r.target) if args.demo else args.output_dir)
+    if args.json:
+        _write_json(args.json, reports[0].to_json() if not args.demo
+                    else "[" + ",".join(r.to_json() for r in reports) + "]")
+    if interrupted:
+        print("flow1: interrupted; the partial report was written", file=sys.stderr)
+    return code
+
+
+class _CheckProgress:
+    """``flow1 check``'s progress line on stderr (stdout may be the JSON report): how far a
+    check that takes long is, so that a slow env is not taken for a hung ``flow1``."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.tty = sys.stderr.isatty()
+        self.after = 0.0 if verbose else PROGRESS_AFTER_S
+        self.next = self.after
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, name: str, call: str, steps: int, budget: int, episodes: int, elapsed: float) -> None:
+        from ..common.events import one_line
+
+        if elapsed < self.last:   # the next env of --demo
+            self.next = self.after
+        self.last = elapsed
+        if elapsed < self.next:
+            return
+        line = (f"flow1 check: {one_line(name)}: {steps:,}/{budget:,} steps, {episodes:,} episodes, {elapsed:.0f} s"
+                + ("" if call in ("step", "reset") else f" ({call})"))
+        self.next = elapsed + (0.5 if self.tty else PROGRESS_EVERY_S)
+        sys.stderr.write(f"\r{line}\x1b[K" if self.tty else line + "\n")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        """A rewritten line is taken away before the report prints."""
+        if self.tty and self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        self.shown = False
+
+
+def _checked(targets: list[str], opts: dict, verbose: bool) -> tuple[list, bool]:
+    """Each target's report (the partial one of a Ctrl-C, then no more), with the progress
+    line; True when interrupted."""
+    from ..envcheck import isolate
+    from ..envcheck.api import CheckInterrupted, check_env
+
+    progress = _CheckProgress(verbose)
+    isolate.progress_listener = progress
+    reports: list = []
+    try:
+        for target in targets:
+            reports.append(check_env(target, **opts))
+            progress.clear()
+    except CheckInterrupted as e:
+        reports.append(e.report)
+        return reports, True
+    finally:
+        isolate.progress_listener = None
+        progress.clear()
+    return reports, False
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _cmd_check(args)
+        if args.command == "train":
+            return _cmd_train(args)
+        if args.command == "report":
+            return _cmd_report(args)
+        if args.command == "diagnose":
+            return _cmd_diagnose(args)
+        if args.command == "serve":
+            return _cmd_serve(args)
+        if args.command == "whatif":
+            return _cmd_whatif(args)
+    except Flow1InputError as e:
+        from ..common.events import one_line
+
+        print(f"flow1: error: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("flow1: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_USAGE

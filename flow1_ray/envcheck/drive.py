@@ -1,0 +1,568 @@
+"""The drive of ``flow1 check``: an env stepped with random actions for a budget of steps,
+each reset and step fed to the rollout checkers, every call the env makes reported to a
+:class:`Watch` (the child-process supervisor of :mod:`flow1_ray.envcheck.isolate`, or nothing).
+
+:class:`_Driver` drives a gymnasium env, :class:`_MultiAgentDriver` an RLlib MultiAgentEnv
+(per-agent random actions, one RolloutChecker per agent plus the multi-agent contract);
+:func:`flow1_ray.envcheck.judge.drive` chooses one.
+
+Size (~420 lines): the two drivers share a base class (crash handling, the episode budget,
+the Watch); splitting them apart would split that base.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from ..common import codes as C
+from ..checks.env.action_mask import mask_of, valid_actions
+from ..checks.env.env_spec import crash_finding, long_episode_advisory, never_ends_finding
+from ..checks.findings import Finding
+from ..checks.env.import_resolve import old_api_finding
+from ..checks.env.machine_load import runqueue_wait_s
+from ..checks.env.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
+from ..checks.env.reward_logic import RewardLogicAudit
+from ..checks.env.rollout import RolloutChecker
+from ..checks.env.space_contract import validate_space
+from ..checks.env.temporal_leak import LeakageWatch
+from ..checks.thresholds import Thresholds
+from ..checks.values import values_equal
+
+MAX_CONSECUTIVE_CRASHES = 3
+#: fresh episodes that each send one masked-out action after the run (does the env reject it?)
+MASK_PROBES = 3
+TRACEBACK_TAIL_CHARS = 1500
+
+
+# --- the action probe -------------------------------------------------------------------
+
+
+class _ActionProbe:
+    """Records the action that reaches the innermost env's ``step``.
+
+    Wrappers between the caller and the base env may cast or rescale actions; the probe
+    shadows ``unwrapped.step`` on the instance for the duration of the check and restores
+    it afterwards. With no wrapper there is nothing in between, so no probe.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        self.received: Any = None
+        self._base = getattr(env, "unwrapped", env)
+        self._installed = False
+        if self._base is env:
+            return
+        original = self._base.step
+
+        def step(action: Any) -> Any:
+            self.received = action
+            return original(action)
+
+        try:
+            self._base.step = step
+            self._installed = True
+        except (AttributeError, TypeError):
+            pass
+
+    @property
+    def active(self) -> bool:
+        return self._installed
+
+    def restore(self) -> None:
+        if self._installed:
+            try:
+                del self._base.step
+            except AttributeError:
+                pass
+            self._installed = False
+
+
+# --- the drive --------------------------------------------------------------------------
+
+
+class Watch:
+    """What the drive tells whoever watches it; this base, the in-process check, does nothing.
+
+    An isolated check (:mod:`flow1_ray.envcheck.isolate`) runs the drive in a child process whose
+    watch writes the env call in progress to memory its parent reads (so a timeout or a
+    death names the call and the step) and sends the findings to the parent as they are
+    made (so a crash or a hang loses none of them). The hooks cost a few attribute writes
+    per step.
+    """
+
+    #: set (by a signal handler) when the run must stop at the next step boundary
+    stop_requested = False
+
+    def enter(self, call: str, steps: int, episodes: int) -> None:
+        """Before ``call`` ("import", "make", "reset", "step", "close"), after ``steps``
+        judged steps and ``episodes`` ended episodes. Every finding made so far must reach
+        the watcher before the env runs again; a stop asked for is taken here, between two
+        env calls, where the checker is never half-way through a step."""
+
+    def leave(self) -> None:
+        """The env call returned (or raised): flow1's own checks run until the next one."""
+
+    def named(self, name: str, env: Any) -> None:
+        """The target resolved to ``name``; ``env`` is the instance once made (else None)."""
+
+    def started(self, findings: list[Finding], driver: Any) -> None:
+        """The drive begins: ``findings`` so far (spaces, gym alias), the driver and its checker."""
+
+    def done(self, findings: list[Finding], summary: dict) -> None:
+        """Everything is judged; the env is closed after this."""
+
+
+NO_WATCH = Watch()
+
+
+def internal_error(exc: BaseException, step: int) -> tuple[str, dict]:
+    """(message, evidence) of a FLOW1_INTERNAL finding; built once per exception type."""
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8))[-TRACEBACK_TAIL_CHARS:]
+    return (f"flow1 failed to judge step {step}: {type(exc).__name__}: {exc}",
+            {"exception": type(exc).__name__, "error": str(exc), "first_step": step, "traceback_tail": tail})
+
+
+class _DriverBase:
+    """What every check run shares: the env, the budget, the checker, resets and crashes.
+
+    ``rc`` is a :class:`RolloutChecker` or a :class:`MultiAgentRolloutChecker`; both take
+    ``on_reset(obs, info)``, ``record`` and count ``steps`` and ``episodes``.
+    """
+
+    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds, rc: Any) -> None:
+        self.env, self.budget, self.seed, self.th, self.rc = env, steps, seed, th, rc
+        self.watch: Watch = NO_WATCH
+        self.crashes = 0
+        self.stopped_early = ""
+        self.first_end: int | None = None  # the step at which the first episode ended
+        self.extension_stop = ""           # "steps" or "time": which cap ended the extension
+        self._consecutive = 0               # step() crashes in a row
+        self.last_obs: Any = None           # the observation the next action answers (its action mask)
+        self.masked_steps = 0               # actions drawn from the observation's action mask
+        self.mask_probe: dict[str, int] = {}
+        self.last_wait: float | None = None     # the last step's run-queue wait (the machine's share)  # masked-out actions sent after the run: tried, rejected
+        self.audit: RewardLogicAudit | None = None  # flow1 check --audit-reward
+        self.leak: LeakageWatch | None = None       # OBS_LEAKAGE's steps (single-agent envs)
+
+    def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
+        """Reset, tolerating the old API; None when reset raised (or called sys.exit)."""
+        self.watch.enter("reset", self.rc.steps, self.rc.episodes)
+        try:
+            out = self.env.reset(seed=seed) if seed is not None else self.env.reset()
+        except (Exception, SystemExit) as e:
+            self.watch.leave()
+            self.crashes += 1
+            self.rc.record(crash_finding("reset", e, self.rc.steps, self.rc.episodes), f"reset:{type(e).__name__}")
+            if isinstance(e, SystemExit):
+                self.stopped_early = f"reset() called sys.exit({e.code!r})"
+            return None
+        self.watch.leave()
+        self.last_obs = out[0] if isinstance(out, tuple) and out else out
+        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+            return out
+        self.rc.record(old_api_finding("reset", "a bare observation" if not isinstance(out, tuple)
+                                       else f"a {len(out)}-tuple"), "reset")
+        return out, {}
+
+    def _start_episode(self, seed: int | None = None) -> bool:
+        for _ in range(MAX_CONSECUTIVE_CRASHES):
+            got = self._reset(seed)
+            if got is not None:
+                self._began(*got)
+                return True
+            if self.stopped_early:  # the env called sys.exit: no retry
+                return False
+        self.stopped_early = f"reset() raised {MAX_CONSECUTIVE_CRASHES} times in a row"
+        return False
+
+    def _determinism(self) -> bool:
+        first = self._reset(self.seed)
+        if first is None:
+            return not self.stopped_early and self._start_episode()
+        second = self._reset(self.seed)
+        if second is None:
+            return not self.stopped_early and self._start_episode()
+        if not values_equal(first[0], second[0]):
+            self.rc.record(Finding(C.NONDETERMINISTIC_RESET,
+                                   f"reset(seed={self.seed}) twice gave different observations: expected equal; "
+                                   f"seed the env's RNG from reset's seed (super().reset(seed=seed), self.np_random)",
+                                   {"seed": self.seed, "first": repr(first[0])[:200], "second": repr(second[0])[:200]}))
+        self._began(*second)
+        return True
+
+    def _began(self, obs: Any, info: Any) -> None:
+        """An episode began with this reset: the checker and the audits see it."""
+        self.rc.on_reset(obs, info)
+        if self.leak is not None:
+            self._guarded("leak", lambda: self.leak.on_reset(obs))
+        if self.audit is not None:
+            self._guarded("audit", lambda: self.audit.on_reset(self.env))
+
+    def _audited(self, action: Any, obs: Any, reward: Any, ended: bool) -> None:
+        """One step to the audits (bounded, never raising into the drive)."""
+        if self.leak is not None:
+            self._guarded("leak", lambda: self.leak.on_step(action, obs, reward))
+        if self.audit is not None:
+            self._guarded("audit", lambda: self.audit.after_step(self.env, action, reward, ended))
+
+    def _guarded(self, which: str, call: Callable[[], Any]) -> None:
+        """An audit's call; a failure of flow1's own is FLOW1_INTERNAL and that audit stops,
+        the drive and the other checks go on."""
+        try:
+            call()
+        except Exception as e:
+            setattr(self, which, None)
+            rc = self.rc
+            rc.log.hit(C.FLOW1_INTERNAL, f"{which}:{type(e).__name__}", lambda err=e: internal_error(err, rc.steps),
+                       rc.steps)
+
+    def _step_crashed(self, exc: Exception, masked: bool = False) -> bool:
+        """step() raised: an ENV_CRASHED finding, then a new episode; False to stop the run.
+        ``masked``: the action was one the observation's action mask declared valid."""
+        self.crashes += 1
+        self._consecutive += 1
+        found = crash_finding("step", exc, self.rc.steps + 1, self.rc.episodes)
+        if masked:
+            found.message += "; the action was one obs['action_mask'] declared valid: the mask and the env disagree"
+            found.evidence["action_valid_by_mask"] = True
+        self.rc.record(found, f"step:{type(exc).__name__}")
+        if self._consecutive >= MAX_CONSECUTIVE_CRASHES:
+            self.stopped_early = f"step() raised {self._consecutive} times in a row"
+            return False
+        return self._start_episode()
+
+    def _unreadable_step(self, out: Any) -> bool:
+        """step() answered with no tuple the checker can read: say so, start over; False to stop."""
+        got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+        self.rc.record(old_api_finding("step", got), "step")
+        return self._start_episode()
+
+    def _judged(self, on_step: Callable[[], bool], fallback: Callable[[], bool]) -> bool:
+        """Feed one step to the checker; flow1's own fault is FLOW1_INTERNAL, and the check goes on."""
+        try:
+            return on_step()
+        except Exception as e:
+            rc = self.rc
+            rc.log.hit(C.FLOW1_INTERNAL, type(e).__name__, lambda err=e: internal_error(err, rc.steps), rc.steps)
+            return fallback()
+
+    def _ended(self, ended: bool) -> bool:
+        """After a judged step: a new episode if it ended; False when the run must stop."""
+        if not ended:
+            return True
+        if self.first_end is None:
+            self.first_end = self.rc.steps
+        return self._start_episode()
+
+    # -- the drive: the budget, then (if no episode ended) a bounded extension -------------
+    def _prepare(self) -> bool:
+        """Before the first reset (seeding the action spaces); False to stop."""
+        return True
+
+    def _step(self) -> bool:
+        """One random-action step, timed and fed to the checker; False when the run must stop.
+        The watch's "step" call covers the action's sampling too (a custom space's code)."""
+        w = self.watch
+        w.enter("step", self.rc.steps, self.rc.episodes)
+        before = self.masked_steps
+        action = self._action()
+        if self.audit is not None:
+            self._guarded("audit", lambda: self.audit.before_step(self.env))
+        q0 = runqueue_wait_s()
+        t0 = time.perf_counter()
+        try:
+            out = self.env.step(action)
+        except SystemExit as e:  # the env wanted the process gone: a crash, and the end of the run
+            w.leave()
+            self.crashes += 1
+            self.rc.record(crash_finding("step", e, self.rc.steps + 1, self.rc.episodes), "step:SystemExit")
+            self.stopped_early = f"step() called sys.exit({e.code!r})"
+            return False
+        except Exception as e:
+            w.leave()
+            return self._step_crashed(e, masked=self.masked_steps > before)
+        dt = time.perf_counter() - t0
+        q1 = runqueue_wait_s()
+        self.last_wait = q1 - q0 if q0 is not None and q1 is not None else None
+        w.leave()
+        self._consecutive = 0
+        return self._judge_step(action, out, dt)
+
+    def _action(self) -> Any:
+        """The random action (or per-agent dict of actions) of the next step."""
+        raise NotImplementedError
+
+    def _judge_step(self, action: Any, out: Any, dt: float) -> bool:
+        """What step() returned, to the checker; False when the run must stop."""
+        raise NotImplementedError
+
+    def _cleanup(self) -> None:
+        pass
+
+    def run(self) -> None:
+        """Drive the budget; if no episode ended in it, step on until one does (bounded)."""
+        try:
+            if not self._prepare() or not self._determinism():
+                return
+            self._consecutive = 0
+            for _ in range(self.budget):
+                if not self._step():
+                    return
+            if self.first_end is None:
+                self._extend()
+            if self.masked_steps and not self.stopped_early:
+                self._probe_mask()
+        finally:
+            self._cleanup()
+
+    def _extend(self) -> None:
+        """EPISODE_NEVER_ENDS is about the env, not the budget: step on, every step judged
+        as before, until one episode ends, up to ``episode_extension_factor`` x the budget
+        (at most ``episode_extension_max_steps``) and ``episode_extension_max_s`` seconds."""
+        th = self.th
+        limit = min(th.episode_extension_factor * self.budget, th.episode_extension_max_steps)
+        deadline = time.perf_counter() + th.episode_extension_max_s
+        self.extension_stop = "steps"
+        for i in range(self.budget, limit):
+            if i % 64 == 0 and time.perf_counter() > deadline:
+                self.extension_stop = "time"
+                return
+            if not self._step():
+                return
+            if self.first_end is not None:
+                return
+
+    def _probe_mask(self) -> None:
+        """After the judged run: does the env really reject what its mask excludes? A few fresh
+        episodes each send one masked-out action; raising is the rejection (RLlib's examples
+        raise ValueError). Nothing of it is judged: the episodes are the probe's, not the run's."""
+
+    def episode_finding(self) -> Finding | None:
+        """EPISODE_NEVER_ENDS: a WARN when none ended even within the extension, an
+        advisory when the first one ended after the budget, nothing otherwise."""
+        if self.stopped_early or self.rc.steps == 0:
+            return None
+        if self.first_end is None:
+            max_steps, has_limit = self._time_limit()
+            return never_ends_finding(self.rc.steps, self.budget, self.extension_stop, max_steps, has_limit)
+        if self.first_end > self.budget:
+            return long_episode_advisory(self.budget, self.first_end, self.rc.steps)
+        return None
+
+    def _time_limit(self) -> tuple[int | None, bool]:
+        """(spec.max_episode_steps, whether a TimeLimit wrapper is on the env)."""
+        spec_steps = getattr(getattr(self.env, "spec", None), "max_episode_steps", None)
+        w: Any = self.env
+        for _ in range(64):  # down the wrapper chain, bounded
+            if isinstance(w, gym.wrappers.TimeLimit):
+                return spec_steps or getattr(w, "_max_episode_steps", None), True
+            w = getattr(w, "env", None)
+            if w is None:
+                break
+        return spec_steps, False
+
+
+class _Driver(_DriverBase):
+    """One single-agent check run: random actions from the action space, the action probe."""
+
+    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds) -> None:
+        super().__init__(env, steps, seed, th, RolloutChecker(env.observation_space, env.action_space, th))
+        self.probe: _ActionProbe | None = None
+        self.rc.action_map.wrappers = action_wrappers(env)
+
+    def _prepare(self) -> bool:
+        """Random actions come from ``action_space.sample()``, for any space that has one."""
+        try:
+            self.env.action_space.seed(self.seed)
+            self.env.action_space.sample()
+            self.env.action_space.seed(self.seed)  # the trial draw does not shift the actions
+        except Exception as e:
+            self.stopped_early = (f"action_space.sample() raised {type(e).__name__}: {e}: no random actions "
+                                  f"to drive the env with")
+            return False
+        self.probe = _ActionProbe(self.env)
+        return True
+
+    def _cleanup(self) -> None:
+        if self.probe is not None:
+            self.probe.restore()
+
+    def _action(self) -> Any:
+        """A random action; from the valid ones where the observation carries RLlib's action
+        mask (the env rejects the others by design)."""
+        space, mask = self.env.action_space, mask_of(self.last_obs)
+        if mask is not None:   # a mask that cannot mask is the checker's ACTION_MASK_INVALID
+            valid, _ = valid_actions(mask, space)
+            if valid is not None:
+                self.masked_steps += 1
+                return space.sample(mask=valid)
+        return space.sample()
+
+    def _probe_mask(self) -> None:
+        space = self.env.action_space
+        rng = np.random.default_rng(self.seed)
+        tried = rejected = 0
+        for i in range(MASK_PROBES):
+            self.watch.enter("reset", self.rc.steps, self.rc.episodes)
+            try:
+                out = self.env.reset(seed=self.seed + 1 + i)
+            except (Exception, SystemExit):
+                return
+            finally:
+                self.watch.leave()
+            obs = out[0] if isinstance(out, tuple) and out else out
+            valid, _ = valid_actions(mask_of(obs), space) if mask_of(obs) is not None else (None, None)
+            masked_out = np.flatnonzero(valid == 0) if valid is not None else ()
+            if not len(masked_out):
+                continue
+            action = space.start + int(rng.choice(masked_out))
+            tried += 1
+            self.watch.enter("step", self.rc.steps, self.rc.episodes)
+            try:
+                self.env.step(action)
+            except (Exception, SystemExit):
+                rejected += 1
+            finally:
+                self.watch.leave()
+        if tried:
+            self.mask_probe = {"tried": tried, "rejected": rejected}
+
+    def _judge_step(self, action: Any, out: Any, dt: float) -> bool:
+        rc, probe = self.rc, self.probe
+        if isinstance(out, tuple) and out:
+            self.last_obs = out[0]
+        if type(out) is tuple and len(out) == 5:
+            obs, reward, terminated, truncated, info = out
+        elif isinstance(out, tuple) and len(out) == 4:
+            rc.record(old_api_finding("step", "a 4-tuple (obs, reward, done, info)"), "step")
+            obs, reward, terminated, info = out
+            truncated = False
+        else:
+            return self._unreadable_step(out)
+        received = probe.received if probe is not None and probe.active else None
+        self._audited(action, obs, reward, _truthy_flag(terminated) or _truthy_flag(truncated))
+        return self._ended(self._judged(
+            lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received, self.last_wait),
+            lambda: terminated is True or truncated is True))
+
+
+def action_wrappers(env: Any) -> list[str]:
+    """The wrappers an action passes through, outermost first: the ones that act on actions
+    (gymnasium's ActionWrapper, or any that defines ``action``), else every wrapper."""
+    chain, w = [], env
+    for _ in range(64):
+        inner = getattr(w, "env", None)
+        if inner is None or inner is w:
+            break
+        chain.append(w)
+        w = inner
+    acting = [x for x in chain if isinstance(x, gym.ActionWrapper) or callable(getattr(type(x), "action", None))]
+    return [type(x).__name__ for x in (acting or chain)]
+
+
+def is_multi_agent(env: Any) -> bool:
+    """Whether ``env`` is an RLlib MultiAgentEnv, without importing RLlib (seconds).
+
+    A MultiAgentEnv subclass has imported ``ray.rllib.env.multi_agent_env`` already: when
+    that module is not loaded, no env can be one.
+    """
+    mod = sys.modules.get("ray.rllib.env.multi_agent_env")
+    cls = getattr(mod, "MultiAgentEnv", None)
+    return isinstance(cls, type) and isinstance(getattr(env, "unwrapped", env), cls)
+
+
+def _truthy_flag(flag: Any) -> bool:
+    try:
+        return bool(np.any(flag))
+    except (TypeError, ValueError):
+        return False
+
+
+def _reward_sum(rewards: Any) -> float:
+    """A multi-agent step's rewards summed (what the audit watches jump); NaN when unreadable."""
+    try:
+        return float(sum(float(r) for r in rewards.values()))
+    except (AttributeError, TypeError, ValueError):
+        return float("nan")
+
+
+def _all_done(terminateds: Any, truncateds: Any) -> bool:
+    """``__all__`` as RLlib reads it, for when the checker itself failed on a step."""
+    try:
+        return any(isinstance(d, dict) and bool(d.get("__all__", False)) for d in (terminateds, truncateds))
+    except (TypeError, ValueError):  # an array flag: no truth value
+        return False
+
+
+class _MultiAgentDriver(_DriverBase):
+    """One multi-agent check run: each step sends a random action, from that agent's own
+    action space, for every agent that got an observation and is not done (as RLlib's
+    MultiAgentEnvRunner does with ``random_actions``)."""
+
+    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds, agents: list,
+                 obs_spaces: dict, act_spaces: dict) -> None:
+        super().__init__(env, steps, seed, th, MultiAgentRolloutChecker(obs_spaces, act_spaces, agents, th))
+        self.act_spaces = act_spaces
+
+    def _prepare(self) -> bool:
+        for i, space in enumerate({id(sp): sp for sp in self.act_spaces.values()}.values()):
+            space.seed(self.seed + i)
+        return True
+
+    def _action(self) -> Any:
+        """Each acting agent's random action, from its valid ones where its observation carries
+        an action mask."""
+        obs = self.last_obs if isinstance(self.last_obs, dict) else {}
+        out = {}
+        for aid in self.rc.agents_to_act():
+            space, mask = self.act_spaces[aid], mask_of(obs.get(aid))
+            valid = valid_actions(mask, space)[0] if mask is not None else None
+            if valid is not None:
+                self.masked_steps += 1
+            out[aid] = space.sample(mask=valid) if valid is not None else space.sample()
+        return out
+
+    def _judge_step(self, actions: Any, out: Any, dt: float) -> bool:
+        rc = self.rc
+        if not (type(out) is tuple and len(out) == 5):
+            return self._unreadable_step(out)
+        self.last_obs = out[0]
+        if self.audit is not None:
+            self._guarded("audit", lambda: self.audit.after_step(self.env, actions, _reward_sum(out[1]),
+                                                                 _all_done(out[2], out[3])))
+        return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
+                                        lambda: _all_done(out[2], out[3])))
+
+
+def single_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
+                         summary: dict) -> _Driver | None:
+    """The driver for a gymnasium env, once its spaces are valid enough to sample actions."""
+    space_findings = validate_space(env.observation_space, "obs") + validate_space(env.action_space, "action")
+    findings.extend(space_findings)
+    if any(f.evidence.get("role") == "action" for f in space_findings):
+        summary["stopped_early"] = "the action space is not a gymnasium space: cannot sample actions"
+        return None
+    drv = _Driver(env, steps, seed, th)
+    drv.leak = LeakageWatch(env.observation_space, env.action_space)
+    return drv
+
+
+def multi_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
+                        summary: dict) -> _MultiAgentDriver | None:
+    """The driver for an RLlib MultiAgentEnv, with each agent's spaces as RLlib finds them."""
+    agents, obs_spaces, act_spaces = agent_spaces(env)
+    space_findings = validate_agent_spaces(agents, obs_spaces, act_spaces)
+    findings.extend(space_findings)
+    summary.update({"multi_agent": True, "possible_agents": agents})
+    if not agents or any(f.evidence.get("role") == "action" for f in space_findings):
+        summary["stopped_early"] = ("no agents declared" if not agents else
+                                    "an agent's action space is unsupported: cannot sample actions")
+        return None
+    return _MultiAgentDriver(env, steps, seed, th, agents, obs_spaces, act_spaces)
+
+

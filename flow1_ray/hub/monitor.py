@@ -1,0 +1,407 @@
+"""The heartbeat monitor: turns the probes' transitions into WORKER_* events and keeps the
+table of workers that ``on_train_result`` reports (alive, dead, stalled, restarted).
+
+It runs inside the run's hub (:mod:`~flow1_ray.hub.hub`): one probe per alive node (lock
+files are node-local; the hub's own node is scanned by a thread of the hub, every other by
+a NodeProbe actor pinned there), probes for nodes that join later, and Ray's GCS asked for
+the exit detail of a dead worker.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from ..common import codes as C
+from ..common import schema as S
+from ..common.events import Event
+from ..checks.own.watchers import CONTENTION, PROBE, error_line, watcher_off
+from ..checks.run.incidents import MonitorCore, _who
+from .nodes import NodeWatch
+
+GCS_LOOKUP_TRIES = 5
+GCS_LOOKUP_WAIT_S = 0.1
+#: the most a death waits for Ray's exit detail in all: a GCS that is slow to answer (a long
+#: session's worker table, a busy head) delays the detail, never the WORKER_DIED itself
+GCS_LOOKUP_DEADLINE_S = 2.0
+
+
+#: how often the monitor compares the probed nodes with the cluster's alive nodes
+NODE_CHECK_S = 2.0
+#: how often it looks for probes fallen silent (a lost node is named within ~3 s)
+NODE_TICK_S = 0.25
+
+
+def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
+    """Ray's own words on dead worker processes: exit type and detail from the GCS worker
+    table (a private API, the only one that works without the dashboard), one table read
+    for all ``pids``; pids not (yet) in the table are absent."""
+    out: dict[int, dict[str, Any]] = {}
+    try:
+        import ray
+        from ray.core.generated import common_pb2, gcs_pb2
+
+        acc = ray._private.state.state._connect_and_get_accessor()
+        for raw in acc.get_worker_table():
+            w = gcs_pb2.WorkerTableData.FromString(raw)
+            if w.pid in pids and not w.is_alive:
+                out[w.pid] = {"ray_exit_type": common_pb2.WorkerExitType.Name(w.exit_type),
+                              "ray_exit_detail": w.exit_detail[:600]}
+    except Exception as e:  # private API: never let it break the monitor
+        return {pid: {"ray_exit_lookup_error": f"{type(e).__name__}: {e}"[:200]} for pid in pids}
+    return out
+
+
+class MonitorService(MonitorCore):
+    """The monitor as it runs inside the run's hub: one probe per alive node (a
+    :class:`~flow1_ray.hub.probe.ProbeLoop` thread for the hub's own node, a NodeProbe
+    actor pinned to every other node, added as nodes join), deaths waiting for Ray's exit
+    detail on a thread (off the report path), lost nodes (:mod:`~flow1_ray.hub.nodes`)
+    and the contention logic. A part of it that fails says so once (WATCHER_OFF).
+
+    ``send(events)`` hands events to the Recorder; ``crash_recorded(pid)`` asks it whether
+    that process's ENV_CRASHED is recorded (one incident, one finding).
+    """
+
+    def __init__(self, run_id: str, job_id: str, stall_timeout_s: float, stall_action: str,
+                 probe_interval_s: float, heartbeat_interval_s: float, thresholds: dict | None,
+                 send: Callable[[list[Event]], Any], crash_recorded: Callable[[int], bool]) -> None:
+        import ray
+
+        from ..checks.thresholds import DEFAULT
+        from ..checks.run.contention import ContentionCore
+
+        super().__init__(run_id, stall_timeout_s, stall_action)
+        self._send_events, self._crash_recorded_at = send, crash_recorded
+        self.job_id = job_id
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.probe_interval = probe_interval_s
+        self.heartbeat_interval = heartbeat_interval_s
+        self.probes: dict[str, Any] = {}       # node id -> ProbeLoop (this node) or NodeProbe handle
+        self.keys: list[str] = []
+        self.local_prefixes: list[str] = []
+        self.summaries: dict[str, dict] = {}
+        self.contention: ContentionCore | None = ContentionCore(run_id, DEFAULT.with_overrides(thresholds))
+        self.nodes = NodeWatch(heartbeat_interval_s)
+        self.seed: dict[str, dict] = {}        # a restarted hub's known workers, for the new probes
+        self.off_said: set[str] = set()
+        self._deaths: queue.Queue = queue.Queue()
+        self._probes_lock = threading.Lock()
+        threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
+        threading.Thread(target=self._node_loop, daemon=True, name="flow1-nodes").start()
+
+    def off(self, watcher: str, what: str, error: BaseException | str, unseen: str, **where: Any) -> None:
+        """WATCHER_OFF, once per watcher and subject."""
+        if f"{watcher}:{what}" in self.off_said:
+            return
+        self.off_said.add(f"{watcher}:{what}")
+        self._send([watcher_off(watcher, what, error, unseen, run_id=self.run_id, **where)])
+
+    def ensure_probes(self) -> int:
+        """A probe on every alive node that has none yet (this node's in this process)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from .probe import ProbeLoop, make_probe_actor
+
+        with self._probes_lock:
+            nodes = ray.nodes()
+            self.nodes.learn(nodes)
+            for node in nodes:
+                nid = node["NodeID"]
+                if not node.get("Alive") or nid in self.probes:
+                    continue
+                try:
+                    if nid == self.node_id:
+                        probe: Any = ProbeLoop(self.job_id, nid, self.stall_timeout, self.probe_interval,
+                                               self.heartbeat_interval, self.stall_action, self.report,
+                                               self.probe_error, self.probe_off)
+                        probe.set_keys(self.keys, self.local_prefixes)
+                        probe.seed(self.seed)
+                    else:
+                        probe = make_probe_actor().options(
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
+                        ).remote(self.job_id, ray.get_runtime_context().current_actor, nid, self.stall_timeout,
+                                 self.probe_interval, self.heartbeat_interval, self.stall_action)
+                        probe.set_keys.remote(self.keys, self.local_prefixes)
+                        probe.seed.remote(self.seed)
+                except Exception as e:   # this node's runners go unwatched, and the run says so
+                    self.off(PROBE, f"node {nid[:12]}", e, "deaths and hangs of its runners", node_id=nid)
+                    continue
+                self.probes[nid] = probe
+            return len(self.probes)
+
+    def _remote_probes(self) -> list[Any]:
+        return [p for nid, p in self.probes.items() if nid != self.node_id]
+
+    def wait_probes(self, timeout_s: float) -> int:
+        """Block until every probe answers (they scan from then on); returns how many did.
+        A probe that started without its scanner (its lock directory refused) is said off."""
+        import ray
+
+        remote = {nid: p.ping.remote() for nid, p in self.probes.items() if nid != self.node_id}
+        ready, _ = ray.wait(list(remote.values()), num_returns=len(remote), timeout=timeout_s)
+        for nid, ref in remote.items():
+            if ref in ready:
+                try:
+                    info = ray.get(ref, timeout=0)
+                except Exception as e:
+                    info = {"error": error_line(e)}
+                if info.get("error"):
+                    self.off(PROBE, f"node {nid[:12]}", info["error"], "deaths and hangs of its runners", node_id=nid)
+        return len(ready) + (self.node_id in self.probes)
+
+    def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
+        self.keys, self.local_prefixes = list(keys), list(local_prefixes)
+        for nid, p in list(self.probes.items()):
+            if nid == self.node_id:
+                p.set_keys(self.keys, self.local_prefixes)
+            else:
+                p.set_keys.remote(self.keys, self.local_prefixes)
+        return len(self.keys)
+
+    def rebuild(self, events: list[Event]) -> dict[str, dict]:
+        """A restarted hub: the worker table from the recorded events, and what the new
+        probes must know so that a known death is not reported again, a known stall not
+        counted twice, and a restart after a reported death is its recovery."""
+        table = super().rebuild(events)
+        self.seed = {k: {"pid": w.get("pid"), "status": w.get("status")} for k, w in table.items()}
+        return table
+
+    def _death_loop(self) -> None:
+        """Deaths wait here for Ray's exit detail (the GCS records a death a moment after
+        the kernel released the lock), one worker-table read per round for all of them;
+        the table and the counts were updated when the probe reported."""
+        while True:
+            batch = [self._deaths.get()]
+            try:
+                while not self._deaths.empty():
+                    batch.append(self._deaths.get_nowait())
+                pids = {ch["pid"] for _, ch, _ in batch}
+                details = self._exit_details(pids)
+                self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
+                            for _, ch, where in batch])
+            except Exception as e:  # this batch's deaths are reported bare; the loop goes on
+                self.off(PROBE, "deaths being reported", e, "the exit detail of some deaths")
+
+    def _exit_details(self, pids: set[int]) -> dict[int, dict]:
+        """Ray's exit detail of ``pids``, retried while the GCS has not recorded them yet, on a
+        thread of its own bounded by :data:`GCS_LOOKUP_DEADLINE_S` (a lookup still running
+        from an earlier death is not doubled: those deaths are reported without the detail)."""
+        details: dict[int, dict] = {}
+        lock = threading.Lock()
+
+        def lookup() -> None:
+            for _ in range(GCS_LOOKUP_TRIES):
+                with lock:
+                    missing = pids - set(details)
+                found = ray_exit_details(missing)
+                with lock:
+                    details.update(found)
+                    if pids <= set(details):
+                        return
+                time.sleep(GCS_LOOKUP_WAIT_S)
+
+        prev = getattr(self, "_lookup", None)
+        if prev is not None and prev.is_alive():
+            return {pid: {"ray_exit_lookup_error": "the GCS has not answered an earlier lookup"} for pid in pids}
+        self._lookup = threading.Thread(target=lookup, daemon=True, name="flow1-exit-detail")
+        self._lookup.start()
+        self._lookup.join(GCS_LOOKUP_DEADLINE_S)
+        with lock:
+            got = dict(details)
+        for pid in pids - set(got):
+            if self._lookup.is_alive():
+                got[pid] = {"ray_exit_lookup_error": f"no answer from the GCS within {GCS_LOOKUP_DEADLINE_S:g} s"}
+        return got
+
+    def _node_loop(self) -> None:
+        """Nodes whose probe fell silent and whose raylet is unreachable are NODE_LOST at
+        once; nodes that leave the cluster (Ray's verdict) take their probe with them: their
+        runners are declared dead here (WORKER_DIED naming the node, not a hang; a PASS
+        confirmation when NODE_LOST said it first); nodes that join get a probe."""
+        import ray
+
+        last_nodes = 0.0
+        while True:
+            time.sleep(NODE_TICK_S)
+            try:
+                self.suspect_nodes(time.monotonic())
+                if time.monotonic() - last_nodes < NODE_CHECK_S:
+                    continue
+                last_nodes = time.monotonic()
+                nodes = ray.nodes()
+                self.nodes.learn(nodes)
+                alive = {n["NodeID"] for n in nodes if n.get("Alive")}
+                self.lost_nodes(set(self.probes) - alive, time.time())
+                if alive - set(self.probes) and self.keys:
+                    self.ensure_probes()
+            except Exception as e:
+                self.probe_errors.append(f"nodes: {type(e).__name__}: {e}"[:200])
+
+    def suspect_nodes(self, now: float) -> list[str]:
+        """NODE_LOST for each remote node whose probe is silent and whose raylet cannot be
+        reached; its runners are marked dead (Ray confirms later)."""
+        lost = []
+        candidates = self.nodes.silent([n for n in self.probes if n != self.node_id], now)
+        if candidates:   # a node Ray already knows to be gone (a graceful removal) is its verdict's
+            import ray
+
+            gone = {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+            known = {nid for nid, _ in candidates if nid in gone}
+            if known:
+                self.lost_nodes(known, time.time())
+            candidates = [(nid, s) for nid, s in candidates if nid not in known]
+        for nid, silent_s in candidates:
+            why = self.nodes.raylet_unreachable(nid)
+            if why is None:
+                continue
+            mine = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") in (S.ALIVE, S.STALLED)]
+            # a runner whose death its own probe saw in the node's last moments (the node's
+            # processes are killed one by one) is part of this loss too, already reported
+            before = [w for w in self.workers.values() if w.get("node_id") == nid and w.get("status") == S.DEAD
+                      and time.time() - float(w.get("died_at") or 0) < silent_s + 2 * self.heartbeat_interval]
+            for w in mine:
+                w["status"], w["node_lost_reported"] = S.DEAD, True
+                self.deaths += 1
+            who = ", ".join(_who(w) for w in mine) + (" gone with it" if mine else "")
+            if before:
+                who += ("; " if mine else "") + ", ".join(_who(w) for w in before) + " died just before (reported above)"
+            self.nodes.suspected[nid] = {"silent_s": round(silent_s, 2), "workers": [w["key"] for w in mine]}
+            fields = ("key", "pid", "worker_index", "role")
+            self._send([Event(C.NODE_LOST, f"node {nid[:12]} lost: its probe has not reported for {silent_s:.1f} s "
+                                           f"(it reports every {self.heartbeat_interval:g} s) and {why}: "
+                                           f"{who or 'no runner of this run was on it'}; Ray has not declared the "
+                                           f"node dead yet",
+                              {"node_id": nid, "silent_s": round(silent_s, 2), "raylet": why,
+                               "workers": [{k: w.get(k) for k in fields} for w in mine],
+                               "died_before": [{k: w.get(k) for k in fields} for w in before]},
+                              run_id=self.run_id, node_id=nid)])
+            lost.append(nid)
+        return lost
+
+    def lost_nodes(self, lost: set[str], now: float) -> int:
+        """Declare the live workers of each lost node dead; returns how many."""
+        n = 0
+        for nid in lost:
+            with self._probes_lock:
+                self.probes.pop(nid, None)
+            suspected = nid in self.nodes.suspected
+            self.nodes.forget(nid)
+            for w in list(self.workers.values()):
+                named = w.get("node_lost_reported") and not w.get("node_lost_confirmed")
+                if w.get("node_id") != nid or not (w.get("status") in (S.ALIVE, S.STALLED) or named):
+                    continue
+                ch = {"kind": "died", "key": w["key"], "pid": w.get("pid"), "worker_index": w.get("worker_index"),
+                      "eval": w.get("eval"), "role": w.get("role", "env_runner"), "node_id": nid, "ts": now,
+                      "exit": f"its node {nid[:12]} left the cluster (the node's raylet and every process on it "
+                              f"are gone)", "node_lost": True, "confirms_node_lost": bool(named and suspected)}
+                w["node_lost_confirmed"] = True
+                if named:   # already counted dead by NODE_LOST
+                    self.deaths -= 1
+                self._deaths.put((nid, ch, self.update(nid, ch)))
+                n += 1
+        return n
+
+    def _crash_recorded(self, ch: dict) -> bool:
+        """Whether the Recorder holds this process's ENV_CRASHED (sent by the runner
+        before RLlib's restart delay and exit); unknown counts as no: then the death
+        stays a FAIL, so an incident is never left without one."""
+        if not ch.get("exception"):
+            return False
+        try:
+            return bool(self._crash_recorded_at(ch["pid"]))
+        except Exception:
+            return False
+
+    def _send(self, events: list[Event]) -> None:
+        if not events:
+            return
+        try:
+            self._send_events(events)
+        except Exception as e:
+            self.probe_errors.append(f"recorder: {type(e).__name__}: {e}"[:200])
+
+    def report(self, node_id: str, changes: list[dict], summary: dict) -> None:
+        self.summaries[node_id] = summary
+        back = self.nodes.reported(node_id)
+        events: list[Event] = []
+        if back:
+            events.append(Event(C.NODE_LOST, f"node {node_id[:12]} answers again: its probe reports and its "
+                                             f"runners are probed again (the NODE_LOST above was a cut, not a loss)",
+                                {"node_id": node_id, "recovered": True}, status=C.PASS, run_id=self.run_id,
+                                node_id=node_id))
+        for ch in map(self.graceful, changes):   # in the scan's order: a start, a death, a successor
+            try:
+                if ch["kind"] == "died":   # Ray's exit detail is awaited on the deaths thread
+                    self._deaths.put((node_id, ch, self.update(node_id, ch)))
+                else:
+                    events += self.events_for(node_id, [ch])
+            except Exception as e:  # a fire-and-forget call would lose this silently: keep it
+                self.probe_errors.append(f"events: {type(e).__name__}: {e}")
+        if self.contention is not None:
+            try:
+                events += self.contention.observe(node_id, summary)
+            except Exception as e:  # a judgement that fails is switched off, and said
+                self.contention = None
+                self.off(CONTENTION, "every node", e, "resource contention and memory leaks")
+        self._send(events)
+
+    def set_stopping(self) -> bool:
+        """``algo.stop()`` begins (the driver says so before RLlib ends its actors)."""
+        self.stopping = True
+        return True
+
+    def probe_error(self, node_id: str, error: str) -> None:
+        self.probe_errors.append(f"{node_id[:8]}: {error}")
+
+    def probe_off(self, node_id: str, error: str) -> None:
+        """A probe whose scans keep failing: its node's runners are not watched."""
+        self.off(PROBE, f"node {node_id[:12]}", error, "deaths and hangs of its runners", node_id=node_id)
+
+    def full_status(self) -> dict:
+        st = self.status()
+        st["probes"] = len(self.probes)
+        st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
+        st["memory"] = self.memory()
+        st["nodes_suspected"] = sorted(self.nodes.suspected)
+        return st
+
+    def memory(self) -> dict:
+        """The EnvRunners' resident memory (sum of the last RSS each wrote into its lock
+        file, MB) and the fullest node's memory use (%), from the probes' last summaries."""
+        rss = [w["rss"] for s in list(self.summaries.values()) for w in s.get("workers", [])
+               if w.get("rss") and w.get("role", "env_runner") == "env_runner"]
+        node = [s["load"]["mem_usage_percent"] for s in list(self.summaries.values())
+                if s.get("load", {}).get("mem_usage_percent") is not None]
+        out: dict = {}
+        if rss:
+            out["runners_rss_mb"] = round(sum(rss) / 1e6, 1)
+        if node:
+            out["node_percent"] = max(node)
+        return out
+
+    def probe_pids(self) -> list[int]:
+        import ray
+
+        remote = ray.get([p.ping.remote() for p in self._remote_probes()], timeout=10)
+        return [r["pid"] for r in remote] + ([os.getpid()] if self.node_id in self.probes else [])
+
+    def stop_probes(self) -> int:
+        import ray
+
+        with self._probes_lock:
+            remote = self._remote_probes()
+            refs = [p.stop.remote() for p in remote]
+            local = self.probes.get(self.node_id)
+            if local is not None:
+                local.stop()
+            ray.wait(refs, num_returns=len(refs), timeout=2.0)
+            for p in remote:
+                ray.kill(p, no_restart=True)
+            n = len(self.probes)
+            self.probes.clear()
+            return n
