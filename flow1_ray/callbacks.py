@@ -65,8 +65,26 @@ class Flow1Callbacks(RLlibCallback):
 
     @classmethod
     def with_options(cls, **opts: Any) -> type["Flow1Callbacks"]:
-        """A subclass with options set (output_dir, run_id, heartbeat_interval_s,
-        stall_timeout_s, stall_action, sample_rate, thresholds, ...); unknown names raise."""
+        """A subclass of Flow1Callbacks with some options set, for ``config.callbacks(...)``.
+
+        ``config.callbacks(Flow1Callbacks.with_options(output_dir="runs", stall_timeout_s=60))``
+
+        Args:
+            **opts: any field of :class:`~flow1_ray.options.Flow1Options`, by name, e.g.
+                ``output_dir``, ``stall_timeout_s``, ``stall_action``, ``sample_rate``,
+                ``thresholds``, ``on_fail``. Each option's default and meaning is declared once,
+                as the field's docstring in ``flow1_ray/options.py``; the docs' reference page
+                "Flow1Callbacks options" (``docs/reference/options.md``) is generated from
+                those. Options not given keep this class's values.
+
+        Returns:
+            A new class (not an instance): RLlib makes its instances, one in each process that runs
+            hooks.
+
+        Raises:
+            TypeError: an option name that is not a field of ``Flow1Options``.
+            ValueError: a value the option does not accept (e.g. ``stall_action="stop"``).
+        """
         options = cls.OPTIONS.with_overrides(**opts)
         return type(cls.__name__, (cls,), {"OPTIONS": options, "__module__": cls.__module__,
                                            "__qualname__": f"{cls.__qualname__}.configured"})

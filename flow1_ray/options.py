@@ -14,51 +14,115 @@ FAIL_ACTIONS = ("report", "checkpoint", "stop", "checkpoint+stop")
 
 @dataclass(frozen=True)
 class Flow1Options:
-    output_dir: str = ""                 # default: $FLOW1_OUTPUT_DIR or ./flow1_runs
-    run_id: str = ""                     # default: <UTC time>-<random>
-    heartbeat_interval_s: float = 1.0    # probes' summary period; watchdogs write at least this often
-    probe_interval_s: float = 0.2        # each node probe reads every lock file this often
-    stall_timeout_s: float = 30.0        # a busy runner with no step for this long is stalled
-    stall_action: str = "report"         # or "kill": end the stalled process so Ray restarts it
-    sample_rate: float = 0.1             # share of episodes whose every step is contract-checked (the most) ...
-    check_budget: float = 0.01           # ... lowered so those checks take <= this share of sample() time (0: fixed)
-    min_sample_rate: float = 0.01        # ... never below this share
-    max_pending_calls: int = 4           # fire-and-forget sends in flight per runner; more are dropped
-    flush_interval_s: float = 2.0        # Recorder writes Parquet parts this often
-    print_events: bool = True            # the driver prints new log lines after each iteration
-    get_timeout_s: float = 2.0           # every ray.get of the driver waits at most this long
+    output_dir: str = ""
+    """The folder that holds the run directories: a local path or a filesystem URI
+    (``s3://bucket/prefix``...). Empty: ``$FLOW1_OUTPUT_DIR``, else ``./flow1_runs``."""
+    run_id: str = ""
+    """The run directory's name. Empty: ``<UTC time>-<random>``, e.g. ``20261205-205734-17b562``."""
+    heartbeat_interval_s: float = 1.0
+    """Each node probe sends the hub a summary this often; the runners' watchdogs write their lock file's
+    header at least this often."""
+    probe_interval_s: float = 0.2
+    """Each node probe tries every lock file of its node this often (a death is named within about one
+    period)."""
+    stall_timeout_s: float = 30.0
+    """A runner inside ``sample()`` (a Learner inside an update) with no step for this long is stalled."""
+    stall_action: str = "report"
+    """``"report"``: name the stall; ``"kill"``: also end the stalled process so that Ray restarts it."""
+    sample_rate: float = 0.1
+    """The share of episodes whose every step is contract-checked on the EnvRunners (the most; lowered to
+    hold ``check_budget``)."""
+    check_budget: float = 0.01
+    """The share of ``sample()`` time the live contract checks may take: ``sample_rate`` is lowered to hold
+    it (0: ``sample_rate`` fixed)."""
+    min_sample_rate: float = 0.01
+    """The lowest share of checked episodes ``check_budget`` may lower ``sample_rate`` to."""
+    max_pending_calls: int = 4
+    """Fire-and-forget sends in flight per runner (the hub takes 3x this per caller); a send beyond it is
+    dropped and counted (SAMPLES_DROPPED)."""
+    flush_interval_s: float = 2.0
+    """The Recorder writes its Parquet parts this often (and within 0.5 s of a WARN, a FAIL or an
+    iteration's metrics row)."""
+    print_events: bool = True
+    """The driver prints the new log lines after each iteration."""
+    get_timeout_s: float = 2.0
+    """Every ``ray.get`` of the driver waits at most this long (a few calls at start and stop wait a
+    multiple of it)."""
     thresholds: dict = field(default_factory=dict)
+    """Overrides of rule thresholds by name (see the thresholds reference, ``configs/thresholds.json``); an
+    unknown name is an error."""
     # state-cluster x action maps (the StateClusterer)
-    state_actions: bool = True           # sample (state, action) pairs and cluster them
-    audit_reward: bool = False           # REWARD_UNEARNED live: one sub-env of the first training runner
-    state_sample_rate: float = 0.25      # share of sampled env steps sent to the clusterer
-    state_send_interval_s: float = 2.0   # a runner sends its sampled states at most this often
+    state_actions: bool = True
+    """Sample (state, action) rows on the training runners and cluster them into state-cluster x action
+    maps."""
+    audit_reward: bool = False
+    """REWARD_UNEARNED live: audit sub-env 0 of the first training runner for reward the env changes
+    whatever the action."""
+    state_sample_rate: float = 0.25
+    """The share of sampled env steps kept as state rows for the clusterer."""
+    state_send_interval_s: float = 2.0
+    """A runner sends its sampled state rows at most this often."""
     n_clusters: int = 30
-    clusterer_backend: str = "auto"      # "auto" | "cuml" | "torch" | "sklearn"
-    clusterer_num_gpus: float | None = None  # None: a 0.1 share of a GPU if one is free, else CPU
-    heatmap_every: int = 10              # a snapshot (cluster rows, events, heatmap PNG) every N iterations ...
-    heatmap_budget: float = 0.01         # ... spaced so they take <= this share of a core (0: every N iterations)
+    """The number of state clusters per RLModule at each snapshot."""
+    clusterer_backend: str = "auto"
+    """The KMeans engine: ``"auto"`` | ``"cuml"`` | ``"torch"`` | ``"sklearn"`` (``auto``: cuML or torch on
+    a GPU share, else scikit-learn)."""
+    clusterer_num_gpus: float | None = None
+    """The GPU share of the state clusterer's own actor. None: 0.1 of a GPU when one is free, else the
+    clusterer runs on CPU inside the hub."""
+    heatmap_every: int = 10
+    """A state snapshot (cluster rows, events, a heatmap PNG) every this many iterations, and one at the end
+    of the run."""
+    heatmap_budget: float = 0.01
+    """Snapshots are spaced so that they take at most this share of a core (0: every ``heatmap_every``
+    iterations whatever they cost)."""
     # the learner side (the learner curves per RLModule; gradients and dormant units on every Learner)
-    learner_tracing: bool = True         # wrap each Learner's compute_gradients (no change to the algorithm)
-    grad_every: int = 50                 # trace one update in this many (and at once after a return drop)
-    snapshots_max: int = 5               # learner snapshots (batch + per-layer norms) kept per run ...
-    snapshot_rows: int = 4096            # ... at most this many rows per module ...
-    snapshot_max_mb: float = 64.0        # ... and this many MB each
-    loss_plateau_iters: int = 10         # a snapshot when a module's total loss made no new low for this long
-    on_fail: str = "report"              # "checkpoint" | "stop" | "checkpoint+stop": act on the first FAIL
-    checkpoint_every: int = 0            # > 0: a checkpoint every this many iterations in RUN_DIR/checkpoints/
-    checkpoints_kept: int = 3            # ... the newest this many kept (flow1 whatif branches from before a symptom)
-    whatif: bool = False                 # the first finding that advises knobs launches flow1 whatif beside the run ...
-    whatif_seeds: int = 3                # ... this many seeds a branch ...
-    whatif_iterations: int = 5           # ... of this many iterations ...
-    whatif_parallel: int = 1             # ... this many branch runs at once (each a Ray task of 1 CPU, when free) ...
-    whatif_max: int = 1                  # ... at most this many what-ifs per run
+    learner_tracing: bool = True
+    """Wrap each Learner's ``compute_gradients`` to trace per-layer gradients and dormant units (no change
+    to the algorithm)."""
+    grad_every: int = 50
+    """Trace one update in this many (and the next update at once after a return drop or a learner
+    snapshot)."""
+    snapshots_max: int = 5
+    """Learner snapshots (a train batch and the per-layer gradient norms) kept per run."""
+    snapshot_rows: int = 4096
+    """At most this many rows per module in a learner snapshot."""
+    snapshot_max_mb: float = 64.0
+    """At most this many MB per learner snapshot."""
+    loss_plateau_iters: int = 10
+    """A learner snapshot is saved when a module's total loss made no new low for this many iterations."""
+    on_fail: str = "report"
+    """What the first FAIL does: ``"report"`` | ``"checkpoint"`` (save the algorithm) | ``"stop"``
+    (``result["done"] = True``) | ``"checkpoint+stop"``."""
+    checkpoint_every: int = 0
+    """When > 0: save the algorithm every this many iterations to ``RUN_DIR/checkpoints/`` (0: off)."""
+    checkpoints_kept: int = 3
+    """The newest this many rolling checkpoints are kept (``flow1 whatif`` branches from one taken before a
+    symptom)."""
+    whatif: bool = False
+    """The first iteration whose findings advise knobs launches ``flow1 whatif`` beside the run."""
+    whatif_seeds: int = 3
+    """Seeds per branch of a live what-if."""
+    whatif_iterations: int = 5
+    """Iterations per branch run of a live what-if."""
+    whatif_parallel: int = 1
+    """Branch runs of a live what-if at once (each a Ray task of 1 CPU, when one is free)."""
+    whatif_max: int = 1
+    """At most this many live what-ifs per run."""
     # the driver watchdog (flow1_ray/driver/watchdog.py): a build or a train() that never returns
     driver_watch: bool = True
-    startup_timeout_s: float = 15.0      # build_algo() waiting this long on unplaceable actors is named
-    driver_stall_factor: float = 5.0     # train() silent for this x the median iteration ...
-    driver_stall_floor_s: float = 120.0  # ... and at least this long is DRIVER_STALLED
-    stop_timeout_s: float = 30.0         # algo.stop() blocked this long is STOP_STALLED (with its stack)
+    """The driver watchdog: actors that cannot be placed while the Algorithm builds, a ``train()`` or
+    ``algo.stop()`` that never returns."""
+    startup_timeout_s: float = 15.0
+    """An Algorithm build still waiting after this long on actors that cannot be placed is named
+    (ACTOR_UNPLACEABLE)."""
+    driver_stall_factor: float = 5.0
+    """DRIVER_STALLED: a ``train()`` call that has not returned after this many times the median iteration
+    (and ``driver_stall_floor_s``), nothing moving for half that time."""
+    driver_stall_floor_s: float = 120.0
+    """DRIVER_STALLED: the least time a ``train()`` call must have run (see ``driver_stall_factor``)."""
+    stop_timeout_s: float = 30.0
+    """An ``algo.stop()`` blocked this long is STOP_STALLED (with its stack)."""
 
     def __post_init__(self) -> None:
         if self.stall_action not in STALL_ACTIONS:
