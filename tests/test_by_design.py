@@ -1,5 +1,5 @@
-"""The corpus of envs that are correct by design, from what RLlib ships and from the cases of
-issue 20, each judged silent on what it does on purpose; beside it the planted faults, each
+"""The corpus of envs that are correct by design, from what RLlib ships and from envs users
+reported as false alarms, each judged silent on what it does on purpose; beside it the planted faults, each
 found. RLlib's classes live in ``ray.rllib.examples.envs.classes``: nobody here wrote them.
 
 "Silent on what it does on purpose": the codes an env's design could be mistaken for must not

@@ -1,7 +1,7 @@
 """Samples RLlib throws away: PPO CartPole, 2 EnvRunners, sample_timeout_s=1, EnvRunner 2's env
 8 ms a step (a 200-step fragment takes ~1.6 s). RLlib leaves that runner's sample() out on every
 iteration and trains on the other alone; its only trace is
-fault_tolerance/num_env_runners_dropped_lifetime (ray issue 63302). flow1 names the runner, the
+fault_tolerance/num_env_runners_dropped_lifetime (ray-project/ray#63302). flow1 names the runner, the
 timeout and the share wasted, and blames no env for the step time."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every reader on damaged or foreign input (issue 17, "readers never trace").
+"""Every reader on damaged or foreign input (a reader never ends in a traceback: one line naming what it left out).
 
 One real run directory is written by the real RecorderCore (no Ray), copied, and damaged
 one way per row of MUTATIONS. Each copy goes through ``flow1 report`` in md, html and json

@@ -1,6 +1,7 @@
-"""The traps that look like success (seed 000 sections 4.1, 4.2): the reward-logic audit
-(REWARD_UNEARNED) and the temporal-leakage advisory (OBS_LEAKAGE), each found on its planted
-env with its code and silent on the correct look-alikes and on real envs nobody here wrote."""
+"""The traps that look like success (a reward paid for a change the env made itself; an
+observation that knows the future): the reward-logic audit (REWARD_UNEARNED) and the
+temporal-leakage advisory (OBS_LEAKAGE), each found on its planted env with its code and
+silent on the correct look-alikes and on real envs nobody here wrote."""
 
 from __future__ import annotations
 

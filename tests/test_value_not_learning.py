@@ -1,5 +1,5 @@
 """VALUE_NOT_LEARNING: a critic that explains none of the returns while the return stopped
-rising. SB3's issue 25 shows the symptom: a PPO that "does not learn" at explained variance
+rising. DLR-RM/stable-baselines3#25 shows the symptom: a PPO that "does not learn" at explained variance
 -1.57. Healthy RLlib PPO runs sit at 0-0.25 (and dip below 0) while the return climbs, so
 the rule needs the stalled return too."""
 

@@ -1,4 +1,4 @@
-"""Envs that look healthy and are wrong (seed 000 section 4), and correct envs built alike.
+"""Envs that look healthy and are wrong, and correct envs built alike.
 
 Each trap passes every contract check; only the reward-logic audit (REWARD_UNEARNED) or
 the leakage test (OBS_LEAKAGE) can tell. The look-alikes beside them do what the traps do
@@ -50,7 +50,7 @@ class _Grid(_Env):
 
 
 class MovingGoal(_Grid):
-    """The trap of seed 000 section 4.1: every 100 steps the env puts the goal next to the
+    """A reward the policy did not earn: every 100 steps the env puts the goal next to the
     agent, before it computes the reward. The reward curve climbs; the policy did nothing."""
 
     def step(self, action):
@@ -125,7 +125,7 @@ class ScheduledCurriculum(_Grid):
 
 
 class LeakyMarket(_Env):
-    """The trap of seed 000 section 4.2: a price random walk whose observation holds the next
+    """An observation that knows the future: a price random walk whose observation holds the next
     step's price change (obs[2]). Reward: position x the change."""
 
     observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)

@@ -9,7 +9,7 @@ lr included, so a branch asked to run at lr 0.0097 from a checkpoint taken at lr
 its whole first iteration at 0.05 (measured: KL 3.4 in that iteration against 0.012 with
 0.0097 in effect), and RLlib's lr
 scheduler sets the configured value back only after it -- the result then reports 0.0097
-(ray issue 62173 is the same trap under PBT). A branch whose knob is not in effect
+(ray-project/ray#62173 is the same trap under PBT). A branch whose knob is not in effect
 would make "the advice did not help" out of "the advice was never applied": each knob is read
 from the Learner after the restore, re-applied where the restore overwrote it, read again,
 and a branch whose knob still differs is left out of the verdict.

@@ -1,7 +1,7 @@
 """The train/eval gap: RLlib's evaluation runners report a return far from the training
-runners' for a sustained window, and the config differences that explain it (seed 004
-section 5.1; seed 002 section 2.6: an eval env whose episode limit is half the training
-env's turns a learned "play for time" into a reward of zero). No Ray.
+runners' for a sustained window, and the config differences that explain it (an eval env
+whose episode limit is half the training env's turns a learned "play for time" into a reward
+of zero). No Ray.
 
 Read from ``result["evaluation"]["env_runners"]`` (``episode_return_mean``,
 ``episode_len_mean``) against ``result["env_runners"]`` at the same iteration. An eval

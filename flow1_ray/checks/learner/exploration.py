@@ -1,5 +1,5 @@
-"""Exploration that is off, or that ends before it can help (seed 002 section 2.5: the switch
-that nobody sees). Judged from the run's config and, for an epsilon schedule, from where the
+"""Exploration that is off, or that ends before it can help: a switch nobody sees, since no
+number RLlib reports says that the runners stopped exploring. Judged from the run's config and, for an epsilon schedule, from where the
 run is on it. No Ray; a finished run's ``params.json`` config works too.
 
 RLlib's ``explore`` (``config.env_runners(explore=...)``) turns the training EnvRunners'

@@ -379,7 +379,7 @@ class ModuleCurves:
              "knobs": [k.as_dict() for k in knobs]})
 
     def _value_learning(self, r: Reading, run: RunContext, ratio, slope, steep) -> Finding | None:
-        """A critic whose predictions explain none of the returns' variance (SB3 issue 25:
+        """A critic whose predictions explain none of the returns' variance (DLR-RM/stable-baselines3#25:
         a PPO that "does not learn" at explained variance -1.57). Healthy RLlib PPO runs hover
         at 0-0.25 while the return climbs, which is why the return must also have stopped rising."""
         th, ev = self.thresholds, r.stat("vf_explained_var")

@@ -1,6 +1,7 @@
 """The replay buffer of DQN and SAC: its capacity against the run and the memory, the fill
-learning starts from, and the replay ratio (seed 002 section 2.3: "buffer full", "buffer
-underflow"). No Ray.
+learning starts from, and the replay ratio (a buffer too small for the run or the memory,
+learning that starts on a near-empty buffer, each stored step replayed too often or too
+rarely). No Ray.
 
 RLlib 2.60 reports the buffer in ``result["replay_buffer"]`` once learning has started:
 ``num_env_steps_stored`` (a mean over the iteration's samples), ``num_env_steps_added_lifetime``,

@@ -2,8 +2,7 @@
 
 A synchronous algorithm (PPO, DQN, ...) waits ``sample_timeout_s`` for its runners' ``sample()``
 calls and leaves out the late ones: their call keeps running and its result is discarded, and
-the only trace is ``fault_tolerance/num_env_runners_dropped_lifetime`` (no runner named; ray
-issue 63302: up to 90 % of the compute wasted). Each runner times its own ``sample()`` calls
+the only trace is ``fault_tolerance/num_env_runners_dropped_lifetime`` (no runner named; ray-project/ray#63302: up to 90 % of the compute wasted). Each runner times its own ``sample()`` calls
 (:class:`SampleTimes`, in the EnvRunner); the driver puts those beside RLlib's counter
 (:class:`DiscardedSamples`) and names the runners whose calls outlast the timeout.
 
