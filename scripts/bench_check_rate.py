@@ -1,6 +1,6 @@
 """The hidden-fault zoo's recall on the live path at each contract-check rate.
 
-Every fault env of ``tests/test_zoo.py`` runs in a real SingleAgentEnvRunner (this process,
+Every fault env of ``tests/envcheck/test_zoo.py`` runs in a real SingleAgentEnvRunner (this process,
 Flow1Callbacks, ``check_budget=0`` so that the rate is the one asked for) for ``--steps``
 random-action env steps, at each ``--rates`` share of checked episodes, ``--seeds`` times
 (each its own runner, so its own draw of episodes). A fault counts as found when the runner's
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "envs"))
 
 
 def run_one(env: type, rate: float, steps: int, index: int) -> set[str] | str:

@@ -71,7 +71,7 @@ def reading(iterations: int, repeats: int, root: Path) -> dict:
 def serving(run: Path, rec: RecorderCore, window_s: float, flush_every_s: float) -> dict:
     import psutil
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
     from browser import Served, chrome, wait_for
 
     with Served(run) as served:

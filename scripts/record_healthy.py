@@ -9,7 +9,7 @@ For each set-up it writes, under ``--out/<name>/``:
 - ``clusters.parquet``: the state-cluster rows of every snapshot (counts, policy statistics,
   verdicts), for the state-action rules to be replayed.
 
-``tests/test_healthy_runs.py`` reads the corpus; it must stay small (a few hundred KB).
+``tests/checks/test_healthy_runs.py`` reads the corpus; it must stay small (a few hundred KB).
 
     .venv/bin/python scripts/record_healthy.py [--out tests/data/healthy] [--only ppo-default,...]
 """

@@ -1,4 +1,12 @@
-"""Shared test setup: the fault zoo is importable as ``zoo`` (also from CLI subprocesses)."""
+"""Shared test setup.
+
+The tree mirrors the package: the unit tests of ``flow1_ray/<package>/`` are under
+``tests/<package>/``; every test that runs a real Ray or RLlib (the ``ray_session`` fixture, a
+training job) is under ``tests/live/`` and marked ``live`` -- ``pytest -m "not live"`` is the
+fast tier. Tiny envs with planted faults (``zoo``, ``traps``...) are in ``tests/envs/``,
+shared helpers (a headless browser, sick RLModules) in ``tests/fixtures/``, scripts that tests
+run as their own process in ``tests/jobs/``, recorded runs in ``tests/data/``. ``envs`` and
+``fixtures`` are importable by name, here, in CLI subprocesses and in Ray's workers."""
 
 from __future__ import annotations
 
@@ -10,14 +18,24 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-sys.path.insert(0, str(TESTS))
+#: the folders whose modules tests, CLI subprocesses and Ray's workers import by name
+IMPORTABLE = (str(TESTS / "envs"), str(TESTS / "fixtures"))
+sys.path[:0] = IMPORTABLE
+LIVE = TESTS / "live"
+
+
+def pytest_collection_modifyitems(config, items):
+    """``live``: every test under tests/live/, and any test that asks for the shared Ray."""
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(LIVE) or "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture
 def cli_env() -> dict[str, str]:
     """Environment for ``python -m flow1_ray`` subprocesses: zoo importable, no colour."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*IMPORTABLE, env.get("PYTHONPATH", "")) if p)
     env["NO_COLOR"] = "1"
     return env
 
@@ -48,7 +66,7 @@ def ray_session():
     # address behind (a killed driver, a multi-node test in another process)
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
              log_to_driver=False, configure_logging=False, _metrics_export_port=METRICS_PORT,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([*IMPORTABLE, os.environ.get("PYTHONPATH", "")]),
                                        # the loopback S3 of test_object_store.py (moto) takes any key
                                        **S3_ENV}})
     yield ray

@@ -22,7 +22,7 @@ RLlib's warnings, the actor manager's errors, C++ log lines. They come by four r
 thread), so a user sees Ray's lines as before and the file still has them. Ray's thread
 names and its import-time handler binding are Ray's internals (``ray==2.60.0`` pinned):
 when they change, Ray's lines reach the terminal again (never flow1's the file), and
-``tests/test_cli_output.py`` fails.
+``tests/cli/test_cli_output.py`` fails.
 """
 
 from __future__ import annotations

@@ -1,0 +1,114 @@
+"""The multi-node scenario, run as its own process (its own Ray: a ``ray.cluster_utils.Cluster``
+of a head and three worker nodes on this machine, each node with its own lock directory and
+its own probe). Prints one JSON object: what flow1 reported and what really happened.
+
+    python tests/jobs/multinode_job.py OUTPUT_DIR
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import ray  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+
+def main(out_dir: str) -> dict:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                            "object_store_memory": 80 * 1024**2})
+    nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 1024**2) for _ in range(3)]
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from flow1_ray import Flow1Callbacks, load_events
+    from flow1_ray.common.names import hub_name
+
+    cb = Flow1Callbacks.with_options(output_dir=out_dir, print_events=False, state_actions=False,
+                                     stall_timeout_s=3.0, heartbeat_interval_s=0.5)
+    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb)
+            .env_runners(num_env_runners=3, sample_timeout_s=8)
+            .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True)
+            .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=1)).build_algo()
+    result = algo.train()
+    run_dir = result["flow1"]["run_dir"]
+    hub = ray.get_actor(hub_name(run_dir.rstrip("/").rsplit("/", 1)[-1]), namespace="flow1")
+    runners = {i: (pid, node) for i, pid, node in algo.env_runner_group.foreach_env_runner(
+        lambda er: (er.worker_index, os.getpid(), ray.get_runtime_context().get_node_id()),
+        local_env_runner=False, timeout_seconds=20)}
+    out = {"runners": {str(i): {"pid": p, "node_id": n} for i, (p, n) in runners.items()},
+           "worker_nodes": [n.node_id for n in nodes], "head_node": cluster.head_node.node_id,
+           "hub_node": ray.get(hub.status.remote(), timeout=10).get("node_id"),
+           "driver_node": ray.get_runtime_context().get_node_id()}
+
+    def wait(code: str, pid: int | None, timeout: float = 30.0, node_id: str | None = None):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            ray.get(hub.flush.remote(), timeout=10)
+            for e in load_events(run_dir).to_pylist():
+                if e["code"] == code and (e["pid"] == pid if node_id is None else e["node_id"] == node_id):
+                    return {**e, "ts": str(e["ts"]), "evidence": json.loads(e["evidence"]),
+                            "seconds": round(time.time() - t0, 2)}
+            time.sleep(0.3)
+        return None
+
+    # 1. runner 1 SIGKILLed: its own node's probe sees the lock released
+    pid1, _ = runners[1]
+    os.kill(pid1, signal.SIGKILL)
+    out["killed"] = wait("WORKER_DIED", pid1)
+    # 2. runner 2 hangs inside env.step: its node's probe sees a held lock without progress
+    pid2, node2 = runners[2]
+
+    def hang(er):
+        inner = er.env.unwrapped.envs[0].unwrapped
+        step = inner.step
+
+        def stuck(action):
+            time.sleep(600)
+            return step(action)
+        inner.step = stuck
+        return True
+    algo.env_runner_group.foreach_env_runner(hang, remote_worker_ids=[2], local_env_runner=False,
+                                             timeout_seconds=20)
+    threading.Thread(target=lambda: _quietly(algo.train), daemon=True).start()
+    out["hung"] = wait("WORKER_STALLED", pid2)
+    # 3. the hung runner's node leaves the cluster: its runner is dead, the node named
+    (node,) = [n for n in nodes if n.node_id == node2]
+    cluster.remove_node(node)
+    out["node_removed"] = wait("WORKER_DIED", pid2, timeout=40)
+    # 4. runner 3's node is lost without warning (its raylet and processes killed, like a
+    # preempted VM): named when its probe falls silent, confirmed when Ray declares it dead
+    pid3, node3 = runners[3]
+    (node,) = [n for n in nodes if n.node_id == node3]
+    cluster.remove_node(node, allow_graceful=False)
+    out["node_lost"] = wait("NODE_LOST", None, timeout=30, node_id=node3)
+    out["node_lost_confirmed"] = wait("WORKER_DIED", pid3, timeout=60)
+    out["other_codes"] = sorted({e["code"] for e in load_events(run_dir).to_pylist() if e["status"] != "PASS"})
+    _print(out)
+    # a hung train() thread: no ray.shutdown(); end this cluster's processes, then exit
+    for n in list(cluster.worker_nodes):
+        _quietly(lambda: cluster.remove_node(n, allow_graceful=False))
+    _quietly(lambda: cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=False))
+    # what Cluster.shutdown() does last: forget this cluster's address, or the next
+    # `ray.init()` on this machine would try to join the dead cluster
+    _quietly(ray._common.utils.reset_ray_address)
+    os._exit(0)
+
+
+def _print(out: dict) -> None:
+    print("RESULT " + json.dumps(out, default=str), flush=True)
+
+
+def _quietly(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,68 @@
+"""What `flow1 train` and `flow1 check` print: flow1's lines and a progress line; Ray's own
+output (its and RLlib's logging, forwarded worker lines, warnings, C++ lines) in
+`<run dir>/ray.log`, and on the terminal too with --verbose. The real CLI on tiny budgets."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flow1_ray.rundir.raylog import RAY_LOG
+
+#: the shapes of flow1's own lines (anything else on the terminal is someone else's)
+FLOW1_LINES = [
+    r"flow1[ :]",                                                    # headers, verdicts, "flow1: ..." lines
+    r"iter \d+/\d+  steps [\d,]+  return +\S+  workers alive \d+ dead \d+ stalled \d+  FAIL \d+ WARN \d+  \d+ s$",
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \| [A-Z_]+ \| (PASS|WARN|FAIL) \| ",   # an event's log line
+    r"[┏┃┡│└]",                                                      # the summary table
+    r"(report|run|run directory|gap|not judged): ",                  # the end screen
+    r"(learner \S+ \(iteration \d+\): |state clusters |\d+ heatmap\(s\), )",
+    r"demo: ",
+]
+
+
+def flow1_only(text: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """The lines of ``text`` that are not flow1's."""
+    shapes = [re.compile(p) for p in (*FLOW1_LINES, *extra)]
+    return [line for line in text.splitlines() if line.strip() and not any(s.match(line) for s in shapes)]
+
+
+def run_cli(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flow1_ray", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+#: a warning RLlib logs in the driver at each PPO build (ray 2.60)
+RLLIB_SAYS = "You are running PPO on the new API stack!"
+
+
+def _run_dir(out: Path) -> Path:
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run
+
+
+@pytest.mark.slow
+def test_flow1_train_prints_flow1s_lines_and_puts_rays_in_the_run_directory(tmp_path, cli_env):
+    """Two iterations, one EnvRunner: the terminal holds flow1's lines and one line per
+    iteration; Ray's start, RLlib's warnings and the EnvRunner's forwarded lines are in
+    ray.log. With --verbose the same run shows Ray's lines on stderr (and still logs them)."""
+    r = run_cli("train", "--iterations", "2", "--env-runners", "1", "--output-dir", str(tmp_path / "q"),
+                env=cli_env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(f"flow1 train --iterations 2: {len(r.stdout.splitlines())} stdout lines, "
+          f"{len(r.stderr.splitlines())} stderr lines")
+    assert flow1_only(r.stdout) == [] and flow1_only(r.stderr) == [], r.stdout + r.stderr
+    assert len(re.findall(r"^iter \d/2 ", r.stdout, re.M)) == 2, r.stdout
+    log = _run_dir(tmp_path / "q") / RAY_LOG
+    assert log.is_file() and log.stat().st_size > 0
+    text = log.read_text()
+    assert RLLIB_SAYS in text and "(SingleAgentEnvRunner pid=" in text, text   # the driver's, a worker's
+    v = run_cli("train", "--iterations", "1", "--env-runners", "1", "--verbose", "--output-dir",
+                str(tmp_path / "v"), env=cli_env)
+    assert v.returncode == 0, v.stdout[-3000:] + v.stderr[-3000:]
+    assert RLLIB_SAYS in v.stderr and "(SingleAgentEnvRunner pid=" in v.stderr and flow1_only(v.stderr), v.stderr
+    assert flow1_only(v.stdout) == [] and RLLIB_SAYS in (_run_dir(tmp_path / "v") / RAY_LOG).read_text()

@@ -1,0 +1,84 @@
+"""A run directory says how the run ended: a driver SIGKILLed mid-run (really, in its own
+process) leaves an unclean stop record written by its hub as it went down, and the report
+says "ended without a clean stop after iteration N" instead of a PASS of fewer iterations.
+
+The same run starts with the old predictable lock path (``<tmp>/flow1-<uid>``) made first by
+another user: flow1 makes its own private directory elsewhere and watches its runners all
+the same (the crashing runner's death is named), with no watcher off."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from flow1_ray.common import codes as C
+from flow1_ray import load_metrics
+from flow1_ray.report.rundir import load_run_report
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def squatted_tmp():
+    """A temp dir (short: Ray's socket paths live under it) whose ``flow1-<uid>`` another uid
+    made first (as root: a directory really owned by uid 65534; otherwise one of ours that
+    is not private)."""
+    tmp = Path(tempfile.mkdtemp(prefix="f1sq-", dir="/tmp"))
+    squat = tmp / f"flow1-{os.getuid()}"
+    squat.mkdir(mode=0o777)
+    squat.chmod(0o777)
+    if os.getuid() == 0:
+        os.chown(squat, 65534, 65534)
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_sigkilled_driver_leaves_a_run_that_says_it_ended(tmp_path, cli_env, squatted_tmp):
+    env = {**{k: v for k, v in cli_env.items() if k != "RAY_ADDRESS"}, "TMPDIR": str(squatted_tmp)}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "bench_driver_kill.py"), "--job", str(tmp_path),
+                             "--iterations", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
+    run_dir, seen = None, 0
+    try:
+        for line in proc.stdout:
+            if line.startswith("RUN "):
+                run_dir = Path(line.split(" ", 1)[1].strip())
+            elif line.startswith("ITER "):
+                seen = int(line.split()[1])
+                if seen >= 3:
+                    break
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    seen = max([seen] + [int(x.split()[1]) for x in proc.stdout if x.startswith("ITER ")])
+    stop = run_dir / "stop.json"
+    deadline = time.time() + 20   # the hub writes it within a second of the driver's death
+    while not stop.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert stop.exists(), "the hub wrote no stop record as its driver died"
+    record = json.loads(stop.read_text())
+    assert record["clean"] is False and "died without stopping the run" in record["how"], record
+    assert max(load_metrics(run_dir).column("iteration").to_pylist()) >= seen   # every iteration it saw end
+    report = load_run_report(run_dir)
+    assert report.completeness["state"] == "ended"
+    assert any(g.startswith(f"ended without a clean stop after iteration {record['iteration']}") for g in report.gaps())
+    assert report.status == C.FAIL   # the injected crash of EnvRunner 1, flushed before the kill
+    codes = {e.code for e in report.events}
+    assert C.ENV_CRASHED in codes and C.WORKER_DIED in codes, codes   # its death seen: liveness watched
+    assert C.WATCHER_OFF not in codes and C.FLOW1_INTERNAL not in codes, codes
+    assert list((squatted_tmp / f"flow1-{os.getuid()}").iterdir()) == []
+    r = subprocess.run([sys.executable, "-m", "flow1_ray", "report", str(run_dir), "--json", "-"], env=cli_env,
+                       capture_output=True, text=True, timeout=120)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert out["completeness"]["state"] == "ended" and any("ended without a clean stop" in g for g in out["gaps"])
