@@ -1,5 +1,5 @@
 """A finding is declared once: the rule files' RULES make the catalogue, and everything that
-lists codes or thresholds (common/codes.py, Thresholds, configs/thresholds.json, the README's table)
+lists codes or thresholds (common/codes.py, Thresholds, configs/thresholds.json, the docs' table of codes)
 is generated from them and checked here."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_every_rule_has_a_module_a_status_and_a_trigger_that_renders():
 
 
 def test_a_trigger_says_the_thresholds_it_is_judged_with():
-    """The README's text and a run's own text come from the same numbers."""
+    """The docs' text and a run's own text come from the same numbers."""
     kl = cat.rule(C.KL_TOO_LOW)
     assert "median KL < 0.005 over 5 iterations" in kl.text()
     th = DEFAULT.with_overrides({"kl_low": 0.002, "kl_window": 7})
@@ -76,9 +76,9 @@ def test_a_retired_threshold_still_loads_with_a_warning():
     assert th.kl_low == 0.001
 
 
-def test_the_readme_table_lists_every_code_once_with_its_rendered_trigger():
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- codes: begin -->")[1].split("<!-- codes: end -->")[0]
+def test_the_reference_table_lists_every_code_once_with_its_rendered_trigger():
+    page = (ROOT / "docs/reference/codes.md").read_text()
+    block = page.split("<!-- codes: begin -->")[1].split("<!-- codes: end -->")[0]
     rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| code")]
     assert [row.split(" | ")[0][2:] for row in rows] == list(cat.rules())
     assert "entropy / max entropy < 20% on 2 iterations (FAIL < 5%)" in block

@@ -3,8 +3,10 @@
 Everything that lists codes is made from here, so that a new finding is written once, in
 its rule file: ``python -m flow1_ray.checks.catalogue --write`` regenerates the code
 constants of :mod:`flow1_ray.common.codes`, the flat :class:`~flow1_ray.checks.thresholds.Thresholds`,
-``configs/thresholds.json`` and the README's table of codes; ``--check`` (run by the tests)
-fails when one of them is stale. No Ray here: the rule files are pure.
+``configs/thresholds.json`` and the table of codes on the docs' reference page
+(``docs/reference/codes.md``; ``docs/gen_reference.py`` writes the rest of that page around it);
+``--check`` (run by the tests) fails when one of them is stale. No Ray here: the rule files
+are pure.
 """
 
 from __future__ import annotations
@@ -139,23 +141,29 @@ def thresholds_json() -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as one Markdown table cell: outside code spans, pipes, emphasis marks, brackets
+    and a ``<`` that could open a tag are escaped."""
+    parts = text.replace("\n", " ").split("`")
+    for i in range(0, len(parts), 2):   # outside backticks
+        parts[i] = re.sub(r"([\\*_\[\]|]|<(?=[A-Za-z/!]))", r"\\\1", parts[i])
+    return "`".join(parts)
 
 
-def readme_table() -> str:
-    rows = ["| code | module | default status | raised when (default thresholds) | declared in |",
+def codes_table() -> str:
+    """The summary table of every code on the reference page of codes, in catalogue order."""
+    rows = ["", "| code | module | default status | raised when (default thresholds) | declared in |",
             "|---|---|---|---|---|"]
     for code, r in rules().items():
         rows.append(f"| {code} | {r.module or '(the module checked)'} | {r.status} | {_cell(r.text())} | "
                     f"`{declared_in(code).replace('.', '/')}.py` |")
-    return "\n".join(rows)
+    return "\n".join(rows + [""])   # blank lines around: a Markdown table is a block of its own
 
 
 TARGETS = {
     "flow1_ray/common/codes.py": ("# --- codes: begin", "# --- codes: end", codes_block),
     "flow1_ray/common/codes.py#defaults": ("# --- defaults: begin", "# --- defaults: end", defaults_block),
     "flow1_ray/checks/thresholds.py": ("    # --- fields: begin", "    # --- fields: end", thresholds_block),
-    "README.md": ("<!-- codes: begin -->", "<!-- codes: end -->", readme_table),
+    "docs/reference/codes.md": ("<!-- codes: begin -->", "<!-- codes: end -->", codes_table),
 }
 
 
