@@ -20,14 +20,8 @@ from ..common import schema as S
 from ..common.events import Event
 from ..checks.own.watchers import CONTENTION, PROBE, error_line, watcher_off
 from ..checks.run.incidents import MonitorCore, _who
+from .exits import ExitLookup
 from .nodes import NodeWatch
-
-GCS_LOOKUP_TRIES = 5
-GCS_LOOKUP_WAIT_S = 0.1
-#: the most a death waits for Ray's exit detail in all: a GCS that is slow to answer (a long
-#: session's worker table, a busy head) delays the detail, never the WORKER_DIED itself
-GCS_LOOKUP_DEADLINE_S = 2.0
-
 
 #: how often the monitor compares the probed nodes with the cluster's alive nodes
 NODE_CHECK_S = 2.0
@@ -35,32 +29,13 @@ NODE_CHECK_S = 2.0
 NODE_TICK_S = 0.25
 
 
-def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
-    """Ray's own words on dead worker processes: exit type and detail from the GCS worker
-    table (a private API, the only one that works without the dashboard), one table read
-    for all ``pids``; pids not (yet) in the table are absent."""
-    out: dict[int, dict[str, Any]] = {}
-    try:
-        import ray
-        from ray.core.generated import common_pb2, gcs_pb2
-
-        acc = ray._private.state.state._connect_and_get_accessor()
-        for raw in acc.get_worker_table():
-            w = gcs_pb2.WorkerTableData.FromString(raw)
-            if w.pid in pids and not w.is_alive:
-                out[w.pid] = {"ray_exit_type": common_pb2.WorkerExitType.Name(w.exit_type),
-                              "ray_exit_detail": w.exit_detail[:600]}
-    except Exception as e:  # private API: never let it break the monitor
-        return {pid: {"ray_exit_lookup_error": f"{type(e).__name__}: {e}"[:200]} for pid in pids}
-    return out
-
-
 class MonitorService(MonitorCore):
     """The monitor as it runs inside the run's hub: one probe per alive node (a
     :class:`~flow1_ray.hub.probe.ProbeLoop` thread for the hub's own node, a NodeProbe
     actor pinned to every other node, added as nodes join), deaths waiting for Ray's exit
-    detail on a thread (off the report path), lost nodes (:mod:`~flow1_ray.hub.nodes`)
-    and the contention logic. A part of it that fails says so once (WATCHER_OFF).
+    detail (:mod:`~flow1_ray.hub.exits`) on a thread (off the report path), lost nodes
+    (:mod:`~flow1_ray.hub.nodes`) and the contention logic. A part of it that fails says so
+    once (WATCHER_OFF).
 
     ``send(events)`` hands events to the Recorder; ``crash_recorded(pid)`` asks it whether
     that process's ENV_CRASHED is recorded (one incident, one finding).
@@ -89,6 +64,7 @@ class MonitorService(MonitorCore):
         self.seed: dict[str, dict] = {}        # a restarted hub's known workers, for the new probes
         self.off_said: set[str] = set()
         self._deaths: queue.Queue = queue.Queue()
+        self._exits = ExitLookup()             # Ray's exit detail of the deaths (exits.py)
         self._probes_lock = threading.Lock()
         threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
         threading.Thread(target=self._node_loop, daemon=True, name="flow1-nodes").start()
@@ -181,42 +157,11 @@ class MonitorService(MonitorCore):
                 while not self._deaths.empty():
                     batch.append(self._deaths.get_nowait())
                 pids = {ch["pid"] for _, ch, _ in batch}
-                details = self._exit_details(pids)
+                details = self._exits.details(pids)
                 self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
                             for _, ch, where in batch])
             except Exception as e:  # this batch's deaths are reported bare; the loop goes on
                 self.off(PROBE, "deaths being reported", e, "the exit detail of some deaths")
-
-    def _exit_details(self, pids: set[int]) -> dict[int, dict]:
-        """Ray's exit detail of ``pids``, retried while the GCS has not recorded them yet, on a
-        thread of its own bounded by :data:`GCS_LOOKUP_DEADLINE_S` (a lookup still running
-        from an earlier death is not doubled: those deaths are reported without the detail)."""
-        details: dict[int, dict] = {}
-        lock = threading.Lock()
-
-        def lookup() -> None:
-            for _ in range(GCS_LOOKUP_TRIES):
-                with lock:
-                    missing = pids - set(details)
-                found = ray_exit_details(missing)
-                with lock:
-                    details.update(found)
-                    if pids <= set(details):
-                        return
-                time.sleep(GCS_LOOKUP_WAIT_S)
-
-        prev = getattr(self, "_lookup", None)
-        if prev is not None and prev.is_alive():
-            return {pid: {"ray_exit_lookup_error": "the GCS has not answered an earlier lookup"} for pid in pids}
-        self._lookup = threading.Thread(target=lookup, daemon=True, name="flow1-exit-detail")
-        self._lookup.start()
-        self._lookup.join(GCS_LOOKUP_DEADLINE_S)
-        with lock:
-            got = dict(details)
-        for pid in pids - set(got):
-            if self._lookup.is_alive():
-                got[pid] = {"ray_exit_lookup_error": f"no answer from the GCS within {GCS_LOOKUP_DEADLINE_S:g} s"}
-        return got
 
     def _node_loop(self) -> None:
         """Nodes whose probe fell silent and whose raylet is unreachable are NODE_LOST at

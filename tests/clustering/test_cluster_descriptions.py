@@ -22,7 +22,7 @@ from browser import Served, assert_no_alert, assert_not_blank, chrome, needs_bro
     text, wait_for
 from flow1_ray import analyze_state_actions
 from flow1_ray.common import codes as C
-from flow1_ray.hub.clusterer import ClustererCore
+from flow1_ray.hub.clusterer_core import ClustererCore
 from flow1_ray.hub.recorder import RecorderCore
 from flow1_ray.clustering.describe import describe, features, map_2d
 from flow1_ray.clustering.frames import FRAMES_PER_SEND, thumbnails
@@ -276,7 +276,7 @@ OLD_COLUMNS = ("module", "snapshot", "iteration", "cluster", "size", "action_cou
 
 
 def _blob_map():
-    from test_state_action import blobs
+    from state_blobs import blobs
 
     x, a, f, _ = blobs(per=300)
     return analyze_state_actions(x, a, spaces.Discrete(6), n_clusters=6, backend="sklearn", failures=f)
@@ -293,7 +293,7 @@ def _run_with_clusters(run, tables: list[pa.Table]) -> None:
 
 
 def test_a_run_written_before_descriptions_still_reads_and_shows_its_clusters_by_number(tmp_path):
-    from flow1_ray.report.panel import REFRESH_OUTPUTS, Runs, panel_callbacks
+    from flow1_ray.report.panel_callbacks import REFRESH_OUTPUTS, Runs, panel_callbacks
 
     old = _blob_map().to_arrow(snapshot=0, iteration=3, module="default_policy").select(list(OLD_COLUMNS))
     _run_with_clusters(tmp_path, [old])
@@ -308,7 +308,7 @@ def test_a_run_written_before_descriptions_still_reads_and_shows_its_clusters_by
 
 
 def test_damaged_description_columns_are_named_and_hostile_text_stays_text(tmp_path):
-    from flow1_ray.report.panel import REFRESH_OUTPUTS, Runs, panel_callbacks
+    from flow1_ray.report.panel_callbacks import REFRESH_OUTPUTS, Runs, panel_callbacks
 
     t = _blob_map().to_arrow(snapshot=0, iteration=3, module="default_policy")
     flagged = [i for i, v in enumerate(t.column("verdict").to_pylist()) if v != "OK"]

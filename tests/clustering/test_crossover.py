@@ -137,7 +137,7 @@ def test_the_live_clusterer_routes_on_cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from flow1_ray.hub.clusterer import ClustererCore
+    from flow1_ray.hub.clusterer_core import ClustererCore
 
     core = ClustererCore(n_clusters=12, backend="auto")
     for i in range(6):

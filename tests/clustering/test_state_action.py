@@ -8,35 +8,10 @@ from gymnasium import spaces
 
 from flow1_ray import analyze_state_actions
 from flow1_ray.common import codes as C
-from flow1_ray.checks.states.state_action import FIXATED, OK, verdicts
+from flow1_ray.checks.states.state_action import FIXATED, verdicts
 from flow1_ray.clustering.backends import SklearnKMeans, TorchKMeans, resolve_backend
 from flow1_ray.clustering.features import flatten_observations, standardize
-
-
-def blobs(seed: int = 0, per: int = 2000, d: int = 6):
-    """6 well-separated blobs, each with a known action policy over 6 actions. (With 4
-    actions or fewer, no action under 0.3 already means near-uniform: CHAOS comes first.)"""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(0, 1, (6, d)) * 20
-    policies = [
-        ("uniform", np.full(6, 1 / 6)),                                  # CHAOS
-        ("fixed_ok", np.array([0.98, 0.01, 0.0025, 0.0025, 0.0025, 0.0025])),  # FIXATED, base failure rate
-        ("fixed_bad", np.array([0.005, 0.98, 0.005, 0.005, 0.0025, 0.0025])),  # ERROR_FIXATION
-        ("decided", np.array([0.7, 0.2, 0.04, 0.03, 0.02, 0.01])),          # OK
-        ("blind", np.array([0.26, 0.26, 0.26, 0.12, 0.06, 0.04])),          # BLIND_SPOT
-        ("decided2", np.array([0.1, 0.05, 0.75, 0.05, 0.03, 0.02])),        # OK
-    ]
-    xs, acts, fails, truth = [], [], [], []
-    for i, (name, p) in enumerate(policies):
-        xs.append(centres[i] + rng.normal(0, 1, (per, d)))
-        acts.append(rng.choice(6, per, p=p))
-        fails.append(rng.random(per) < (0.3 if name == "fixed_bad" else 0.02))
-        truth += [name] * per
-    return np.concatenate(xs), np.concatenate(acts), np.concatenate(fails), np.array(truth)
-
-
-EXPECTED = {"uniform": C.CHAOS, "fixed_ok": FIXATED, "fixed_bad": C.ERROR_FIXATION, "decided": OK,
-            "blind": C.BLIND_SPOT, "decided2": OK}
+from state_blobs import EXPECTED, blobs
 
 
 @pytest.mark.parametrize("backend", ["sklearn", "torch"])

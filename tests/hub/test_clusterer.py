@@ -12,13 +12,13 @@ from gymnasium import spaces
 
 from flow1_ray.common import codes as C
 from flow1_ray import load_clusters, load_events
-from flow1_ray.hub.clusterer import ClustererCore, heatmap_name
+from flow1_ray.hub.clusterer_core import ClustererCore, heatmap_name
 from flow1_ray.hub.heatmaps import HeatmapWriter
 from flow1_ray.hub.recorder import RecorderCore
 from flow1_ray.checks.states.state_action import (FIXATED, OK, Snapshot, StateActionThresholds, decided_share,
     trend_findings, verdicts, warn_codes)
 from flow1_ray.clustering.state_action_map import policy_stats
-from test_state_action import EXPECTED, blobs
+from state_blobs import EXPECTED, blobs
 
 LABELS = [str(i) for i in range(6)]
 

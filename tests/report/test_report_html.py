@@ -185,7 +185,7 @@ def test_a_learner_rules_signal_is_drawn_by_the_report_and_the_panel_from_its_vi
     and the panel draw that column (titled with the rule's code) with no edit of theirs, and
     the EMA's legend says the alpha the run used."""
     from flow1_ray.report.follow import RunFollower
-    from flow1_ray.report.panel import policy_figure, return_figure
+    from flow1_ray.report.panel_figures import policy_figure, return_figure
     from flow1_ray.report.views import ema_label, rule_signals
 
     assert ("vf_explained_var", "value function explained variance", [C.VALUE_NOT_LEARNING]) in rule_signals()
@@ -210,7 +210,7 @@ def test_an_off_policy_runs_q_values_and_temperature_are_drawn_and_a_ppo_run_get
     """Q_DIVERGENCE's View names three columns: one chart each, titled with the column; SAC's
     alpha gets its own; a run without them (PPO) shows none of those charts."""
     from flow1_ray.report.follow import RunFollower
-    from flow1_ray.report.panel import policy_figure
+    from flow1_ray.report.panel_figures import policy_figure
 
     def titles(rows, name):
         d = tmp_path / name
@@ -239,7 +239,7 @@ def test_the_evaluation_return_is_drawn_beside_the_training_return_where_a_run_e
     signal) is a second curve of the return chart in the panel and the page; a run that never
     evaluated has none."""
     from flow1_ray.report.follow import RunFollower
-    from flow1_ray.report.panel import return_figure
+    from flow1_ray.report.panel_figures import return_figure
     from flow1_ray.common.schema import EVAL_RETURN
 
     def names(rows, name):

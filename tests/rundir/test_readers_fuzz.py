@@ -37,7 +37,7 @@ from flow1_ray.hub.recorder import RecorderCore
 from flow1_ray.cli.main import main
 from flow1_ray.common.events import EVENT_SCHEMA, Event
 from flow1_ray.report.model import NOT_JUDGED, md
-from flow1_ray.report.panel import REFRESH_OUTPUTS, Runs, panel_callbacks
+from flow1_ray.report.panel_callbacks import REFRESH_OUTPUTS, Runs, panel_callbacks
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 EVIL = '<script>alert(1)</script>\n2026-01-01 00:00:00.000 | FLOW1 | PASS | CHECKS_PASSED all good `x` | y'

@@ -1,0 +1,76 @@
+"""Ray's own words on dead worker processes: the exit type and detail the GCS worker table
+holds for them (:func:`ray_exit_details`), and :class:`ExitLookup`, which retries a lookup
+while the GCS has not recorded the deaths yet, on a thread of its own and within
+:data:`GCS_LOOKUP_DEADLINE_S`. Used by monitor.py: its deaths thread adds the detail to each
+WORKER_DIED.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+GCS_LOOKUP_TRIES = 5
+GCS_LOOKUP_WAIT_S = 0.1
+#: the most a death waits for Ray's exit detail in all: a GCS that is slow to answer (a long
+#: session's worker table, a busy head) delays the detail, never the WORKER_DIED itself
+GCS_LOOKUP_DEADLINE_S = 2.0
+
+
+def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
+    """Ray's own words on dead worker processes: exit type and detail from the GCS worker
+    table (a private API, the only one that works without the dashboard), one table read
+    for all ``pids``; pids not (yet) in the table are absent."""
+    out: dict[int, dict[str, Any]] = {}
+    try:
+        import ray
+        from ray.core.generated import common_pb2, gcs_pb2
+
+        acc = ray._private.state.state._connect_and_get_accessor()
+        for raw in acc.get_worker_table():
+            w = gcs_pb2.WorkerTableData.FromString(raw)
+            if w.pid in pids and not w.is_alive:
+                out[w.pid] = {"ray_exit_type": common_pb2.WorkerExitType.Name(w.exit_type),
+                              "ray_exit_detail": w.exit_detail[:600]}
+    except Exception as e:  # private API: never let it break the monitor
+        return {pid: {"ray_exit_lookup_error": f"{type(e).__name__}: {e}"[:200]} for pid in pids}
+    return out
+
+
+class ExitLookup:
+    """The exit detail of dead processes, one lookup at a time (the monitor keeps one)."""
+
+    def __init__(self) -> None:
+        self._lookup: threading.Thread | None = None   # the last lookup's thread
+
+    def details(self, pids: set[int]) -> dict[int, dict]:
+        """Ray's exit detail of ``pids``, retried while the GCS has not recorded them yet, on a
+        thread of its own bounded by :data:`GCS_LOOKUP_DEADLINE_S` (a lookup still running
+        from an earlier death is not doubled: those deaths are reported without the detail)."""
+        details: dict[int, dict] = {}
+        lock = threading.Lock()
+
+        def lookup() -> None:
+            for _ in range(GCS_LOOKUP_TRIES):
+                with lock:
+                    missing = pids - set(details)
+                found = ray_exit_details(missing)
+                with lock:
+                    details.update(found)
+                    if pids <= set(details):
+                        return
+                time.sleep(GCS_LOOKUP_WAIT_S)
+
+        prev = self._lookup
+        if prev is not None and prev.is_alive():
+            return {pid: {"ray_exit_lookup_error": "the GCS has not answered an earlier lookup"} for pid in pids}
+        self._lookup = threading.Thread(target=lookup, daemon=True, name="flow1-exit-detail")
+        self._lookup.start()
+        self._lookup.join(GCS_LOOKUP_DEADLINE_S)
+        with lock:
+            got = dict(details)
+        for pid in pids - set(got):
+            if self._lookup.is_alive():
+                got[pid] = {"ray_exit_lookup_error": f"no answer from the GCS within {GCS_LOOKUP_DEADLINE_S:g} s"}
+        return got
