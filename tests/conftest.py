@@ -21,6 +21,11 @@ ROOT = TESTS.parent
 #: the folders whose modules tests, CLI subprocesses and Ray's workers import by name
 IMPORTABLE = (str(TESTS / "envs"), str(TESTS / "fixtures"))
 sys.path[:0] = IMPORTABLE
+#: ... and where Ray's workers and CLI subprocesses find a test module by its name (pytest
+#: imports a test file by its basename: an env class or a hook defined in it is pickled as
+#: ``test_x.Class``, and a worker that unpickles it must be able to import ``test_x``)
+TEST_DIRS = tuple(str(d) for d in sorted(TESTS.iterdir()) if d.is_dir() and any(d.glob("test_*.py")))
+WORKER_PATH = IMPORTABLE + TEST_DIRS
 LIVE = TESTS / "live"
 
 
@@ -35,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 def cli_env() -> dict[str, str]:
     """Environment for ``python -m flow1_ray`` subprocesses: zoo importable, no colour."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (*IMPORTABLE, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*WORKER_PATH, env.get("PYTHONPATH", "")) if p)
     env["NO_COLOR"] = "1"
     return env
 
@@ -66,7 +71,7 @@ def ray_session():
     # address behind (a killed driver, a multi-node test in another process)
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
              log_to_driver=False, configure_logging=False, _metrics_export_port=METRICS_PORT,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([*IMPORTABLE, os.environ.get("PYTHONPATH", "")]),
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([*WORKER_PATH, os.environ.get("PYTHONPATH", "")]),
                                        # the loopback S3 of test_object_store.py (moto) takes any key
                                        **S3_ENV}})
     yield ray
