@@ -331,11 +331,11 @@ class _CheckProgress:
 def _checked(targets: list[str], opts: dict, verbose: bool) -> tuple[list, bool]:
     """Each target's report (the partial one of a Ctrl-C, then no more), with the progress
     line; True when interrupted."""
-    from ..envcheck import isolate
+    from ..envcheck import supervise
     from ..envcheck.api import CheckInterrupted, check_env
 
     progress = _CheckProgress(verbose)
-    isolate.progress_listener = progress
+    supervise.progress_listener = progress
     reports: list = []
     try:
         for target in targets:
@@ -345,7 +345,7 @@ def _checked(targets: list[str], opts: dict, verbose: bool) -> tuple[list, bool]
         reports.append(e.report)
         return reports, True
     finally:
-        isolate.progress_listener = None
+        supervise.progress_listener = None
         progress.clear()
     return reports, False
 

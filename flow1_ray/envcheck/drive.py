@@ -1,123 +1,37 @@
 """The drive of ``flow1 check``: an env stepped with random actions for a budget of steps,
 each reset and step fed to the rollout checkers, every call the env makes reported to a
-:class:`Watch` (the child-process supervisor of :mod:`flow1_ray.envcheck.isolate`, or nothing).
+:class:`~flow1_ray.envcheck.watch.Watch` (the child-process supervisor of
+:mod:`flow1_ray.envcheck.isolate`, or nothing).
 
-:class:`_Driver` drives a gymnasium env, :class:`_MultiAgentDriver` an RLlib MultiAgentEnv
-(per-agent random actions, one RolloutChecker per agent plus the multi-agent contract);
-:func:`flow1_ray.envcheck.judge.drive` chooses one.
-
-Size (~420 lines): the two drivers share a base class (crash handling, the episode budget,
-the Watch); splitting them apart would split that base.
+This module holds :class:`DriverBase`, what both drivers share (resets, crashes, the episode
+budget and its extension, the audits, the Watch), and :func:`internal_error`, the evidence of
+a failure of flow1's own. The driver of a gymnasium env is in
+:mod:`~flow1_ray.envcheck.drive_single`, that of an RLlib MultiAgentEnv (per-agent random
+actions, one RolloutChecker per agent plus the multi-agent contract) in
+:mod:`~flow1_ray.envcheck.drive_multi`; :func:`flow1_ray.envcheck.judge.drive` chooses one.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 import traceback
 from typing import Any, Callable
 
 import gymnasium as gym
-import numpy as np
 
 from ..common import codes as C
-from ..checks.env.action_mask import mask_of, valid_actions
 from ..checks.env.env_spec import crash_finding, long_episode_advisory, never_ends_finding
 from ..checks.findings import Finding
 from ..checks.env.import_resolve import old_api_finding
 from ..checks.env.machine_load import runqueue_wait_s
-from ..checks.env.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
 from ..checks.env.reward_logic import RewardLogicAudit
-from ..checks.env.rollout import RolloutChecker
-from ..checks.env.space_contract import validate_space
 from ..checks.env.temporal_leak import LeakageWatch
 from ..checks.thresholds import Thresholds
 from ..checks.values import values_equal
+from .watch import NO_WATCH, Watch
 
 MAX_CONSECUTIVE_CRASHES = 3
-#: fresh episodes that each send one masked-out action after the run (does the env reject it?)
-MASK_PROBES = 3
 TRACEBACK_TAIL_CHARS = 1500
-
-
-# --- the action probe -------------------------------------------------------------------
-
-
-class _ActionProbe:
-    """Records the action that reaches the innermost env's ``step``.
-
-    Wrappers between the caller and the base env may cast or rescale actions; the probe
-    shadows ``unwrapped.step`` on the instance for the duration of the check and restores
-    it afterwards. With no wrapper there is nothing in between, so no probe.
-    """
-
-    def __init__(self, env: gym.Env) -> None:
-        self.received: Any = None
-        self._base = getattr(env, "unwrapped", env)
-        self._installed = False
-        if self._base is env:
-            return
-        original = self._base.step
-
-        def step(action: Any) -> Any:
-            self.received = action
-            return original(action)
-
-        try:
-            self._base.step = step
-            self._installed = True
-        except (AttributeError, TypeError):
-            pass
-
-    @property
-    def active(self) -> bool:
-        return self._installed
-
-    def restore(self) -> None:
-        if self._installed:
-            try:
-                del self._base.step
-            except AttributeError:
-                pass
-            self._installed = False
-
-
-# --- the drive --------------------------------------------------------------------------
-
-
-class Watch:
-    """What the drive tells whoever watches it; this base, the in-process check, does nothing.
-
-    An isolated check (:mod:`flow1_ray.envcheck.isolate`) runs the drive in a child process whose
-    watch writes the env call in progress to memory its parent reads (so a timeout or a
-    death names the call and the step) and sends the findings to the parent as they are
-    made (so a crash or a hang loses none of them). The hooks cost a few attribute writes
-    per step.
-    """
-
-    #: set (by a signal handler) when the run must stop at the next step boundary
-    stop_requested = False
-
-    def enter(self, call: str, steps: int, episodes: int) -> None:
-        """Before ``call`` ("import", "make", "reset", "step", "close"), after ``steps``
-        judged steps and ``episodes`` ended episodes. Every finding made so far must reach
-        the watcher before the env runs again; a stop asked for is taken here, between two
-        env calls, where the checker is never half-way through a step."""
-
-    def leave(self) -> None:
-        """The env call returned (or raised): flow1's own checks run until the next one."""
-
-    def named(self, name: str, env: Any) -> None:
-        """The target resolved to ``name``; ``env`` is the instance once made (else None)."""
-
-    def started(self, findings: list[Finding], driver: Any) -> None:
-        """The drive begins: ``findings`` so far (spaces, gym alias), the driver and its checker."""
-
-    def done(self, findings: list[Finding], summary: dict) -> None:
-        """Everything is judged; the env is closed after this."""
-
-
-NO_WATCH = Watch()
 
 
 def internal_error(exc: BaseException, step: int) -> tuple[str, dict]:
@@ -127,7 +41,7 @@ def internal_error(exc: BaseException, step: int) -> tuple[str, dict]:
             {"exception": type(exc).__name__, "error": str(exc), "first_step": step, "traceback_tail": tail})
 
 
-class _DriverBase:
+class DriverBase:
     """What every check run shares: the env, the budget, the checker, resets and crashes.
 
     ``rc`` is a :class:`RolloutChecker` or a :class:`MultiAgentRolloutChecker`; both take
@@ -144,8 +58,8 @@ class _DriverBase:
         self._consecutive = 0               # step() crashes in a row
         self.last_obs: Any = None           # the observation the next action answers (its action mask)
         self.masked_steps = 0               # actions drawn from the observation's action mask
-        self.mask_probe: dict[str, int] = {}
-        self.last_wait: float | None = None     # the last step's run-queue wait (the machine's share)  # masked-out actions sent after the run: tried, rejected
+        self.mask_probe: dict[str, int] = {}  # masked-out actions sent after the run: tried, rejected
+        self.last_wait: float | None = None     # the last step's run-queue wait (the machine's share)
         self.audit: RewardLogicAudit | None = None  # flow1 check --audit-reward
         self.leak: LeakageWatch | None = None       # OBS_LEAKAGE's steps (single-agent envs)
 
@@ -365,204 +279,3 @@ class _DriverBase:
             if w is None:
                 break
         return spec_steps, False
-
-
-class _Driver(_DriverBase):
-    """One single-agent check run: random actions from the action space, the action probe."""
-
-    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds) -> None:
-        super().__init__(env, steps, seed, th, RolloutChecker(env.observation_space, env.action_space, th))
-        self.probe: _ActionProbe | None = None
-        self.rc.action_map.wrappers = action_wrappers(env)
-
-    def _prepare(self) -> bool:
-        """Random actions come from ``action_space.sample()``, for any space that has one."""
-        try:
-            self.env.action_space.seed(self.seed)
-            self.env.action_space.sample()
-            self.env.action_space.seed(self.seed)  # the trial draw does not shift the actions
-        except Exception as e:
-            self.stopped_early = (f"action_space.sample() raised {type(e).__name__}: {e}: no random actions "
-                                  f"to drive the env with")
-            return False
-        self.probe = _ActionProbe(self.env)
-        return True
-
-    def _cleanup(self) -> None:
-        if self.probe is not None:
-            self.probe.restore()
-
-    def _action(self) -> Any:
-        """A random action; from the valid ones where the observation carries RLlib's action
-        mask (the env rejects the others by design)."""
-        space, mask = self.env.action_space, mask_of(self.last_obs)
-        if mask is not None:   # a mask that cannot mask is the checker's ACTION_MASK_INVALID
-            valid, _ = valid_actions(mask, space)
-            if valid is not None:
-                self.masked_steps += 1
-                return space.sample(mask=valid)
-        return space.sample()
-
-    def _probe_mask(self) -> None:
-        space = self.env.action_space
-        rng = np.random.default_rng(self.seed)
-        tried = rejected = 0
-        for i in range(MASK_PROBES):
-            self.watch.enter("reset", self.rc.steps, self.rc.episodes)
-            try:
-                out = self.env.reset(seed=self.seed + 1 + i)
-            except (Exception, SystemExit):
-                return
-            finally:
-                self.watch.leave()
-            obs = out[0] if isinstance(out, tuple) and out else out
-            valid, _ = valid_actions(mask_of(obs), space) if mask_of(obs) is not None else (None, None)
-            masked_out = np.flatnonzero(valid == 0) if valid is not None else ()
-            if not len(masked_out):
-                continue
-            action = space.start + int(rng.choice(masked_out))
-            tried += 1
-            self.watch.enter("step", self.rc.steps, self.rc.episodes)
-            try:
-                self.env.step(action)
-            except (Exception, SystemExit):
-                rejected += 1
-            finally:
-                self.watch.leave()
-        if tried:
-            self.mask_probe = {"tried": tried, "rejected": rejected}
-
-    def _judge_step(self, action: Any, out: Any, dt: float) -> bool:
-        rc, probe = self.rc, self.probe
-        if isinstance(out, tuple) and out:
-            self.last_obs = out[0]
-        if type(out) is tuple and len(out) == 5:
-            obs, reward, terminated, truncated, info = out
-        elif isinstance(out, tuple) and len(out) == 4:
-            rc.record(old_api_finding("step", "a 4-tuple (obs, reward, done, info)"), "step")
-            obs, reward, terminated, info = out
-            truncated = False
-        else:
-            return self._unreadable_step(out)
-        received = probe.received if probe is not None and probe.active else None
-        self._audited(action, obs, reward, _truthy_flag(terminated) or _truthy_flag(truncated))
-        return self._ended(self._judged(
-            lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received, self.last_wait),
-            lambda: terminated is True or truncated is True))
-
-
-def action_wrappers(env: Any) -> list[str]:
-    """The wrappers an action passes through, outermost first: the ones that act on actions
-    (gymnasium's ActionWrapper, or any that defines ``action``), else every wrapper."""
-    chain, w = [], env
-    for _ in range(64):
-        inner = getattr(w, "env", None)
-        if inner is None or inner is w:
-            break
-        chain.append(w)
-        w = inner
-    acting = [x for x in chain if isinstance(x, gym.ActionWrapper) or callable(getattr(type(x), "action", None))]
-    return [type(x).__name__ for x in (acting or chain)]
-
-
-def is_multi_agent(env: Any) -> bool:
-    """Whether ``env`` is an RLlib MultiAgentEnv, without importing RLlib (seconds).
-
-    A MultiAgentEnv subclass has imported ``ray.rllib.env.multi_agent_env`` already: when
-    that module is not loaded, no env can be one.
-    """
-    mod = sys.modules.get("ray.rllib.env.multi_agent_env")
-    cls = getattr(mod, "MultiAgentEnv", None)
-    return isinstance(cls, type) and isinstance(getattr(env, "unwrapped", env), cls)
-
-
-def _truthy_flag(flag: Any) -> bool:
-    try:
-        return bool(np.any(flag))
-    except (TypeError, ValueError):
-        return False
-
-
-def _reward_sum(rewards: Any) -> float:
-    """A multi-agent step's rewards summed (what the audit watches jump); NaN when unreadable."""
-    try:
-        return float(sum(float(r) for r in rewards.values()))
-    except (AttributeError, TypeError, ValueError):
-        return float("nan")
-
-
-def _all_done(terminateds: Any, truncateds: Any) -> bool:
-    """``__all__`` as RLlib reads it, for when the checker itself failed on a step."""
-    try:
-        return any(isinstance(d, dict) and bool(d.get("__all__", False)) for d in (terminateds, truncateds))
-    except (TypeError, ValueError):  # an array flag: no truth value
-        return False
-
-
-class _MultiAgentDriver(_DriverBase):
-    """One multi-agent check run: each step sends a random action, from that agent's own
-    action space, for every agent that got an observation and is not done (as RLlib's
-    MultiAgentEnvRunner does with ``random_actions``)."""
-
-    def __init__(self, env: gym.Env, steps: int, seed: int, th: Thresholds, agents: list,
-                 obs_spaces: dict, act_spaces: dict) -> None:
-        super().__init__(env, steps, seed, th, MultiAgentRolloutChecker(obs_spaces, act_spaces, agents, th))
-        self.act_spaces = act_spaces
-
-    def _prepare(self) -> bool:
-        for i, space in enumerate({id(sp): sp for sp in self.act_spaces.values()}.values()):
-            space.seed(self.seed + i)
-        return True
-
-    def _action(self) -> Any:
-        """Each acting agent's random action, from its valid ones where its observation carries
-        an action mask."""
-        obs = self.last_obs if isinstance(self.last_obs, dict) else {}
-        out = {}
-        for aid in self.rc.agents_to_act():
-            space, mask = self.act_spaces[aid], mask_of(obs.get(aid))
-            valid = valid_actions(mask, space)[0] if mask is not None else None
-            if valid is not None:
-                self.masked_steps += 1
-            out[aid] = space.sample(mask=valid) if valid is not None else space.sample()
-        return out
-
-    def _judge_step(self, actions: Any, out: Any, dt: float) -> bool:
-        rc = self.rc
-        if not (type(out) is tuple and len(out) == 5):
-            return self._unreadable_step(out)
-        self.last_obs = out[0]
-        if self.audit is not None:
-            self._guarded("audit", lambda: self.audit.after_step(self.env, actions, _reward_sum(out[1]),
-                                                                 _all_done(out[2], out[3])))
-        return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
-                                        lambda: _all_done(out[2], out[3])))
-
-
-def single_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
-                         summary: dict) -> _Driver | None:
-    """The driver for a gymnasium env, once its spaces are valid enough to sample actions."""
-    space_findings = validate_space(env.observation_space, "obs") + validate_space(env.action_space, "action")
-    findings.extend(space_findings)
-    if any(f.evidence.get("role") == "action" for f in space_findings):
-        summary["stopped_early"] = "the action space is not a gymnasium space: cannot sample actions"
-        return None
-    drv = _Driver(env, steps, seed, th)
-    drv.leak = LeakageWatch(env.observation_space, env.action_space)
-    return drv
-
-
-def multi_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
-                        summary: dict) -> _MultiAgentDriver | None:
-    """The driver for an RLlib MultiAgentEnv, with each agent's spaces as RLlib finds them."""
-    agents, obs_spaces, act_spaces = agent_spaces(env)
-    space_findings = validate_agent_spaces(agents, obs_spaces, act_spaces)
-    findings.extend(space_findings)
-    summary.update({"multi_agent": True, "possible_agents": agents})
-    if not agents or any(f.evidence.get("role") == "action" for f in space_findings):
-        summary["stopped_early"] = ("no agents declared" if not agents else
-                                    "an agent's action space is unsupported: cannot sample actions")
-        return None
-    return _MultiAgentDriver(env, steps, seed, th, agents, obs_spaces, act_spaces)
-
-

@@ -3,7 +3,7 @@ with random actions for a budget of steps and judge every step (:func:`drive`).
 
 ``check_env`` (:mod:`flow1_ray.envcheck.api`) runs it in place, or in a child process
 watched by :mod:`flow1_ray.envcheck.isolate`, which runs this same function and adds per-call
-timeouts; a :class:`~flow1_ray.envcheck.drive.Watch` is how the drive tells that watcher
+timeouts; a :class:`~flow1_ray.envcheck.watch.Watch` is how the drive tells that watcher
 where it is.
 """
 
@@ -24,7 +24,10 @@ from ..checks.findings import Finding
 from ..checks.thresholds import Thresholds
 from ..common import codes as C
 from ..common.errors import Flow1InputError
-from .drive import NO_WATCH, Watch, internal_error, is_multi_agent, multi_agent_driver, single_agent_driver
+from .drive import internal_error
+from .drive_multi import is_multi_agent, multi_agent_driver
+from .drive_single import single_agent_driver
+from .watch import NO_WATCH, Watch
 
 if TYPE_CHECKING:
     from ..report import Report
