@@ -31,18 +31,12 @@ from typing import Any
 
 from ..common.schema import ALL_MODULES, DEFAULT_MODULE_ID
 from .batch_measures import clip_counts, reward_range
+from .hooks import ACTIVATIONS, ForwardHooks
 from ..checks.own.watchers import error_line, traceback_text
 
 logger = logging.getLogger("flow1_ray")
 
 ATTR = "_flow1_tracer"
-#: activation modules whose outputs are the "units" of the dormant-neuron measure
-_ACTIVATIONS = ("ReLU", "Tanh", "ELU", "LeakyReLU", "SiLU", "GELU", "Sigmoid", "Softplus", "Mish", "SELU",
-                "CELU", "Hardtanh", "ReLU6", "PReLU", "Swish")
-#: activations whose gradient is exactly 0 where they saturate (float32 tanh is +-1 past |x| ~ 9):
-#: the share of their outputs there, named by the parameter layer that feeds them
-_SATURATING = {"Tanh": lambda h: h.abs() >= 1.0, "Sigmoid": lambda h: (h <= 0.0) | (h >= 1.0),
-               "Hardtanh": lambda h: h.abs() >= 1.0}
 SNAPSHOT_COLUMNS = ("obs", "actions", "rewards", "advantages", "value_targets", "terminateds", "truncateds")
 
 
@@ -74,7 +68,7 @@ def layer_order(learner: Any) -> dict[str, list[str]]:
             for name, sub in m.named_modules():
                 for pname, _ in sub.named_parameters(recurse=False):
                     names.setdefault(_layer_of(f"{name}.{pname}" if name else pname))
-                if type(sub).__name__ in _ACTIVATIONS:
+                if type(sub).__name__ in ACTIVATIONS:
                     names.setdefault(name)
         except Exception:   # not a torch module: its rows keep no index
             continue
@@ -82,7 +76,7 @@ def layer_order(learner: Any) -> dict[str, list[str]]:
     return out
 
 
-class LearnerTracer:
+class LearnerTracer(ForwardHooks):
     """The tracing state of one Learner."""
 
     def __init__(self, learner: Any, grad_every: int = 50, dormant_tau: float = 0.025) -> None:
@@ -148,106 +142,6 @@ class LearnerTracer:
                 self.shared[mid] = bool(shared)
             except Exception:
                 continue
-
-    # -- hooks around one traced update ----------------------------------------------------
-    def _arm(self) -> None:
-        """Forward hooks for the next update: activation statistics and head-input aliases."""
-        import torch.nn as nn
-
-        self.acts, self.head_grads, self.reach, self.clipped, self.importance = {}, {}, {}, {}, {}
-        self.saturated = {}
-        for mid, m in self._modules().items():
-            if not isinstance(m, nn.Module):
-                continue
-            feeding = None   # the last parameter layer in module order: what feeds the next activation
-            for name, sub in m.named_modules():
-                kind = type(sub).__name__
-                if kind in _ACTIVATIONS:
-                    self.hooks.append(sub.register_forward_hook(self._act_hook(mid, name, feeding, kind)))
-                    feeding = None
-                elif name and next(sub.parameters(recurse=False), None) is not None:
-                    self.hooks.append(sub.register_forward_hook(self._reach_hook(mid, name)))
-                    feeding = name
-            for head in ("pi", "vf"):
-                sub = getattr(m, head, None)
-                if isinstance(sub, nn.Module):
-                    self.hooks.append(sub.register_forward_pre_hook(self._head_hook(mid, head)))
-        self.trace_now = True
-
-    def _disarm(self) -> None:
-        for h in self.hooks:
-            try:
-                h.remove()
-            except Exception:
-                pass
-        self.hooks = []
-        self.trace_now = False
-
-    def _act_hook(self, mid: str, layer: str, feeding: str | None = None, kind: str = ""):
-        saturates = _SATURATING.get(kind) if feeding is not None else None
-
-        def hook(module: Any, inputs: Any, output: Any) -> None:
-            t0 = time.perf_counter()
-            try:
-                h = output.detach()
-                if saturates is not None:   # [outputs where the activation passes back exactly 0, outputs]
-                    sat = self.saturated.setdefault((mid, feeding), [0, 0])
-                    sat[0], sat[1] = sat[0] + saturates(h).sum(), sat[1] + h.numel()
-                if h.dim() < 2:
-                    return
-                unit = 1 if h.dim() == 4 else h.dim() - 1   # conv channels, else the last axis
-                dims = [d for d in range(h.dim()) if d != unit]
-                per_unit = h.abs().mean(dim=dims)
-                rows = h.numel() // max(1, per_unit.numel())
-                acc = self.acts.get((mid, layer))
-                if acc is None:
-                    self.acts[(mid, layer)] = [per_unit * rows, rows]
-                else:
-                    acc[0] = acc[0] + per_unit * rows
-                    acc[1] += rows
-            except Exception:
-                pass
-            self.spent_s += time.perf_counter() - t0
-        return hook
-
-    def _reach_hook(self, mid: str, layer: str):
-        """On a layer's output that takes part in autograd: note that it was used, and the
-        largest |gradient| that reaches it (kept as a tensor: one reduction at trace time)."""
-        def hook(module: Any, inputs: Any, output: Any) -> None:
-            t0 = time.perf_counter()
-            try:
-                if not getattr(output, "requires_grad", False) or not hasattr(output, "register_hook"):
-                    return
-                got = self.reach.setdefault((mid, layer), [])
-
-                def grab(g: Any) -> None:
-                    got.append(g.detach().abs().amax())
-                output.register_hook(grab)
-            except Exception:
-                pass
-            self.spent_s += time.perf_counter() - t0
-        return hook
-
-    def _head_hook(self, mid: str, head: str):
-        def pre(module: Any, args: tuple) -> tuple | None:
-            t0 = time.perf_counter()
-            try:
-                x = args[0] if args else None
-                if x is None or not getattr(x, "requires_grad", False):
-                    return None
-                y = x.view_as(x)
-
-                def grab(g: Any) -> None:
-                    t1 = time.perf_counter()
-                    self.head_grads[(mid, head)] = self.head_grads.get((mid, head), 0.0) + float(g.detach().norm())
-                    self.spent_s += time.perf_counter() - t1
-                y.register_hook(grab)
-                return (y,) + tuple(args[1:])
-            except Exception:
-                return None
-            finally:
-                self.spent_s += time.perf_counter() - t0
-        return pre
 
     # -- the wrapped Learner methods -------------------------------------------------------
     def _compute_losses(self, *args: Any, **kwargs: Any) -> Any:
@@ -315,9 +209,20 @@ class LearnerTracer:
             pass
 
     def _trace(self, grads: dict, trained: list) -> None:
-        import torch
+        sq = self._squares(grads, set(trained))
+        if not sq:
+            return
+        out = self._layer_rms(sq)
+        self._batch_measures(out)
+        self._reach_and_heads(out)
+        self.traces += 1
+        self._log(out)
+        with self.lock:
+            self.last_norms = {mid: dict(o["grad_rms"]) for mid, o in out.items()}
 
-        trained_set = set(trained)
+    def _squares(self, grads: dict, trained: set) -> dict[tuple[str, str], list]:
+        """(module, layer) -> [the squared sums of its parameters' gradients (on the device), its
+        number of gradient entries], for the modules this update trained."""
         sq: dict[tuple[str, str], list] = {}
         for ref, g in grads.items():
             where = self.names.get(id(ref))
@@ -330,7 +235,7 @@ class LearnerTracer:
                     self.foreign.add(id(ref))
                     continue
             mid, layer = where
-            if mid not in trained_set:
+            if mid not in trained:
                 continue
             entry = sq.setdefault((mid, layer), [[], 0])
             if g is None:
@@ -338,8 +243,13 @@ class LearnerTracer:
                 continue
             entry[0].append(g.detach().float().pow(2).sum())
             entry[1] += g.numel()
-        if not sq:
-            return
+        return sq
+
+    def _layer_rms(self, sq: dict[tuple[str, str], list]) -> dict[str, dict]:
+        """Per module: each layer's gradient RMS, the squared norm and the non-finite layers,
+        read back from the device in one transfer."""
+        import torch
+
         keys = list(sq)
         zero = torch.zeros(())
         totals = torch.stack([torch.stack(sq[k][0]).sum() if sq[k][0] else zero for k in keys]).cpu().tolist()
@@ -351,6 +261,11 @@ class LearnerTracer:
                 continue
             o["grad_rms"][layer] = math.sqrt(total / max(1, sq[(mid, layer)][1]))
             o["sumsq"] += total
+        return out
+
+    def _batch_measures(self, out: dict[str, dict]) -> None:
+        """What the traced update's forward and batch showed: dormant and saturated units, the
+        rewards' range, PPO's clipped ratios, IMPALA's importance weights."""
         for (mid, layer), (acc, rows) in self.acts.items():
             if mid not in out:
                 continue
@@ -369,6 +284,12 @@ class LearnerTracer:
         for mid, (k, n) in self.importance.items():
             if mid in out:
                 out[mid]["is_sum"], out[mid]["is_n"] = float(k), float(n)
+
+    def _reach_and_heads(self, out: dict[str, dict]) -> None:
+        """Whether the loss's gradient reached each layer's output (1, 0: all zeros, -1: not at
+        all), and the value head's gradient against the policy head's."""
+        import torch
+
         reach = [(k, v) for k, v in self.reach.items() if k[0] in out]
         arrived = torch.stack([torch.stack(v).amax().float() for _, v in reach if v]).cpu().tolist() \
             if any(v for _, v in reach) else []
@@ -383,10 +304,6 @@ class LearnerTracer:
             head_pi = [v for k, v in out[mid]["grad_rms"].items() if k.split(".")[0] == "pi"]
             if head_vf and head_pi and sum(head_pi) > 0:
                 out[mid]["vf_pi_head_ratio"] = sum(head_vf) / sum(head_pi)
-        self.traces += 1
-        self._log(out)
-        with self.lock:
-            self.last_norms = {mid: dict(o["grad_rms"]) for mid, o in out.items()}
 
     def _log(self, out: dict) -> None:
         m = self.learner.metrics

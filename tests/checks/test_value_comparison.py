@@ -11,7 +11,7 @@ from gymnasium import spaces
 from flow1_ray import check_env
 from flow1_ray.common import codes as C
 from flow1_ray.checks.env.action_pipe import action_cast_error
-from flow1_ray.checks.env.env_spec import InfoWatch
+from flow1_ray.checks.env.info_alias import InfoWatch
 from flow1_ray.checks.values import values_equal
 
 A = np.array([1.0, np.nan], np.float32)

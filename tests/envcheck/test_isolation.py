@@ -133,7 +133,7 @@ def test_input_errors_found_in_the_child_are_one_line_exit_2(cli_env):
 
 
 def test_help_states_the_timeouts(cli_env):
-    from flow1_ray.cli.main import DEFAULT_TIMEOUTS as cli_defaults
+    from flow1_ray.cli.parser import DEFAULT_TIMEOUTS as cli_defaults
     from flow1_ray.envcheck.isolate import DEFAULT_TIMEOUTS
 
     assert cli_defaults == DEFAULT_TIMEOUTS

@@ -18,7 +18,8 @@ import traps
 from test_third_party_envs import _require
 from flow1_ray import check_env
 from flow1_ray.common import codes as C
-from flow1_ray.checks.env.reward_logic import RewardLogicAudit, attribute_snapshot, diff_lines
+from flow1_ray.checks.env.attributes import attribute_snapshot, diff_lines
+from flow1_ray.checks.env.reward_logic import RewardLogicAudit
 
 E = "ray.rllib.examples.envs.classes"
 TRAP_CODES = {C.REWARD_UNEARNED, C.OBS_LEAKAGE}

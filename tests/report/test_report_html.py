@@ -115,13 +115,13 @@ def test_the_sample_ci_job_runs_the_commands_that_exist():
     runs = [s["run"] for j in job["jobs"].values() for s in j["steps"] if "run" in s]
     assert any(r.startswith("flow1 check --env") for r in runs)
     assert any(r.startswith("flow1 report") and "--fail-on WARN" in r and "--format html" in r for r in runs)
-    from flow1_ray.cli.main import _parser
+    from flow1_ray.cli.parser import parser
 
     for r in runs:   # every flow1 command line of the job parses with today's CLI
         if r.startswith("flow1 "):
             import re
 
-            _parser().parse_args(re.sub(r"\S*\$\([^)]*\)\S*", "runs/x", r).split()[1:])
+            parser().parse_args(re.sub(r"\S*\$\([^)]*\)\S*", "runs/x", r).split()[1:])
 
 
 @needs_browser

@@ -214,15 +214,9 @@ def _kl(counts_p: np.ndarray, counts_q: np.ndarray, alpha: float = 0.5) -> np.nd
     return np.sum(p * np.log(p / q), axis=-1)
 
 
-def reset_drift(features: np.ndarray, th: Thresholds, seed: int = 0) -> Finding | None:
-    """OBS_DISTRIBUTION_DRIFT: the reset (initial-state) distribution moved between the
-    early and the recent half of the episodes.
-
-    Visited states drift by design as a policy learns; reset states should not. With a few
-    dozen episodes a histogram KL is noisy (two samples of 20 from one distribution often
-    reach 0.5), so the KL must exceed its threshold *and* a permutation test must reject
-    "same distribution" at ``drift_p_value`` (Bonferroni over the dimensions tested).
-    """
+def _reset_halves(features: np.ndarray, th: Thresholds) -> np.ndarray | None:
+    """The finite reset features of the last even number of episodes (early half, recent
+    half), or None with fewer than ``drift_min_episodes`` a half."""
     x = np.asarray(features, dtype=np.float64)
     if x.ndim != 2:
         return None
@@ -234,7 +228,45 @@ def reset_drift(features: np.ndarray, th: Thresholds, seed: int = 0) -> Finding 
     if x.shape[0] < 2 * th.drift_min_episodes:
         return None
     half = x.shape[0] // 2
-    x = x[-2 * half:]
+    return x[-2 * half:]
+
+
+def _most_drifted(onehots: dict, kls: dict, candidates: list[int], n_dims: int, half: int, th: Thresholds,
+                  seed: int) -> tuple[int, float, float] | None:
+    """(dimension, KL, Bonferroni-adjusted p) of the candidate with the largest KL whose
+    permutation test rejects "same distribution" at ``drift_p_value``; None if none does."""
+    # enough permutations that the Bonferroni-adjusted p can reach the threshold
+    n_perm = min(20000, max(th.drift_permutations, int(4 * n_dims / th.drift_p_value)))
+    rng = np.random.default_rng(seed)
+    perms = rng.permuted(np.tile(np.arange(2 * half), (n_perm, 1)), axis=1)
+    recent = np.zeros((n_perm, 2 * half))
+    np.put_along_axis(recent, perms[:, :half], 1.0, axis=1)
+    best = None
+    for d in candidates:
+        oh = onehots[d]
+        c_recent = recent @ oh
+        c_early = oh.sum(0) - c_recent
+        null = _kl(c_recent, c_early)
+        p = (1 + int(np.sum(null >= kls[d]))) / (1 + n_perm)
+        p_adj = min(1.0, p * n_dims)
+        if p_adj <= th.drift_p_value and (best is None or kls[d] > best[1]):
+            best = (d, kls[d], p_adj)
+    return best
+
+
+def reset_drift(features: np.ndarray, th: Thresholds, seed: int = 0) -> Finding | None:
+    """OBS_DISTRIBUTION_DRIFT: the reset (initial-state) distribution moved between the
+    early and the recent half of the episodes.
+
+    Visited states drift by design as a policy learns; reset states should not. With a few
+    dozen episodes a histogram KL is noisy (two samples of 20 from one distribution often
+    reach 0.5), so the KL must exceed its threshold *and* a permutation test must reject
+    "same distribution" at ``drift_p_value`` (Bonferroni over the dimensions tested).
+    """
+    x = _reset_halves(features, th)
+    if x is None:
+        return None
+    half = x.shape[0] // 2
     dims = [d for d in range(x.shape[1]) if x[:, d].max() > x[:, d].min()]
     if not dims:
         return None
@@ -250,22 +282,7 @@ def reset_drift(features: np.ndarray, th: Thresholds, seed: int = 0) -> Finding 
     candidates = [d for d in dims if kls[d] > th.drift_kl]
     if not candidates:
         return None
-    # enough permutations that the Bonferroni-adjusted p can reach the threshold
-    n_perm = min(20000, max(th.drift_permutations, int(4 * len(dims) / th.drift_p_value)))
-    rng = np.random.default_rng(seed)
-    perms = rng.permuted(np.tile(np.arange(2 * half), (n_perm, 1)), axis=1)
-    recent = np.zeros((n_perm, 2 * half))
-    np.put_along_axis(recent, perms[:, :half], 1.0, axis=1)
-    best = None
-    for d in candidates:
-        oh = onehots[d]
-        c_recent = recent @ oh
-        c_early = oh.sum(0) - c_recent
-        null = _kl(c_recent, c_early)
-        p = (1 + int(np.sum(null >= kls[d]))) / (1 + n_perm)
-        p_adj = min(1.0, p * len(dims))
-        if p_adj <= th.drift_p_value and (best is None or kls[d] > best[1]):
-            best = (d, kls[d], p_adj)
+    best = _most_drifted(onehots, kls, candidates, len(dims), half, th, seed)
     if best is None:
         return None
     d, kl, p_adj = best

@@ -228,13 +228,7 @@ def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | Non
         return out
     bad = ~np.isfinite(r)
     if bad.any():
-        i = int(np.argmax(bad))
-        first = int(steps[i]) if steps is not None else i
-        k = int(bad.sum()) if non_finite is None else int(non_finite)
-        n = int(r.size) if seen is None else int(seen)
-        out.append(Finding(C.REWARD_NAN,
-                           f"reward {r[i]} at step {first}: expected finite rewards, actual {k} non-finite of {n}",
-                           {"first_step": first, "non_finite": k, "steps_checked": n}, env_step=first, count=k))
+        out.append(_nan_finding(r, bad, steps, seen, non_finite))
     if r.size < th.reward_min_steps:
         return out
     s = reward_stats(r, th.reward_spike_ratio, steps, episodes, th.reward_level_min_recurrences)
@@ -251,6 +245,18 @@ def reward_findings(rewards: np.ndarray, th: Thresholds, steps: np.ndarray | Non
                            {"max_abs": s["max_abs"], "threshold": th.reward_scale_min}))
     return out
 
+
+
+def _nan_finding(r: np.ndarray, bad: np.ndarray, steps: np.ndarray | None, seen: int | None,
+                 non_finite: int | None) -> Finding:
+    """REWARD_NAN at the first non-finite reward, counting all of them (of the whole run
+    where ``seen`` and ``non_finite`` say so)."""
+    i = int(np.argmax(bad))
+    first = int(steps[i]) if steps is not None else i
+    k = int(bad.sum()) if non_finite is None else int(non_finite)
+    n = int(r.size) if seen is None else int(seen)
+    return Finding(C.REWARD_NAN, f"reward {r[i]} at step {first}: expected finite rewards, actual {k} non-finite of {n}",
+                   {"first_step": first, "non_finite": k, "steps_checked": n}, env_step=first, count=k)
 
 def _sparse_advisory(s: dict, th: Thresholds) -> Finding:
     n = s["steps"] - s["non_finite"]

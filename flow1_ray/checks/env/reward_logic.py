@@ -39,21 +39,18 @@ snapshot's size, the steps kept, the copies taken.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from ...common import codes as C
 from ..findings import Finding, advisory
 from ..rule import Rule
+from .attributes import AUDIT_MAX_LEAVES, attribute_snapshot, change, diff_lines, moved, same
 
-AUDIT_MAX_LEAVES = 256            # attributes read per snapshot
-AUDIT_MAX_ARRAY = 1024            # an array with more elements is not read (an image, a map)
-AUDIT_MAX_DEPTH = 3               # dicts/lists/tuples inside an attribute, this deep
 AUDIT_MAX_STEPS = 20_000          # steps kept (a live audit keeps the newest)
 AUDIT_USUAL_SHARE = 0.75          # the usual change covers at least this share of the steps
 AUDIT_MAX_EVENT_SHARE = 0.25      # events are at most this share of the steps
@@ -68,8 +65,6 @@ AUDIT_MAX_COPY_S = 0.05           # a copy slower than this is not taken again
 AUDIT_MAX_COPIES = 2000           # copies taken in all
 AUDIT_JUDGE_EVERY = 64            # steps between looks for candidate attributes
 PERIOD_SHARE = 0.8                # events at a period: this share of the gaps equal
-SKIPPED_ATTRIBUTES = frozenset({"np_random", "_np_random", "_np_random_seed", "spec", "metadata", "render_mode",
-                                "observation_space", "action_space", "reward_range"})
 
 RULES = (
     Rule("REWARD_UNEARNED", C.REWARD_LOGIC, C.FAIL,
@@ -82,85 +77,6 @@ RULES = (
          f"cannot be copied: WARN; the reward jumps down: advisory)",
          evidence=("attribute", "events", "steps", "period", "counterfactual", "reward_jump", "lag", "diff")),
 )
-
-
-# --- reading the env's attributes ---------------------------------------------------------
-
-
-def _leaves(value: Any, path: str, depth: int) -> Iterator[tuple[str, Any]]:
-    """(path, value) of the numbers and small numeric arrays inside one attribute."""
-    if isinstance(value, (bool, np.bool_)):
-        yield path, bool(value)
-    elif isinstance(value, (int, float, np.integer, np.floating)):
-        yield path, value.item() if isinstance(value, np.generic) else value
-    elif isinstance(value, np.ndarray):
-        if value.dtype.kind in "biuf" and value.size <= AUDIT_MAX_ARRAY:
-            yield path, value.copy()
-    elif depth < AUDIT_MAX_DEPTH and isinstance(value, (list, tuple)) and len(value) <= 64:
-        if value and all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in value):
-            yield path, np.asarray(value, dtype=np.float64)
-        else:
-            for i, v in enumerate(value):
-                yield from _leaves(v, f"{path}[{i}]", depth + 1)
-    elif depth < AUDIT_MAX_DEPTH and isinstance(value, dict) and len(value) <= 64:
-        for k, v in value.items():
-            if isinstance(k, (str, int)):
-                yield from _leaves(v, f"{path}[{k!r}]", depth + 1)
-
-
-def attribute_snapshot(env: Any) -> dict[str, Any]:
-    """The numeric attributes of ``env.unwrapped`` (at most ``AUDIT_MAX_LEAVES``), copied."""
-    base = getattr(env, "unwrapped", env)
-    try:
-        items = list(vars(base).items())
-    except TypeError:
-        return {}
-    out: dict[str, Any] = {}
-    for name, value in items:
-        if name in SKIPPED_ATTRIBUTES or name.startswith("__"):
-            continue
-        for path, v in _leaves(value, name, 0):
-            out[path] = v
-            if len(out) >= AUDIT_MAX_LEAVES:
-                return out
-    return out
-
-
-def _change(old: Any, new: Any) -> Any:
-    """A hashable summary of one step's change: the difference of a number (rounded, so
-    float noise does not split a counter's +1), else whether it changed."""
-    if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):
-        a, b = np.asarray(old), np.asarray(new)
-        return "same" if a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f") else "changed"
-    if isinstance(old, bool) or isinstance(new, bool):
-        return "same" if old == new else "changed"
-    d = float(new) - float(old)
-    if not math.isfinite(d):
-        return "same" if (old == new or (old != old and new != new)) else "changed"
-    return float(f"{d:.9g}")
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, np.ndarray):
-        return np.array2string(v, precision=4, threshold=16, max_line_width=120)
-    return repr(v)
-
-
-def diff_lines(before: dict[str, Any], after: dict[str, Any], limit: int = 12) -> list[str]:
-    """A unified-diff-like view of what one step changed in the env's attributes."""
-    out: list[str] = []
-    for k in sorted(set(before) | set(after)):
-        b, a = before.get(k, "<absent>"), after.get(k, "<absent>")
-        if isinstance(b, str) or isinstance(a, str):
-            changed = b != a
-        else:
-            changed = _change(b, a) not in ("same", 0.0)
-        if changed:
-            out += [f"- {k} = {_show(b)}", f"+ {k} = {_show(a)}"]
-            if len(out) >= 2 * limit:
-                out.append("...")
-                break
-    return out
 
 
 # --- the audit ------------------------------------------------------------------------------
@@ -250,13 +166,13 @@ class RewardLogicAudit:
                     if len(self._attrs) >= AUDIT_MAX_LEAVES:
                         continue
                     a = self._attrs[k] = _Attr()
-                ch = _change(before[k], now[k])
+                ch = change(before[k], now[k])
                 a.changes[t] = ch
                 if a.example is None and k in self._candidates and ch != self._usual(a)[0]:
                     a.example = (t, diff_lines(before, now))
             if self._copy is not None and not ended:
                 self._counterfactual(action, before, now)
-                if _moved(now, attribute_snapshot(env)):   # the copy shares the env's state: no more copies
+                if moved(now, attribute_snapshot(env)):   # the copy shares the env's state: no more copies
                     self.copy_error = ("stepping a copy of the env changed the env itself (the copy shares its "
                                        "state, a simulator handle): its counterfactual tries are void")
                     for a in self._attrs.values():
@@ -289,7 +205,7 @@ class RewardLogicAudit:
                 alt = space.sample()
             except Exception:
                 return None
-            if not _same(alt, action):
+            if not same(alt, action):
                 return alt
         return None
 
@@ -297,7 +213,7 @@ class RewardLogicAudit:
         """The step's candidates that had an event: did the copy, stepped with another action,
         have it too?"""
         usual = {k: self._usual(self._attrs[k])[0] for k in self._candidates if k in self._attrs}
-        events = [k for k, u in usual.items() if k in now and k in before and _change(before[k], now[k]) != u]
+        events = [k for k, u in usual.items() if k in now and k in before and change(before[k], now[k]) != u]
         if not events:
             return
         alt = self._other_action(action)
@@ -312,7 +228,7 @@ class RewardLogicAudit:
             if k not in alt_now:
                 continue
             a = self._attrs[k]
-            if _change(before[k], alt_now[k]) != usual[k]:
+            if change(before[k], alt_now[k]) != usual[k]:
                 a.independent += 1
             else:
                 a.dependent += 1
@@ -437,18 +353,6 @@ class RewardLogicAudit:
         if self.copy_error:
             s += f"; {self.copy_error}"
         return s
-
-
-def _moved(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    """Whether any attribute differs between two snapshots of one env."""
-    return before.keys() != after.keys() or any(_change(before[k], after[k]) not in ("same", 0.0) for k in before)
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-    except Exception:
-        return False
 
 
 def _period(steps: list[int], episode: dict[int, int], ep_step: dict[int, int]) -> int | None:

@@ -17,6 +17,7 @@ rules already live in their own files (env_spec, obs_flow, action_pipe, reward).
 """
 
 from __future__ import annotations
+# long module: RolloutChecker holds one stream's state for every per-step contract rule at once; its PASS-row summaries are in rollout_summary.py, the info and alias watches in info_alias.py
 
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,7 +32,9 @@ from .action_map import ActionMapWatch
 from .action_pipe import action_cast_error, check_action_batch
 from ..findings import Finding, FindingLog
 from .obs_flow import check_obs_batch, drift_features, reset_drift
-from .reward import Episodes, reward_findings, reward_stats
+from .reward import Episodes, reward_findings
+from .info_alias import AliasWatch, InfoWatch
+from .rollout_summary import checker_summary, unjudged_notes
 from ..learner.reward_drop import ReturnTracker
 from ..rule import Rule
 from ..series import Series
@@ -137,8 +140,8 @@ class RolloutChecker:
         self._buffered = 0               # rows in the buffers since the last flush
         self.batch_judged = 0            # observations judged by the batch checks so far, in this leaf:
         self._counted_leaf = next((i for i, lf in enumerate(self.obs_leaves) if not lf.opaque), None)
-        self._info = es.InfoWatch()
-        self._alias = es.AliasWatch()
+        self._info = InfoWatch()
+        self._alias = AliasWatch()
         cap = thresholds.series_max_bytes
         self.returns = ReturnTracker(thresholds, max_bytes=cap)
         self.rewards = Series(cap, window, seed=1)
@@ -415,46 +418,11 @@ class RolloutChecker:
 
     def notes(self) -> list[str]:
         """What was passed through unjudged, said once in the ENV_SPEC summary."""
-        out = [f"{lf.path}: {type(lf.space).__name__}, checked by contains()"
-               for lf in self.obs_leaves + self.act_leaves if lf.opaque and lf.path not in self._no_contains]
-        out += [f"{lf.path}: {type(lf.space).__name__} has no contains(), not checked"
-                for lf in self.obs_leaves + self.act_leaves if lf.path in self._no_contains]
-        return out
+        return unjudged_notes(self)
 
-    # -- summaries for PASS rows ---------------------------------------------------------
     def summary(self) -> dict[str, dict]:
-        d = self.durations.values() * 1e3
-        r = self.rewards.values()
-        env_notes = self.notes() + _sample_note("step times", self.durations)
-        obs_notes = ([f"observations of {_mib(self._row_bytes())} judged in batches of {self.batch_rows} "
-                      f"(batch_max_bytes {_mib(self.th.batch_max_bytes)})"]
-                     if self.batch_rows < self.flush_every else []) + _sample_note("reset observations",
-                                                                                    self.reset_features)
-        reward_notes = _sample_note("rewards", self.rewards) + _sample_note("episode returns", self.returns.series)
-        r_rows, r_steps = self.rewards.rows()
-        stats = reward_stats(r_rows, self.th.reward_spike_ratio, r_steps, self._episodes(),
-                             self.th.reward_level_min_recurrences)
-        if self.rewards.sampled:
-            stats.update({"steps": self.rewards.seen, "non_finite": self.rewards.non_finite,
-                          "steps_judged": int(r.size)})
-        return {
-            C.ENV_SPEC: {
-                "steps": self.steps, "episodes": self.episodes,
-                "episode_len_mean": self._ep_len_total / self.episodes if self.episodes else None,
-                "step_ms_median": float(np.median(d)) if d.size else None,
-                "step_ms_p95": float(np.percentile(d, 95)) if d.size else None,
-                "obs_leaves": [lf.describe() for lf in self.obs_leaves],
-                **({"notes": env_notes} if env_notes else {}),
-            },
-            C.OBS_FLOW: {"leaves": [lf.path for lf in self.obs_leaves], "observations": self.steps + self.episodes,
-                         "judged_in_batches": self.batch_judged,
-                         "batch_rows_max": min(self.batch_rows, self.flush_every),
-                         **({"notes": obs_notes} if obs_notes else {})},
-            C.ACTION_PIPE: {"actions": self.steps, "cast_checked": self.cast_checked,
-                            "leaves": [lf.describe() for lf in self.act_leaves]},
-            C.REWARD_STATS: {**stats, "episode_return_mean": self.returns.mean,
-                             **({"notes": reward_notes} if reward_notes else {})},
-        }
+        """The numbers behind each module's PASS row (:func:`checker_summary`)."""
+        return checker_summary(self)
 
     def _row_bytes(self) -> int:
         return sum(_leaf_bytes(lf) for lf in self.obs_leaves + self.act_leaves)
@@ -471,14 +439,3 @@ def _stack(values: list[np.ndarray]) -> np.ndarray:
     """Values stacked on axis 0; one value as a view (a 100 MB observation is not copied again)."""
     return values[0][np.newaxis] if len(values) == 1 else np.stack(values)
 
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
-
-
-def _sample_note(what: str, series: Series) -> list[str]:
-    """A PASS row's note when a series passed its byte cap: how many rows the rules judged."""
-    if not series.sampled:
-        return []
-    return [f"{what}: the distribution rules judged a uniform sample of {len(series):,} of {series.seen:,} "
-            f"(series_max_bytes {_mib(series.max_bytes or 0)}); counts, extremes and the first non-finite are exact"]

@@ -127,6 +127,12 @@ class CurveDiagnosis:
         findings += self.exploration.add(it, steps, run)
         findings += self.eval_gap.add(result)
         findings += self.replay.add(result, run)
+        findings += self._modules(result, it, steps, run)
+        return [f.to_event(iteration=it) for f in self._first_of_each(findings, it)]
+
+    def _modules(self, result: Mapping, it: int, steps: float | None, run: RunContext) -> list[Finding]:
+        """Each RLModule's learner numbers of this iteration, judged (and kept in ``self.last``)."""
+        findings: list[Finding] = []
         learners = result_section(result, "learners")
         extras = result_section(result_section(result, RESULT_KEY), "learner")
         self.last = {}
@@ -139,31 +145,38 @@ class CurveDiagnosis:
             if curves is None:
                 curves = self.modules[mid] = ModuleCurves(mid, self.knobs, self.th, self._space(mid))
             findings += curves.add(reading, run)
-            off = self.offpolicy.get(mid)
-            if off is None:
-                off = self.offpolicy[mid] = ModuleOffPolicy(mid, self.knobs, self.th, self._space(mid))
-            clipping = self.clipping.get(mid)
-            if clipping is None:
-                clipping = self.clipping[mid] = ModuleClipping(mid, self.knobs, self.th)
-            kls = list(curves.kls)[-self.th.kl_window:]
             ratio = curves.ratios[-1] if curves.ratios and reading.entropy is not None else None
-            falling = len(curves.ratios) >= 2 and ratio is not None and least_squares_slope(
-                list(curves.ratios)[-self.th.entropy_slope_window:]) <= -self.th.entropy_collapse_slope
-            findings += off.add(reading, run, ratio, falling)
-            f = clipping.add(reading, run, statistics.median(kls) if kls and curves.kl_measured else None, ratio,
-                             curves.nothing_to_learn_seen(run, reading))
-            if f is not None:
-                findings.append(f)
-            layers = self.layers.get(mid)
-            if layers is None:
-                layers = self.layers[mid] = LayerRules(mid, self.knobs, self.th)
-            findings += layers.add(it, stats, mine, reading.lr, ratio)
+            findings += self._module_rules(mid, curves, reading, run, stats, mine, it, ratio)
             self.last[mid] = {k: v for k, v in {
                 "entropy_ratio": ratio, "kl": reading.kl, "lr": reading.lr, "clip_fraction": reading.clip_fraction,
                 "is_mean": reading.is_mean,
                 "grad_norm": reading.grad_norm, "vf_pi_trunk_ratio": reading.vf_pi_trunk_ratio}.items()
                 if v is not None}
-        return [f.to_event(iteration=it) for f in self._first_of_each(findings, it)]
+        return findings
+
+    def _module_rules(self, mid: str, curves: Any, reading: Reading, run: RunContext, stats: Mapping,
+                      mine: Mapping, it: int, ratio: float | None) -> list[Finding]:
+        """The off-policy, clipping and per-layer rules of one module at one iteration."""
+        findings: list[Finding] = []
+        off = self.offpolicy.get(mid)
+        if off is None:
+            off = self.offpolicy[mid] = ModuleOffPolicy(mid, self.knobs, self.th, self._space(mid))
+        clipping = self.clipping.get(mid)
+        if clipping is None:
+            clipping = self.clipping[mid] = ModuleClipping(mid, self.knobs, self.th)
+        kls = list(curves.kls)[-self.th.kl_window:]
+        falling = len(curves.ratios) >= 2 and ratio is not None and least_squares_slope(
+            list(curves.ratios)[-self.th.entropy_slope_window:]) <= -self.th.entropy_collapse_slope
+        findings += off.add(reading, run, ratio, falling)
+        f = clipping.add(reading, run, statistics.median(kls) if kls and curves.kl_measured else None, ratio,
+                         curves.nothing_to_learn_seen(run, reading))
+        if f is not None:
+            findings.append(f)
+        layers = self.layers.get(mid)
+        if layers is None:
+            layers = self.layers[mid] = LayerRules(mid, self.knobs, self.th)
+        findings += layers.add(it, stats, mine, reading.lr, ratio)
+        return findings
 
     def _first_of_each(self, findings: list[Finding], iteration: int) -> list[Finding]:
         """One row per finding: a rule that fires again for the same module at the same status

@@ -181,6 +181,28 @@ class LayerRules:
                 f"(entropy {entropy_ratio:.1%} of its maximum), its saturated distribution gives the log-probability "
                 f"no gradient, so the policy's layers stop learning -- the collapse is the cause "
                 f"(ENTROPY_COLLAPSE), not the model's forward"), knobs
+        saturated_cause = self._saturated_cause(zero, got, stats, saturated)
+        if saturated_cause is not None:
+            return saturated_cause
+        if got and all(g == 0 for g in got):
+            return "zero_passed_back", (
+                "the loss reaches {them} but passes back exactly 0: something between these layers and the "
+                "loss multiplies their gradient by 0 (a `* 0` or a mask of zeros, a clamp/min/max that is "
+                "saturated on every sample, a loss term weighted by 0) -- look at the model's forward and the "
+                "loss terms that use these outputs"), []
+        if got and all(g == -1 for g in got):
+            return "not_in_loss", (
+                "no loss term uses {them}: the layers' outputs take part in the forward but never in the loss "
+                "(a detach, or a head whose output no loss term reads) -- no knob fixes this, the model's "
+                "forward does"), []
+        return "unknown", (
+            "the loss does not reach {them} (a detach, a multiplication by 0, a head cut from the graph) "
+            "-- no knob fixes this, the model's forward does"), []
+
+    def _saturated_cause(self, zero: list[str], got: list, stats: Mapping,
+                         saturated: Mapping) -> tuple[str, str, list[A.Knob]] | None:
+        """activations_saturated: every zero layer sits below an activation of its own stack
+        pinned at its bounds (its derivative exactly 0 in float32); None otherwise."""
         share = self.thresholds.grad_saturated_share
         pinned = [layer for layer in zero if (saturated.get(layer) or 0.0) >= share]
         # a layer below a saturated activation of its own stack gets nothing through it either
@@ -197,20 +219,7 @@ class LayerRules:
                 f"{', '.join(pinned)} sits at its bounds on {min(shares):.0%} or more of its outputs, where its "
                 f"derivative is exactly 0 in float32 -- the pre-activations grew far past the activation's range "
                 f"(weights blown up by steps too large), so nothing flows back through it to the layers below"), knobs
-        if got and all(g == 0 for g in got):
-            return "zero_passed_back", (
-                "the loss reaches {them} but passes back exactly 0: something between these layers and the "
-                "loss multiplies their gradient by 0 (a `* 0` or a mask of zeros, a clamp/min/max that is "
-                "saturated on every sample, a loss term weighted by 0) -- look at the model's forward and the "
-                "loss terms that use these outputs"), []
-        if got and all(g == -1 for g in got):
-            return "not_in_loss", (
-                "no loss term uses {them}: the layers' outputs take part in the forward but never in the loss "
-                "(a detach, or a head whose output no loss term reads) -- no knob fixes this, the model's "
-                "forward does"), []
-        return "unknown", (
-            "the loss does not reach {them} (a detach, a multiplication by 0, a head cut from the graph) "
-            "-- no knob fixes this, the model's forward does"), []
+        return None
 
     def _vanishing(self, rms: dict) -> list[Finding]:
         """A layer against the other layers of its own stack (``encoder.actor_encoder.net.mlp``

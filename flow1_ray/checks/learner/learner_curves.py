@@ -15,6 +15,7 @@ policy, not a stuck one, which is why KL_TOO_LOW also asks for a high entropy an
 """
 
 from __future__ import annotations
+# long module: ModuleCurves judges one RLModule's curves together (entropy, KL, policy loss, value, lr): each rule reads the others' history, and each Rule stays beside its function
 
 import math
 import statistics

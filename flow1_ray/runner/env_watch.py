@@ -1,0 +1,188 @@
+"""What flow1 puts around a runner's env: the vector env's step (liveness: the stall clock,
+the progress stamp, the step count and time, and what the env raised) and each sub-env's
+step and reset (the contract checks of a checked episode, with the sub-env's raw values).
+
+A mixin of :class:`~flow1_ray.runner.agent.RunnerAgent`: the state it reads and fills
+(``liveness``, ``checkers``, ``budget``, ``log``...) is the agent's own, made in its
+constructor; ``attach_env`` is called from RLlib's ``on_environment_created``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from ..checks.env.env_spec import crash_finding
+from ..checks.env.machine_load import WaitShare
+from ..checks.findings import Finding
+from ..checks.env.rollout import RolloutChecker
+from ..common import codes as C
+from ..liveness.lockfile import STEP_EMA
+from .reward_audit import LiveRewardAudit, audits_here
+
+LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
+
+
+class EnvWatch:
+    """Wrappers on the env a runner steps; see the module's docstring."""
+
+    def attach_env(self, env: Any) -> None:
+        """Wrap each sub-env of a (new) vector env; called from on_environment_created.
+        A MultiAgentEnvRunner's vector env (RLlib's VectorMultiAgentEnv, per-agent
+        ``single_observation_spaces``) gets a multi-agent checker per sub-env."""
+        with self._lock:  # RLlib closed the previous env (make_env again): judge and drop its checkers
+            for rc in self.checkers:
+                rc.judge()
+            self.checkers = []
+            self._fed.clear()
+        self.multi_agent = getattr(env, "single_observation_spaces", None) is not None
+        self.spaces = (None, None) if self.multi_agent else (
+            getattr(env, "single_observation_space", None) or env.observation_space,
+            getattr(env, "single_action_space", None) or env.action_space)
+        subs = getattr(env, "envs", None)
+        n = len(subs) if subs else int(getattr(env, "num_envs", 1) or 1)
+        # NEXT_STEP autoreset: a sub-env reset inside the vector step is a step not taken
+        resets_in_step = str(getattr(env, "autoreset_mode", "")).endswith("NEXT_STEP")
+        self._wrap_vector_step(env, n)
+        for sub in subs or ():  # one checker per sub-env: episodes of sub-envs interleave
+            self._wrap_sub_env(sub, len(self.checkers), self._new_checker(sub), resets_in_step)
+        if self.states is None and self.opts.state_actions and self.kind == "train":
+            self._start_state_sampling()
+        if self.opts.audit_reward and subs and audits_here(self.env_runner, self.index, self.kind):
+            try:
+                self.audit = LiveRewardAudit(subs[0], self.report_internal)
+            except Exception as e:
+                self.report_internal("the reward-logic audit", e)
+
+    def _wrap_vector_step(self, env: Any, n: int) -> None:
+        """Liveness on the vector env's step, once per ``n`` sub-env steps: the stall clock,
+        the progress stamp, the step count and time, and what the env raised. The sub-envs'
+        own steps go unwrapped unless their episode is checked (:meth:`_wrap_sub_env`): on a
+        fast vectorised env a wrapper on every sub-env step was most of flow1's cost there."""
+        lv, agent, step = self.liveness, self, env.step
+        clock = time.time
+        ema = STEP_EMA
+
+        def wrapped(actions):
+            t0 = lv.in_step_since = clock()
+            try:
+                out = step(actions)
+            except Exception as e:
+                agent._crashed(e)
+                raise
+            t1 = lv.last_progress = clock()
+            lv.in_step_since = 0.0
+            lv.steps += n
+            d = (t1 - t0) / n
+            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
+            return out
+
+        env.step = wrapped
+
+    def _new_checker(self, sub: Any) -> Any:
+        """The sub-env's checker: each agent of a multi-agent env against its own spaces."""
+        if self.multi_agent:
+            from ..checks.env.multi_agent import MultiAgentRolloutChecker
+
+            rc = MultiAgentRolloutChecker.for_env(getattr(sub, "unwrapped", sub), self.thresholds,
+                                                  window=LIVE_WINDOW, log=self.log, live=True)
+        else:
+            rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, live=True)
+            rc.load_probe = WaitShare()   # judged in on_sample_end, on the stepping thread
+        self.checkers.append(rc)
+        return rc
+
+    def _wrap_sub_env(self, sub: Any, index: int, rc: Any, resets_in_step: bool) -> None:
+        """Each reset draws whether the new episode is checked (a sub-env's first always is).
+        A checked episode's steps go through ``checked_step`` (the sub-env's raw values, before
+        the vector env copies and casts them, and its own step time); an unchecked one's steps
+        call the env directly, at no cost."""
+        lv, agent, budget, fed = self.liveness, self, self.budget, self._fed
+        step, reset = sub.step, sub.reset
+        own = "step" in vars(sub)   # an instance attribute before ours (another wrapper): restore it
+        clock = time.perf_counter
+        first = True   # a sub-env's first episode is always checked: a fault of every episode shows at once
+
+        def checked_step(action):
+            t0 = clock()
+            try:
+                out = step(action)
+            except Exception as e:
+                agent._crashed(e)
+                raise
+            t1 = clock()
+            try:
+                with agent._lock:
+                    rc.on_step(action, *out, duration_s=t1 - t0)
+                    fed.add(index)
+            except Exception as e:
+                agent._internal(e)
+            budget.spent_s += clock() - t1
+            return out
+
+        def wrapped_reset(*args, **kwargs):
+            nonlocal first
+            if resets_in_step and lv.in_step_since:
+                lv.steps -= 1
+            try:
+                out = reset(*args, **kwargs)
+            except Exception as e:
+                agent._crashed(e, "reset")
+                raise
+            if first or agent.rng.random() < budget.rate:
+                first = False
+                sub.step = checked_step
+                t1 = clock()
+                try:
+                    with agent._lock:
+                        rc.on_reset(*out)
+                        fed.add(index)
+                except Exception as e:
+                    agent._internal(e)
+                budget.spent_s += clock() - t1
+            elif own:
+                sub.step = step
+            else:
+                vars(sub).pop("step", None)
+            return out
+
+        sub.reset = wrapped_reset
+
+    # -- findings ------------------------------------------------------------------------
+    def _crashed(self, exc: BaseException, call: str = "step") -> None:
+        """The env raised: record it next to the lock (the process may exit next) and send
+        ENV_CRASHED now, before RLlib's restart delay and exit. An env that raises again and
+        again (RLlib recreating it each time) is one incident: its first crash is the
+        finding, repeats are counted and said as PASS rows when the count doubles (and at
+        the end), so a crashing env gives a number of rows logarithmic in its crashes. A
+        sub-env's exception seen again by the vector env's wrapper is not counted twice."""
+        if exc is self._last_crash:
+            return
+        self._last_crash = exc
+        try:
+            self.liveness.record_exception(exc)
+            f = crash_finding(call, exc, self.liveness.steps + 1, None,
+                              who=f"{self.kind} worker {self.index} (pid {os.getpid()}): ")
+            key = (call, f.evidence.get("exception", ""), f.evidence.get("frame", ""))
+            now = time.time()
+            seen = self._crashes.get(key)
+            if seen is None:
+                self._crashes[key] = [1, 1, now, now]
+                self._send([f])
+                return
+            seen[0] += 1
+            seen[3] = now
+            if seen[0] >= 2 * seen[1]:
+                self._send([self._repeat_finding(key)])
+        except Exception:
+            pass
+
+    def _repeat_finding(self, key: tuple[str, str, str]) -> Finding:
+        count, _, first, last = self._crashes[key]
+        self._crashes[key][1] = count
+        call, exc, frame = key
+        return Finding(C.ENV_CRASHED, f"{self.kind} worker {self.index} (pid {os.getpid()}): {call}() raised {exc} in "
+                                      f"{frame} again: {count} times so far; the same incident as the first, counted",
+                       {"repeat_of": list(key), "count": count, "first_seen": first, "last_seen": last},
+                       status=C.PASS)
