@@ -15,7 +15,7 @@ What each page is made from:
   without one is an error);
 - ``run-directory.md``: the run directory's files and tables, from ``flow1_ray/common/schema.py``,
   ``EVENT_SCHEMA``, the clusters table's Arrow schema, ``rundir/reading.py``'s required columns;
-- ``cli.md``: ``flow1 --help`` and each sub-command's, from ``flow1_ray.cli.main``'s parser.
+- ``cli.md``: ``flow1 --help`` and each sub-command's, from ``flow1_ray.cli.parser``.
 
 It also keeps the path and the line range of ``LAYERS`` (in ``test_layers.py``, under ``tests/``)
 that the design page includes with ``pymdownx.snippets``. The files are read from the checkout this script sits in
@@ -346,7 +346,7 @@ def run_directory_page(root: Path) -> str:
              "One row per training iteration (`flow1_ray.load_metrics`). Required by the readers: "
              + ", ".join(f"`{c}` ({t})" for c, t in req.items()) + ".", "",
              "| columns | from |", "|---|---|",
-             "| " + ", ".join(f"`{c}`" for c in head) + " | the driver: RLlib's result (`callbacks._row_head`; "
+             "| " + ", ".join(f"`{c}`" for c in head) + " | the driver: RLlib's result (`driver.hub_turn.row_head`; "
              f"`{S.EVAL_RETURN}` only in iterations that evaluated) |",
              "| " + ", ".join(f"`{c}`" for c in view) + " | the hub's view (`common.iteration.view_columns`) |",
              "| " + ", ".join(f"`{c}`" for c in memory) + " | the node probes (when they measured it) |",
@@ -376,12 +376,12 @@ def run_directory_page(root: Path) -> str:
 
 
 def _row_head_keys(root: Path) -> list[str]:
-    """The keys of the dict ``flow1_ray/callbacks.py``'s ``_row_head`` returns (parsed: importing
+    """The keys of the dict ``flow1_ray/driver/hub_turn.py``'s ``row_head`` returns (parsed: importing
     the callbacks imports RLlib)."""
     from flow1_ray.common import schema as S
 
-    tree = ast.parse((root / "flow1_ray/callbacks.py").read_text(encoding="utf-8"))
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_row_head")
+    tree = ast.parse((root / "flow1_ray/driver/hub_turn.py").read_text(encoding="utf-8"))
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "row_head")
     keys: list[str] = []
     for node in ast.walk(fn):
         if isinstance(node, ast.Dict):
@@ -403,23 +403,23 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def cli_page() -> str:
     os.environ["COLUMNS"], os.environ["NO_COLOR"] = str(HELP_COLUMNS), "1"
-    from flow1_ray.cli.main import _parser
+    from flow1_ray.cli.parser import parser as build_parser
 
-    parser = _parser()
-    body = ["The `flow1` command (`flow1_ray/cli/main.py`; also `python -m flow1_ray`). Exit codes: "
+    parser = build_parser()
+    body = ["The `flow1` command (`flow1_ray/cli/parser.py` declares it, `flow1_ray/cli/main.py` runs it; also `python -m flow1_ray`). Exit codes: "
             "0 no FAIL, 1 a FAIL (or a WARN with `--fail-on WARN`), 2 unreadable input, a usage error or "
             "NOT JUDGED; `flow1 check` also 130 when interrupted.", "",
             "## flow1 { #flow1 }", "", "```text", parser.format_help().rstrip(), "```"]
     for name, sub in _subparsers(parser).items():
         body += ["", f"## flow1 {name} {{ #{name} }}", "", "```text", sub.format_help().rstrip(), "```"]
-    return _page("Command line", f"`flow1_ray.cli.main`'s parser (`format_help()` at {HELP_COLUMNS} columns)",
+    return _page("Command line", f"`flow1_ray.cli.parser` (`format_help()` at {HELP_COLUMNS} columns)",
                  "\n".join(body))
 
 
 # --- the index and the design page's snippet -----------------------------------------------
 def index_page(root: Path) -> str:
     from flow1_ray.checks import catalogue as cat
-    from flow1_ray.cli.main import _parser
+    from flow1_ray.cli.parser import parser as build_parser
 
     n_thresholds = sum(len(dataclasses.fields(f)) for f in cat.families())
     body = ["| page | what it lists |", "|---|---|",
@@ -430,7 +430,7 @@ def index_page(root: Path) -> str:
             f"| [Flow1Callbacks options](options.md) | the {len(parse_options(root / 'flow1_ray/options.py'))} "
             "options of `Flow1Callbacks.with_options` |",
             "| [Run directory](run-directory.md) | the files of a run directory, its tables and their columns |",
-            f"| [Command line](cli.md) | `flow1 --help` and its {len(_subparsers(_parser()))} sub-commands' |"]
+            f"| [Command line](cli.md) | `flow1 --help` and its {len(_subparsers(build_parser()))} sub-commands' |"]
     return _page("Reference", "the code", "\n".join(body))
 
 

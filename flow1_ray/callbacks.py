@@ -12,17 +12,17 @@ import functools
 import logging
 import os
 import sys
-import threading
 import time
 from typing import Any, Callable
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from .common import iteration as I
-from .common import schema as S
 from .common.events import Event
 from .options import Flow1Options
-from .common.schema import DRIVER_MS, RESULT_KEY, metric
+from .common.schema import DRIVER_MS, RESULT_KEY
+from .driver.hub_turn import (Turn, as_float, ask_all, check_rate, learner_metrics, ms_since, row_head,
+                               runner_cost)
 
 logger = logging.getLogger("flow1_ray")
 
@@ -183,7 +183,7 @@ class Flow1Callbacks(RLlibCallback):
             self._watch.on_result()
         t0, t = time.perf_counter(), self.OPTIONS.get_timeout_s
         iteration = int(result.get("training_iteration", 0))
-        return_mean = _float(result.get("env_runners", {}).get("episode_return_mean"))
+        return_mean = as_float(result.get("env_runners", {}).get("episode_return_mean"))
         # what the learner rules read of this iteration before the hub answers: the replay
         # buffer, measured here where it lives (REPLAY_MEMORY)
         early: dict[str, Any] = {}
@@ -196,7 +196,7 @@ class Flow1Callbacks(RLlibCallback):
                 early["replay"] = replay
         except Exception as e:
             self._internal_error("on_train_result(replay)", e)
-        send = _Turn(run)
+        send = Turn(run)
         learner = None
         if self._learner is not None:
             try:
@@ -204,8 +204,8 @@ class Flow1Callbacks(RLlibCallback):
             except Exception as e:
                 self._internal_error("on_train_result(learner)", e)
         turn = send.seal()   # what goes with the one call to the hub; from here on, sent apart
-        turn["row"] = {I.ROW_HEAD: _row_head(result, iteration, return_mean), I.ROW_DROPPED: self.metrics_dropped,
-                       I.ROW_TAIL: {DRIVER_MS: _ms_since(t0), **_learner_metrics(learner or {})}}
+        turn["row"] = {I.ROW_HEAD: row_head(result, iteration, return_mean), I.ROW_DROPPED: self.metrics_dropped,
+                       I.ROW_TAIL: {DRIVER_MS: ms_since(t0), **learner_metrics(learner or {})}}
         status, rec, states, lines = self._ask_hub(run, algorithm, t, turn)
         if self.OPTIONS.print_events:
             for line in lines:
@@ -223,7 +223,7 @@ class Flow1Callbacks(RLlibCallback):
                 self._learner.after_lines(result, learner, iteration, lines, send)
             except Exception as e:
                 self._internal_error("on_train_result(learner)", e)
-        out["driver_ms"] = _ms_since(t0)
+        out["driver_ms"] = ms_since(t0)
 
     def _ask_hub(self, run: Any, algorithm: Any, t: float, turn: dict) -> tuple[dict, dict, dict, list[str]]:
         """Register new runners and learners, then ask the hub (and a GPU clusterer) for the
@@ -251,7 +251,7 @@ class Flow1Callbacks(RLlibCallback):
                 self.metrics_dropped += 1
                 raise
 
-        got = _ask_all({"view": view,
+        got = ask_all({"view": view,
                         "states": (lambda: run.states.states_status.remote()) if own_states else None}, t)
         got = {**got.pop("view", {}), **got}
         status, rec, states = got.get("status", {}), got.get("rec", {}), got.get("states", {})
@@ -279,9 +279,9 @@ class Flow1Callbacks(RLlibCallback):
             "watchers_off": list(rec.get("watchers_off", [])),
             "run_dir": str(run.run_dir),
             # the share of episodes the runners contract-check now (flow1_ray/checks/own/budgets.py)
-            "check_rate": _check_rate(rec.get("sampling") or {}),
+            "check_rate": check_rate(rec.get("sampling") or {}),
             # flow1's own time in the runners, as a share of their sample() time (RunnerAgent.cost)
-            "runner_cost": _runner_cost(rec.get("sampling") or {}),
+            "runner_cost": runner_cost(rec.get("sampling") or {}),
         }
 
     # -- internals -----------------------------------------------------------------------
@@ -326,122 +326,3 @@ def _algorithm_in_setup() -> Any:
                 return obj
         f = f.f_back
     return None
-
-
-class _Turn:
-    """The learner's ``send`` for one iteration: its events and rows go with the hook's one
-    call to the hub until :meth:`seal` takes them; after that (the on_fail guard read from the
-    hub's answer, a live what-if's thread minutes later) they are sent on their own."""
-
-    def __init__(self, run: Any) -> None:
-        self.run = run
-        self.kept: dict[str, list] = {"events": [], "learner_rows": []}
-        self.open = True
-        self.lock = threading.Lock()
-
-    def __call__(self, kind: str, payload: Any) -> Any:
-        if kind in self.kept:
-            with self.lock:
-                if self.open:
-                    self.kept[kind].extend(payload)
-                    return None
-        return _send(self.run, kind, payload)
-
-    def seal(self) -> dict[str, Any]:
-        with self.lock:
-            self.open = False
-            return dict(self.kept)
-
-
-def _send(run: Any, kind: str, payload: Any) -> Any:
-    """Deliver learner-side output to the run's Recorder: events and rows fire-and-forget
-    (dropped when the hub is behind), a snapshot waited for (its path goes in the event)."""
-    import ray
-
-    hub = run.hub
-    try:
-        if kind == "events":
-            hub.add_events.remote(payload)
-        elif kind == "learner_rows":
-            hub.add_learner_rows.remote(payload)
-        elif kind == "learner_snapshot":
-            return ray.get(hub.add_learner_snapshot.remote(*payload), timeout=run.opts.get_timeout_s * 5)
-    except ray.exceptions.PendingCallsLimitExceeded:
-        return None
-    return None
-
-
-def _row_head(result: dict, iteration: int, return_mean: float | None) -> dict:
-    """The metrics row's first columns: the iteration, its env steps and returns."""
-    evaluated = _float(((result.get("evaluation") or {}).get("env_runners") or {}).get("episode_return_mean"))
-    return {"iteration": iteration,
-            "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
-            "episode_return_mean": return_mean,
-            **({S.EVAL_RETURN: evaluated} if evaluated is not None and evaluated == evaluated else {})}
-
-
-def _ms_since(t0: float) -> float:
-    return round((time.perf_counter() - t0) * 1e3, 2)
-
-
-def _learner_metrics(values: dict) -> dict:
-    """Flat ``flow1/learner/<module>/<name>`` numbers for the metrics table."""
-    out = {}
-    for mid, v in values.items():
-        if isinstance(v, dict) and mid not in ("tracing",):
-            for k, x in v.items():
-                if isinstance(x, (int, float)) and not isinstance(x, bool):
-                    out[metric("learner", mid, k)] = float(x)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[metric("learner", mid)] = float(v)
-    return out
-
-
-def _ask_all(asks: dict[str, Callable[[], Any] | None], timeout: float) -> dict[str, Any]:
-    """Send every question at once, wait at most ``timeout`` in all, and keep the answers
-    that came: a slow or restarting actor costs its own answer, not the others'."""
-    import ray
-
-    refs = {}
-    for key, ask in asks.items():
-        if ask is not None:
-            try:
-                refs[key] = ask()
-            except Exception:
-                pass
-    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
-    done = set(ready)
-    out = {}
-    for key, ref in refs.items():
-        if ref in done:
-            try:
-                out[key] = ray.get(ref, timeout=0)
-            except Exception:  # that actor died or raised: its answer is missing
-                pass
-    return out
-
-
-def _check_rate(sampling: dict) -> dict | None:
-    """The lowest share of episodes any runner checks now and ever did, of its most."""
-    rates = [v for v in sampling.values() if isinstance(v, dict) and v.get("check_rate") is not None]
-    if not rates:
-        return None
-    return {"now": min(float(v["check_rate"]) for v in rates),
-            "lowest": min(float(v.get("check_rate_lowest", v["check_rate"])) for v in rates),
-            "max": max(float(v.get("check_rate_max", v["check_rate"])) for v in rates)}
-
-
-def _runner_cost(sampling: dict) -> dict | None:
-    """flow1's own time in all runners so far and its share of their sample() time."""
-    parts = [v for v in sampling.values() if isinstance(v, dict) and v.get("sample_s")]
-    if not parts:
-        return None
-    own, total = sum(float(v.get("flow1_s", 0.0)) for v in parts), sum(float(v["sample_s"]) for v in parts)
-    return {"share": round(own / total, 5) if total > 0 else None, "flow1_s": round(own, 3), "sample_s": round(total, 2)}
-
-
-def _float(x: Any) -> float | None:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return None
