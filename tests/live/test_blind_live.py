@@ -1,6 +1,7 @@
-"""flow1 is never silently blind: every watcher that turns off says so (WATCHER_OFF), in the
-run directory and in ``result["flow1"]``, so that the verdict can never be a plain PASS. (A
-squatted predictable temp path, which used to blind a run, is tests/live/test_run_life.py's.)"""
+"""The live half of ``tests/hub/test_blind.py`` (real Ray and RLlib runs). flow1 is never silently
+blind: every watcher that turns off says so (WATCHER_OFF), in the run directory and in
+``result["flow1"]``, so that the verdict can never be a plain PASS. (A squatted predictable temp
+path, which used to blind a run, is tests/live/test_run_life.py's.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The runner's cost tiers: the vector step carries liveness, unchecked episodes step with
-nothing of flow1's around them, the checked share follows a time budget, and the scan of
-every sampled step finds a one-off NaN whatever that share is. Real SingleAgentEnvRunners
-in this process."""
+"""The live half of ``tests/checks/test_check_rate.py`` (real Ray and RLlib runs). The runner's
+cost tiers: the vector step carries liveness, unchecked episodes step with nothing of flow1's
+around them, the checked share follows a time budget, and the scan of every sampled step finds a
+one-off NaN whatever that share is. Real SingleAgentEnvRunners in this process."""
 
 from __future__ import annotations
 

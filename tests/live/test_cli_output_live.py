@@ -1,6 +1,7 @@
-"""What `flow1 train` and `flow1 check` print: flow1's lines and a progress line; Ray's own
-output (its and RLlib's logging, forwarded worker lines, warnings, C++ lines) in
-`<run dir>/ray.log`, and on the terminal too with --verbose. The real CLI on tiny budgets."""
+"""The live half of ``tests/cli/test_cli_output.py`` (real Ray and RLlib runs). What `flow1 train`
+and `flow1 check` print: flow1's lines and a progress line; Ray's own output (its and RLlib's
+logging, forwarded worker lines, warnings, C++ lines) in `<run dir>/ray.log`, and on the
+terminal too with --verbose. The real CLI on tiny budgets."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Clusters a person can read: each state cluster described in the env's own terms (the
-features that set its centroid apart, in the observation's units, named from the space),
-a thumbnail of a real frame for image envs, a 2-D map -- in clusters/, the heatmap's rows,
-the findings, the report and the panel; old and damaged run directories still read."""
+"""The live half of ``tests/clustering/test_cluster_descriptions.py`` (real Ray and RLlib runs).
+Clusters a person can read: each state cluster described in the env's own terms (the features
+that set its centroid apart, in the observation's units, named from the space), a thumbnail of a
+real frame for image envs, a 2-D map -- in clusters/, the heatmap's rows, the findings, the
+report and the panel; old and damaged run directories still read."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The driver watchdog names the silent hangs no worker lock shows: a build_algo() that
-waits forever for an actor the cluster cannot place (RLlib prints nothing), and the pure
-reading of the GCS actor table behind it."""
+"""The live half of ``tests/checks/test_driver_watch.py`` (real Ray and RLlib runs). The driver
+watchdog names the silent hangs no worker lock shows: a build_algo() that waits forever for an
+actor the cluster cannot place (RLlib prints nothing), and the pure reading of the GCS actor
+table behind it."""
 
 from __future__ import annotations
 

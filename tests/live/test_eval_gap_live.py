@@ -1,6 +1,7 @@
-"""TRAIN_EVAL_GAP: RLlib's evaluation runners against the training runners. The numbers of
-the unit tests are the measured ones (PPO CartPole, 1,000-step batches, lr 1e-3, seed 0, 5
-evaluation episodes an iteration); the live test runs the sick one."""
+"""The live half of ``tests/checks/test_eval_gap.py`` (real Ray and RLlib runs). TRAIN_EVAL_GAP:
+RLlib's evaluation runners against the training runners. The numbers of the unit tests are the
+measured ones (PPO CartPole, 1,000-step batches, lr 1e-3, seed 0, 5 evaluation episodes an
+iteration); the live test runs the sick one."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The state snapshots' cadence held under ``heatmap_budget`` (flow1_ray/checks/own/budgets.py):
-a snapshot asked for sooner than its last one's CPU time / budget is skipped, said once
-(HEATMAPS_SPACED), and its states are judged by the next; ``heatmap_budget=0`` runs every one."""
+"""The live half of ``tests/hub/test_heatmap_cadence.py`` (real Ray and RLlib runs). The state
+snapshots' cadence held under ``heatmap_budget`` (flow1_ray/checks/own/budgets.py): a snapshot
+asked for sooner than its last one's CPU time / budget is skipped, said once (HEATMAPS_SPACED),
+and its states are judged by the next; ``heatmap_budget=0`` runs every one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""flow1's series on Ray's Prometheus endpoint during a real local run, and the alert rules
-and dashboard that read them name only series flow1 exports."""
+"""The live half of ``tests/hub/test_metrics.py`` (real Ray and RLlib runs). flow1's series on
+Ray's Prometheus endpoint during a real local run, and the alert rules and dashboard that read
+them name only series flow1 exports."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Noise is not a signal: on an env whose rewards are noise by design there is nothing to learn,
-and the return and KL rules must know it (the return's chance movement measured from the spread
-of the episodes RLlib averages); a finding that fires again is one row with a count.
-
-The synthetic runs are result dicts shaped like RLlib's; the live one is PPO on RLlib's own
-RandomEnv (rewards uniform in [-1, 1], episodes ending with p = 0.1)."""
+"""The live half of ``tests/checks/test_noise.py`` (real Ray and RLlib runs). Noise is not a
+signal: on an env whose rewards are noise by design there is nothing to learn, and the return
+and KL rules must know it (the return's chance movement measured from the spread of the episodes
+RLlib averages); a finding that fires again is one row with a count."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Run directories on object storage: ``output_dir="s3://bucket/prefix?..."`` through
-``pyarrow.fs``, against a real S3 endpoint on loopback (moto's standalone server). The
-Recorder writes there from the hub, and ``load_events`` / ``flow1 report`` read it back."""
+"""The live half of ``tests/rundir/test_object_store.py`` (real Ray and RLlib runs). Run
+directories on object storage: ``output_dir="s3://bucket/prefix?..."`` through ``pyarrow.fs``,
+against a real S3 endpoint on loopback (moto's standalone server). The Recorder writes there
+from the hub, and ``load_events`` / ``flow1 report`` read it back."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""The replay-buffer rules on result dicts shaped as RLlib 2.60 writes them (``replay_buffer``:
+"""The live half of ``tests/checks/test_replay.py`` (real Ray and RLlib runs). The replay-buffer
+rules on result dicts shaped as RLlib 2.60 writes them (``replay_buffer``:
 ``num_env_steps_stored``, ``num_env_steps_added_lifetime``, ``num_env_steps_sampled_lifetime``
 -- the steps replayed -- and ``num_env_steps_evicted_lifetime``) and on what Flow1Callbacks
-measure of the buffer in the driver (``flow1/replay``); then live: a DQN that starts learning
-on an empty buffer, one whose buffer cannot fit the memory, and the buffer measured in the
-driver of a real run."""
+measure of the buffer in the driver (``flow1/replay``); then live: a DQN that starts learning on
+an empty buffer, one whose buffer cannot fit the memory, and the buffer measured in the driver
+of a real run."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The traps that look like success (a reward paid for a change the env made itself; an
-observation that knows the future): the reward-logic audit (REWARD_UNEARNED) and the
-temporal-leakage advisory (OBS_LEAKAGE), each found on its planted env with its code and
-silent on the correct look-alikes and on real envs nobody here wrote."""
+"""The live half of ``tests/envcheck/test_traps.py`` (real Ray and RLlib runs). The traps that look
+like success (a reward paid for a change the env made itself; an observation that knows the
+future): the reward-logic audit (REWARD_UNEARNED) and the temporal-leakage advisory
+(OBS_LEAKAGE), each found on its planted env with its code and silent on the correct look-alikes
+and on real envs nobody here wrote."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``flow1 whatif``: the statistic, the plan, bad input, and the real thing on the sick run
-of the learner tests (PPO CartPole, lr 0.05, 10 epochs: KL_SPIKE and ENTROPY_COLLAPSE)."""
+"""The live half of ``tests/whatif/test_whatif.py`` (real Ray and RLlib runs). ``flow1 whatif``:
+the statistic, the plan, bad input, and the real thing on the sick run of the learner tests (PPO
+CartPole, lr 0.05, 10 epochs: KL_SPIKE and ENTROPY_COLLAPSE)."""
 
 from __future__ import annotations
 
