@@ -76,3 +76,18 @@ def ray_session():
                                        **S3_ENV}})
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def s3_uri():
+    """A bucket URI on a real S3 endpoint on loopback (moto's standalone server), for the
+    object-storage tests; skipped where moto[server] is not installed."""
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] provides the loopback S3 endpoint")
+    for k, v in S3_ENV.items():
+        os.environ.setdefault(k, v)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield (f"s3://flow1-runs/team?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+           "&allow_bucket_creation=true")
+    server.stop()

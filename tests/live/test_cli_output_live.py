@@ -6,35 +6,12 @@ terminal too with --verbose. The real CLI on tiny budgets."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_lines import flow1_only, run_cli
 from flow1_ray.rundir.raylog import RAY_LOG
-
-#: the shapes of flow1's own lines (anything else on the terminal is someone else's)
-FLOW1_LINES = [
-    r"flow1[ :]",                                                    # headers, verdicts, "flow1: ..." lines
-    r"iter \d+/\d+  steps [\d,]+  return +\S+  workers alive \d+ dead \d+ stalled \d+  FAIL \d+ WARN \d+  \d+ s$",
-    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \| [A-Z_]+ \| (PASS|WARN|FAIL) \| ",   # an event's log line
-    r"[┏┃┡│└]",                                                      # the summary table
-    r"(report|run|run directory|gap|not judged): ",                  # the end screen
-    r"(learner \S+ \(iteration \d+\): |state clusters |\d+ heatmap\(s\), )",
-    r"demo: ",
-]
-
-
-def flow1_only(text: str, extra: tuple[str, ...] = ()) -> list[str]:
-    """The lines of ``text`` that are not flow1's."""
-    shapes = [re.compile(p) for p in (*FLOW1_LINES, *extra)]
-    return [line for line in text.splitlines() if line.strip() and not any(s.match(line) for s in shapes)]
-
-
-def run_cli(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flow1_ray", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
 
 
 #: a warning RLlib logs in the driver at each PPO build (ray 2.60)

@@ -5,7 +5,6 @@ from the hub, and ``load_events`` / ``flow1 report`` read it back."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -16,20 +15,6 @@ from flow1_ray.common import codes as C
 from flow1_ray.checks.catalogue import rule
 from flow1_ray.rundir.reading import load_events
 from flow1_ray.rundir.store import Location
-
-moto_server = pytest.importorskip("moto.server", reason="moto[server] provides the loopback S3 endpoint")
-
-
-@pytest.fixture(scope="module")
-def s3_uri():
-    for k, v in S3_ENV.items():
-        os.environ.setdefault(k, v)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield (f"s3://flow1-runs/team?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
-           "&allow_bucket_creation=true")
-    server.stop()
 
 
 @pytest.mark.slow

@@ -4,29 +4,11 @@ Recorder writes there from the hub, and ``load_events`` / ``flow1 report`` read 
 
 from __future__ import annotations
 
-import os
 
-import pytest
-
-from conftest import S3_ENV
 from flow1_ray.common import codes as C
 from flow1_ray.common.events import Event
 from flow1_ray.rundir.reading import load_events
 from flow1_ray.rundir.store import Location, write_events
-
-moto_server = pytest.importorskip("moto.server", reason="moto[server] provides the loopback S3 endpoint")
-
-
-@pytest.fixture(scope="module")
-def s3_uri():
-    for k, v in S3_ENV.items():
-        os.environ.setdefault(k, v)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield (f"s3://flow1-runs/team?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
-           "&allow_bucket_creation=true")
-    server.stop()
 
 
 def _under(uri: str, *names: str) -> str:
