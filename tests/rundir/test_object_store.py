@@ -4,7 +4,6 @@ Recorder writes there from the hub, and ``load_events`` / ``flow1 report`` read 
 
 from __future__ import annotations
 
-
 from flow1_ray.common import codes as C
 from flow1_ray.common.events import Event
 from flow1_ray.rundir.reading import load_events
