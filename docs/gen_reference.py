@@ -82,6 +82,7 @@ def _placeholders(trigger: str) -> list[str]:
 
 def codes_page() -> str:
     from flow1_ray.checks import catalogue as cat
+    from flow1_ray.common import codes as C
 
     begin, end, make = cat.TARGETS[f"{REFERENCE}/codes.md"]
     lines = [
@@ -101,7 +102,7 @@ def codes_page() -> str:
     page = "\n".join(lines)
     for code, r in cat.rules().items():
         fam = r.thresholds
-        entry = [f"## {code} {{ #{_anchor(code)} }}", ""]
+        entry = [f"## {code} {{ #{C.anchor(code)} }}", ""]   # the anchor every view links to
         entry.append(f"- **module**: {r.module or '(the module checked)'}")
         entry.append(f"- **default status**: {r.status}")
         entry.append(f"- **declared in**: `{_rel(cat.declared_in(code))}`")

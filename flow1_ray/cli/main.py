@@ -76,7 +76,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     from ..checks.learner.curve_diagnosis import diagnose_curves
     from .diagnose import action_space_of, not_assessable, read_results
     from ..report.model import Report
-    from ..report.render import console, print_events, print_gaps, verdict_text
+    from ..report.render import console, print_events, print_gaps, print_references, verdict_text
 
     th = Thresholds.from_file(args.thresholds) if args.thresholds else None
     results, config = read_results(args.path)
@@ -96,6 +96,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
                 f"{'' if config else ' (no config in the results: advice has no current values)'}")
     human.print(line)
     print_gaps(human, report)
+    print_references(human, report)
     _write_json(args.json, report.to_json())
     return _judged(report, report.exit_code(args.fail_on))
 

@@ -30,6 +30,27 @@ def worst(statuses) -> str:
     return best
 
 
+# --- each code's entry in the docs ------------------------------------------------------
+#: the docs site's page that holds every code's entry (``docs/reference/codes.md``, generated
+#: from the rules by ``docs/gen_reference.py``)
+REFERENCE_PAGE = "reference/codes.md"
+
+
+def anchor(code: str) -> str:
+    """The anchor of a code's entry on :data:`REFERENCE_PAGE` (``KL_SPIKE`` -> ``kl_spike``)."""
+    return code.lower()
+
+
+def reference(code: str) -> str:
+    """The page and anchor of a code's entry in flow1's docs, as the console prints it and the
+    report names it: ``reference/codes.md#kl_spike``.
+
+    Args:
+        code: a finding code (``KL_SPIKE``).
+    """
+    return f"{REFERENCE_PAGE}#{anchor(code)}"
+
+
 # --- modules ----------------------------------------------------------------------------
 ENV_SPEC = "ENV_SPEC"
 ACTION_PIPE = "ACTION_PIPE"

@@ -26,7 +26,7 @@ from ..rundir.reading import read_file, read_table
 from ..rundir.store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
 from ..clustering.describe import HOW_TO_READ
 from .model import Report, life_line, verdict_kind
-from .views import STATE_COLOURS, ema_label, findings_by_module, rule_signals, timeline_marks
+from .views import STATE_COLOURS, code_entries, ema_label, findings_by_module, rule_signals, timeline_marks
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,11 @@ td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixela
 {% for module, events in modules %}
 <h3>{{ module }}</h3>
 <table class="findings"><tr><th>time (UTC)</th><th>status</th><th>code</th><th>where</th><th>message</th></tr>
-{% for e in events %}<tr class="{{ e.status }}"><td>{{ e.ts }}</td><td>{{ e.status }}</td><td>{{ e.code }}</td>
+{% for e in events %}<tr class="{{ e.status }}"><td>{{ e.ts }}</td><td>{{ e.status }}</td><td><a href="#{{ e.anchor }}">{{ e.code }}</a></td>
 <td>{{ e.where }}</td><td>{{ e.message }}
 {% if e.knobs %}<ul>{% for k in e.knobs %}<li><code>{{ k.line }}</code> ({{ k.knob }} {{ k.current }} &rarr; {{ k.value }}: {{ k.why }})</li>{% endfor %}</ul>{% endif %}
-<details><summary>evidence</summary><pre>{{ e.evidence }}</pre></details></td></tr>{% endfor %}
+<details><summary>evidence</summary><pre>{{ e.evidence }}</pre>
+<p class="muted">What {{ e.code }} means: <a href="#{{ e.anchor }}">below</a>; in flow1's docs, <code>{{ e.reference }}</code>.</p></details></td></tr>{% endfor %}
 </table>
 {% endfor %}
 
@@ -110,6 +111,12 @@ td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixela
 {% if w.png %}<img alt="what-if {{ w.id }} curves" src="data:image/png;base64,{{ w.png }}">{% endif %}
 {% endfor %}
 {% if snapshots %}<h2>Learner snapshots</h2><ul>{% for s in snapshots %}<li>{{ s }}</li>{% endfor %}</ul>{% endif %}
+{% if codes %}<h2 id="codes">What the codes mean</h2>
+<p class="muted">Each code of the findings above, as flow1's rules declare it (the trigger with the default thresholds; a finding's evidence holds the thresholds it was judged with). The full entry of each is in flow1's docs, on the page named.</p>
+<dl class="codes">{% for c in codes %}<dt id="{{ c.anchor }}"><b>{{ c.code }}</b>{% if c.status %} ({{ c.module }}, default {{ c.status }}){% endif %}</dt>
+<dd>{% if c.trigger %}Raised when: {{ c.trigger }}.{% else %}Not a code of this flow1 version.{% endif %}
+{% if c.knobs %} Knobs its advice may turn: {% for k in c.knobs %}<code>{{ k }}</code>{% if not loop.last %}, {% endif %}{% endfor %}.{% endif %}
+<br><span class="muted">flow1's docs: <code>{{ c.reference }}</code></span></dd>{% endfor %}</dl>{% endif %}
 </body></html>
 """
 
@@ -359,9 +366,11 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     if late:
         report.skipped.extend(x for x in late if x not in report.skipped)
     env = jinja2.Environment(autoescape=True)
+    modules = findings_by_module(report.events)
     return env.from_string(TEMPLATE).render(
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
         not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
-        modules=findings_by_module(report.events), timeline=timeline, curves=curves, signals=signals, heatmaps=heatmaps,
+        modules=modules, codes=code_entries(e["code"] for _, evs in modules for e in evs), timeline=timeline,
+        curves=curves, signals=signals, heatmaps=heatmaps,
         gradients=gradients, snapshots=snapshots, whatifs=whatifs, cluster_modules=cluster_modules,
         how_to_read=HOW_TO_READ)

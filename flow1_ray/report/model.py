@@ -188,7 +188,14 @@ class Report:
         return verdict_of(self.status, self.not_judged, short)
 
     def codes(self, min_status: str = C.WARN) -> set[str]:
-        """The codes at or above ``min_status`` (WATCHER_OFF aside, as in :attr:`status`)."""
+        """The codes at or above ``min_status`` (WATCHER_OFF aside, as in :attr:`status`).
+
+        Args:
+            min_status: the lowest status counted: "PASS", "WARN" (the default) or "FAIL".
+
+        Raises:
+            KeyError: ``min_status`` is not one of those.
+        """
         floor = C.STATUS_RANK[min_status]
         return {e.code for e in self._judged() if C.STATUS_RANK[e.status] >= floor}
 
@@ -207,7 +214,18 @@ class Report:
         """The CLI's contract: 1 when an event at or above ``fail_on`` was read; else 2 when
         there is no verdict (:attr:`not_judged`); else 1 when flow1 did not watch the run
         whole (a watcher off, no clean stop, events parts skipped) unless ``allow_blind``;
-        else 0."""
+        else 0.
+
+        Args:
+            fail_on: the lowest event status that fails: "FAIL" (the default), "WARN" or "PASS".
+            allow_blind: True: a run flow1 did not watch whole is not failed for that alone.
+
+        Returns:
+            The exit code: 0, 1 or 2.
+
+        Raises:
+            KeyError: ``fail_on`` is not a status.
+        """
         if C.STATUS_RANK[self.status] >= C.STATUS_RANK[fail_on]:
             return 1
         if self.not_judged:
@@ -225,11 +243,24 @@ class Report:
                 "summary": jsonable(self.summary), "events": [e.to_dict() for e in self.events]}
 
     def to_json(self, indent: int | None = 2) -> str:
+        """The report (:meth:`to_dict`, its events included) as a JSON string.
+
+        Args:
+            indent: spaces per nesting level, as :func:`json.dumps`; None: all on one line.
+        """
         return json.dumps(self.to_dict(), indent=indent)
 
     def write(self, run_dir: "str | os.PathLike | Location") -> "Location":
         """Write events (Parquet + log) and the report files into a run directory (a path
-        or a filesystem URI)."""
+        or a filesystem URI).
+
+        Args:
+            run_dir: a local path or a filesystem URI (e.g. ``s3://...``); created if missing.
+                Its start record (``run.json``), when one exists, is kept; events are appended.
+
+        Returns:
+            The run directory's :class:`~flow1_ray.rundir.store.Location`.
+        """
         from ..rundir.runrecord import write_start, write_stop
 
         d = Location(run_dir)
@@ -256,7 +287,15 @@ class Report:
             e.evidence["diff_file"] = f"{EVIDENCE_DIR}/{name}"
 
     def write_summary(self, run_dir: "str | os.PathLike | Location") -> "Location":
-        """report.json and report.md only (the events are already in the directory)."""
+        """report.json and report.md only (the events are already in the directory).
+
+        Args:
+            run_dir: the run directory, a local path or a filesystem URI; both files are
+                overwritten.
+
+        Returns:
+            The run directory's :class:`~flow1_ray.rundir.store.Location`.
+        """
         d = Location(run_dir)
         (d / REPORT_JSON).write_text(self.to_json())
         (d / REPORT_MD).write_text(self.to_markdown())
@@ -282,6 +321,10 @@ class Report:
             if e.status != C.PASS or e.advisory:
                 lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {md(e.module)} | {md(e.status)} | {md(e.code)} | "
                              f"{md(e.message)} |")
+        codes = dict.fromkeys(e.code for e in self.events if e.status != C.PASS or e.advisory)
+        if codes:
+            lines += ["", "What the codes mean, in flow1's docs: "
+                      + ", ".join(f"`{C.reference(c)}`" for c in codes) + "."]
         sa = self.summary.get("state_actions")
         if sa:
             lines += ["", "## State clusters x actions", ""]

@@ -17,7 +17,7 @@ from ..rundir.store import HEATMAPS_DIR
 from .follow import RunFollower
 from .model import Report, life_line, verdict_kind
 from .panel_figures import GRAPH_CONFIG, cluster_map_figure, whatif_figure
-from .views import current_findings, hypotheses, risk
+from .views import code_entries, current_findings, hypotheses, risk
 
 
 def _num(label: str, value: Any, ident: str) -> Any:
@@ -121,13 +121,17 @@ def cause_block(f: RunFollower) -> list:
     if not rows:
         return [html.P("No WARN or FAIL: nothing flow1 checks is wrong so far.", className="muted")]
     out = []
+    meaning = {c["code"]: c for c in code_entries(r["code"] for r in rows)}
     for r in rows:
-        head = [html.Span(r["status"], className=f"verdict {r['status']}"), " ", html.B(r["code"]),
+        m = meaning[r["code"]]
+        head = [html.Span(r["status"], className=f"verdict {r['status']}"), " ", html.B(r["code"], title=m["trigger"]),
                 f"  {r['module']}" + (f" · {r['where']}" if r["where"] else "") + f" · {r['ts']} UTC"
                 + (f" · x{r['count']}" if r["count"] > 1 else "")]
         out.append(html.Article(className=f"finding f-{r['status']}", children=[
             html.Div(head, className="head"), html.Div(r["message"], className="msg"),
-            html.Details([html.Summary("evidence"), html.Pre(r["evidence"])])]))
+            html.Details([html.Summary("evidence"), html.Pre(r["evidence"]),
+                          html.P([f"What {r['code']} means" + (f" (raised when {m['trigger']})" if m["trigger"] else "")
+                                  + ": flow1's docs, ", html.Code(r["reference"])], className="muted reference")])]))
     return out
 
 

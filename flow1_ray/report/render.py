@@ -86,6 +86,14 @@ def print_gaps(con: Console, report: Report) -> None:
         con.print(plain(f"gap: {g}"))
 
 
+def print_references(con: Console, report: Report) -> None:
+    """One line naming the docs entry of each code the findings raised (WARN, FAIL, advisory),
+    in the order first raised: ``what the codes mean (flow1's docs): reference/codes.md#kl_spike, ...``."""
+    codes = dict.fromkeys(e.code for e in report.events if e.status != C.PASS or e.advisory)
+    if codes:
+        con.print(plain("what the codes mean (flow1's docs): " + ", ".join(C.reference(c) for c in codes)))
+
+
 def verdict_line(report: Report) -> Text:
     s = report.summary
     t = verdict_text("flow1 check", report)
@@ -102,6 +110,7 @@ def print_report(con: Console, report: Report) -> None:
     con.print(summary_table(report))
     con.print(verdict_line(report))
     print_gaps(con, report)   # the rules a stopped check could not run are its "not assessable" gaps
+    print_references(con, report)
     as_of = report.summary.get("findings_as_of_step")
     if report.summary.get("not_run") and as_of is not None:
         con.print(plain(f"findings and their counts as last reported by the env's process, at step {as_of}"))
@@ -121,6 +130,7 @@ def print_run_report(con: Console, report: Report) -> None:
                           f"restarts {w.get('restarts', '?')}"))
     con.print(t)
     print_gaps(con, report)
+    print_references(con, report)
     sa = s.get("state_actions") or {}
     for module, snap in (sa.get("modules") or {"": sa}).items():
         if snap.get("verdicts"):

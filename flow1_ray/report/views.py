@@ -31,7 +31,26 @@ def finding_row(e: Event) -> dict[str, Any]:
     knobs = knob_list(ev.pop("knobs", None)) if isinstance(ev.get("knobs"), list) else None
     return {"ts": e.ts.strftime("%Y-%m-%d %H:%M:%S"), "status": e.status, "code": e.code, "module": e.module,
             "where": e.where().strip(" []"), "message": e.message, "knobs": knobs or [],
-            "evidence": json.dumps(ev, indent=1, default=str)[:EVIDENCE_CHARS]}
+            "evidence": json.dumps(ev, indent=1, default=str)[:EVIDENCE_CHARS],
+            "reference": C.reference(e.code), "anchor": "code-" + C.anchor(e.code)}
+
+
+def code_entries(codes: Iterable[str]) -> list[dict[str, Any]]:
+    """What each code means, for the views that show it beside a run's findings (the report's
+    list of codes, the panel's line under a finding): its entry in the docs, its default
+    module and status, when it is raised (the trigger with the default thresholds) and the
+    knobs its advice may turn. A code this flow1 does not know (a run written by another
+    version) gets its docs entry and no text."""
+    from ..checks.catalogue import rules
+
+    known = rules()
+    out = []
+    for code in dict.fromkeys(codes):
+        r = known.get(code)
+        out.append({"code": code, "anchor": "code-" + C.anchor(code), "reference": C.reference(code),
+                    "module": (r.module or "(the module checked)") if r else "", "status": r.status if r else "",
+                    "trigger": r.text() if r else "", "knobs": list(r.knobs) if r else []})
+    return out
 
 
 def knob_list(knobs: Any) -> list[dict]:

@@ -27,6 +27,9 @@ def test_fail_fault_exits_1(cli_env):
     r = flow1("check", "--env", "zoo:DtypeTurnsFloat64", "--steps", "200", env=cli_env)
     assert r.returncode == 1
     assert "| ENV_SPEC | FAIL | OBS_DTYPE_MISMATCH obs dtype: expected float32, actual float64" in r.stdout
+    # the end screen names where each raised code is explained
+    (refs,) = [ln for ln in r.stdout.splitlines() if ln.startswith("what the codes mean (flow1's docs): ")]
+    assert "reference/codes.md#obs_dtype_mismatch" in refs.split(": ", 1)[1].split(", ")
 
 
 def test_fail_on_warn(cli_env):
@@ -40,6 +43,7 @@ def test_advisory_is_printed_and_never_fails(cli_env):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "| REWARD_STATS | PASS | REWARD_SPARSE advisory: non-zero reward ratio 0.0020" in r.stdout
     assert "REWARD_SPARSE (advisory)" in r.stdout and "flow1 check: PASS (0 FAIL, 0 WARN, 1 advisory)" in r.stdout
+    assert "what the codes mean (flow1's docs): reference/codes.md#reward_sparse" in r.stdout
 
 
 @pytest.mark.parametrize("bad", ["NoSuchEnv-v0", "nosuch:Env", "zoo:Missing", "json:decoder"])

@@ -118,6 +118,13 @@ def test_the_panel_shows_four_quadrants_and_a_new_event_within_3_s(tmp_path, cli
             assert "still running (iteration 3" in text(d, "gaps")
             assert text(d, "result-verdict") == "FAIL"
             assert "ENV_CRASHED" in text(d, "q-cause") and "KL_SPIKE" in text(d, "q-cause")
+            # each code says what it means on hover, and names its entry in the docs under its evidence
+            from flow1_ray.checks.catalogue import rules
+
+            kl = d.find_element("xpath", "//*[@id='q-cause']//b[text()='KL_SPIKE']")
+            assert kl.get_attribute("title") == rules()[C.KL_SPIKE].text()
+            cause = d.find_element("id", "q-cause").get_attribute("textContent")
+            assert "reference/codes.md#kl_spike" in cause and "reference/codes.md#env_crashed" in cause
             hyp = text(d, "q-hypothesis")
             assert "config.training(lr=0.0097)" in hyp and "0.05 -> 0.0097" in hyp and "step (my_env.py:42)" in hyp
             risk = text(d, "q-risk")

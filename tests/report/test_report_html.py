@@ -89,6 +89,32 @@ def test_the_page_says_what_flow1_did_not_see(tmp_path):
     assert "no start record (run.json missing)" in page
 
 
+def test_each_code_links_to_what_it_means_on_the_page_and_names_its_docs_entry(tmp_path):
+    """A finding's code is a link to the page's own entry for it (a relative link: the page
+    opens from disk), which holds the rule's trigger and names the code's entry in the docs;
+    no in-page link dangles, and every entry named exists on the docs page."""
+    from pathlib import Path
+
+    from flow1_ray.checks.catalogue import rules
+
+    d = _run_dir(tmp_path)
+    page = render_html(load_run_report(d), d)
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    links = re.findall(r'href="#([^"]+)"', page)
+    assert links and not [x for x in links if x not in ids], "every in-page link has its target"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / C.REFERENCE_PAGE).read_text()
+    assert page.count("<dt id=") == 4, "one entry per code, however often it was raised"
+    for code in (C.ENV_CRASHED, C.WORKER_DIED, C.WORKER_RESTARTED, C.ENTROPY_COLLAPSE):
+        assert f'<a href="#code-{code.lower()}">{code}</a>' in page
+        (entry,) = re.findall(rf'<dt id="code-{code.lower()}">(.*?)</dd>', page, re.S)
+        trigger = re.sub(r"\s+", " ", str(rules()[code].text()))
+        assert trigger.replace("&", "&amp;").replace("'", "&#39;").replace("<", "&lt;").replace(">", "&gt;") in entry
+        assert f"<code>reference/codes.md#{code.lower()}</code>" in entry
+        assert f"{{ #{code.lower()} }}" in docs
+    md = load_run_report(d).to_markdown()
+    assert "`reference/codes.md#env_crashed`" in md and "`reference/codes.md#entropy_collapse`" in md
+
+
 def test_flow1_report_writes_each_format_and_gates_on_its_fail_on(tmp_path, cli_env):
     d = _run_dir(tmp_path / "run")
 
