@@ -155,8 +155,15 @@ class Thresholds:
 
     def with_overrides(self, overrides: Mapping[str, Any] | None) -> "Thresholds":
         """A copy with some fields replaced; unknown names are an error, not ignored.
-        A retired name (a rule that changed) is dropped with a warning that says what
-        replaced it, so that a thresholds file written for an earlier version still loads."""
+
+        Args:
+            overrides: ``{field name: value}``; values are not checked. A retired name (a rule
+                that changed) is dropped with a UserWarning saying what replaced it, so that a
+                thresholds file written for an earlier version still loads. None or empty: self.
+
+        Raises:
+            ValueError: a name that is neither a field nor retired.
+        """
         if not overrides:
             return self
         retired = sorted(set(overrides) & set(RETIRED))
@@ -180,7 +187,16 @@ class Thresholds:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Thresholds":
-        """Defaults overridden by a JSON object of ``{name: value}`` (see configs/)."""
+        """Defaults overridden by a JSON object of ``{name: value}`` (see configs/).
+
+        Args:
+            path: the JSON file. Its keys starting with ``_`` (``"_comment"``) are ignored; the
+                others go to :meth:`with_overrides`.
+
+        Raises:
+            Flow1InputError: the file cannot be read, is not JSON, is not a JSON object or names
+                an unknown threshold.
+        """
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except OSError as e:

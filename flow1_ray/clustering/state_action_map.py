@@ -103,14 +103,25 @@ class StateActionMap:
 
     def describe(self, mean: np.ndarray | float, scale: np.ndarray | float,
                  feats: list[Feature] | None = None) -> "StateActionMap":
-        """Name what sets each cluster apart (``mean``/``scale``: the standardisation the
-        centroids are in) and place the clusters on the 2-D map; returns self."""
+        """Name what sets each cluster apart and place the clusters on the 2-D map
+        (fills ``descriptions`` and ``map_xy``); returns self.
+
+        Args:
+            mean: the standardisation the centroids are in ((raw - mean) / scale): per feature, or one value.
+            scale: its scale, per feature or one value.
+            feats: a :class:`Feature` per centroid column; None (or a list of another length):
+                ``obs[0]``, ``obs[1]``, ...
+        """
         self.descriptions = describe(self.centroids, mean, scale, self.visits, feats)
         self.map_xy = map_2d(self.centroids, self.visits)
         return self
 
     def about(self, i: int) -> str:
-        """``cluster 12 (obs[1] +1.8 (+2.1sd), ...)``: a cluster as a message names it."""
+        """``cluster 12 (obs[1] +1.8 (+2.1sd), ...)``: a cluster as a message names it.
+
+        Args:
+            i: the cluster's index; its description is added once :meth:`describe` has run.
+        """
         return f"cluster {i}" + (f" ({self.descriptions[i].label})" if self.descriptions else "")
 
     @property
@@ -124,8 +135,13 @@ class StateActionMap:
 
     def to_arrow(self, snapshot: int = 0, iteration: int | None = None, module: str | None = None) -> pa.Table:
         """One row per cluster (the schema of RUN_DIR/clusters/); policy columns are null
-        where the policy's probabilities were not known; ``module`` is the RLModule whose
-        states these are (null offline)."""
+        where the policy's probabilities were not known.
+
+        Args:
+            snapshot: the snapshot's index, written in every row.
+            iteration: the training iteration of the snapshot; None: null (offline).
+            module: the RLModule whose states these are; None: null (offline).
+        """
         k = self.counts.shape[0]
         pol = self.policy if self.policy is not None else np.full((k, 2), np.nan)
         desc = self.descriptions or [None] * k
@@ -156,7 +172,11 @@ class StateActionMap:
 
     def to_events(self, **where: Any) -> list[Event]:
         """STATE_ACTION events for CHAOS, BLIND_SPOT, ERROR_FIXATION and RARE_STATE clusters
-        (FIXATED and OK raise none)."""
+        (FIXATED and OK raise none), one per cluster.
+
+        Args:
+            **where: :class:`Event` fields set on every event, e.g. ``run_id``, ``iteration``.
+        """
         out = []
         total = float(self.visits.sum()) or 1.0
         p = self.probs
@@ -202,8 +222,18 @@ class StateActionMap:
                         module: str | None = None, **where: Any) -> list[Event]:
         """What a live snapshot reports: one STATE_SNAPSHOT summary, then one event per
         verdict code present (its clusters listed, the largest first) instead of one per
-        cluster, so that a snapshot adds a handful of log lines, not k. Codes in ``warn``
-        (``checks.state_action.warn_codes``) are WARNs; the others are informational (PASS)."""
+        cluster, so that a snapshot adds a handful of log lines, not k.
+
+        Args:
+            snapshot: the snapshot's index, named in the messages and evidence.
+            iteration: the training iteration, set on every event; None: not named.
+            heatmap: the heatmap's path, named in the summary and evidence; None: no heatmap.
+            states: how many states arrived since the last snapshot (evidence ``states_seen``).
+            warn: the codes that are WARNs (``checks.state_action.warn_codes``); the others are
+                informational (PASS), their message saying what a WARN needs.
+            module: the RLModule whose states these are, named unless it is the default one.
+            **where: other :class:`Event` fields set on every event, e.g. ``run_id``.
+        """
         k = self.counts.shape[0]
         total = float(self.visits.sum()) or 1.0
         tally = {v: self.verdicts.count(v) for v in dict.fromkeys(self.verdicts)}
@@ -246,7 +276,15 @@ class StateActionMap:
         return f"a WARN needs {need}"
 
     def heatmap(self, path: str, title: str = "") -> str:
-        """PNG of P(action | cluster) (see :func:`~flow1_ray.clustering.heatmap.draw_heatmap`)."""
+        """PNG of P(action | cluster) (see :func:`~flow1_ray.clustering.heatmap.draw_heatmap`).
+
+        Args:
+            path: the PNG file to write (matplotlib needed).
+            title: the picture's title; "": the backend and number of states.
+
+        Returns:
+            ``path``.
+        """
         from .heatmap import draw_heatmap
 
         head = title or f"state cluster x action ({self.backend}, {int(self.visits.sum())} states)"
@@ -262,16 +300,28 @@ def analyze_state_actions(obs: Any, actions: Any, action_space: spaces.Space, *,
                           feature_names: Sequence[str] | None = None) -> StateActionMap:
     """Cluster the visited states and judge P(action | cluster).
 
-    ``obs`` is an (N, ...) array (or a dict/tuple of them with ``observation_space``);
-    ``actions`` has N rows; ``failures`` (optional, N booleans) marks the steps that ended
-    their episode by termination, which ERROR_FIXATION needs; ``policy_logits`` (optional,
-    N x n Categorical logits of a Discrete policy) lets CHAOS and BLIND_SPOT require the
-    policy itself to be undecided (see ``checks.state_action.verdicts``).
+    Args:
+        obs: N observations: an (N, ...) array, or a dict/tuple of them with ``observation_space``.
+        actions: N actions of ``action_space`` (Discrete, MultiDiscrete, MultiBinary or Box).
+        action_space: the actions' space; a Box is judged in BOX_BINS bins per dimension.
+        n_clusters: how many clusters (at most N).
+        backend: the KMeans: "auto" (cuML, else torch on CUDA, else sklearn), "cuml", "torch", "sklearn".
+        seed: the KMeans seed.
+        observation_space: flattens ``obs`` (dict/tuple, one-hot Discrete, pooled frames), names the
+            features, finds an image's frames for ``thumbnails``; None: a numeric ``obs``, ``obs[0]``...
+        failures: N booleans, True where the step ended its episode by termination; None: no ERROR_FIXATION.
+        max_iter: the KMeans iterations at most.
+        thresholds: the verdicts' thresholds; None: :class:`StateActionThresholds`' defaults.
+        policy_logits: (N, n) Categorical logits of a Discrete policy: CHAOS and BLIND_SPOT then need it undecided.
+        feature_names: one name per flattened column (e.g. CartPole's "cart velocity"), for the descriptions.
 
-    Each cluster is described in the observation's terms (``m.descriptions``: names from
-    ``observation_space``, or ``feature_names``, one per flattened column, e.g. CartPole's
-    "cart velocity"); an image observation also gets a thumbnail of the real frame
-    nearest each centroid (``m.thumbnails``, PNG bytes).
+    Returns:
+        The map, each cluster described in the observation's terms (``descriptions``); an image
+        observation's also with a PNG of the real frame nearest each centroid (``thumbnails``).
+
+    Raises:
+        ValueError: fewer or more actions than observations, ``feature_names`` not one per column,
+            an unsupported space or an unknown backend.
     """
     th = thresholds or StateActionThresholds()
     x = flatten_observations(obs, observation_space) if observation_space is not None \

@@ -158,6 +158,21 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Event":
+        """The inverse of :meth:`to_dict`.
+
+        Args:
+            d: an event's fields by name. ``code``, ``message``, ``module``, ``status`` and ``ts``
+                are required; ``ts`` is a datetime or an ISO 8601 string, ``evidence`` a dict, a
+                JSON string or absent (``{}``); the other fields may be absent (None; ``run_id`` "").
+
+        Returns:
+            The Event, checked like one built directly.
+
+        Raises:
+            KeyError: a required field is missing.
+            ValueError: an unknown code or status, a ``ts`` string that is not ISO 8601, an
+                ``evidence`` string that is not JSON.
+        """
         ts = d["ts"]
         if isinstance(ts, str):
             ts = datetime.fromisoformat(ts)

@@ -65,24 +65,36 @@ def check_env(env: EnvLike, *, steps: int = 1000, seed: int = 0,
               audit_reward: bool = False) -> Report:
     """Check an env's contracts on every step of ``steps`` random-action steps.
 
-    ``audit_reward=True`` also reads the env's attributes around every step and judges
-    whether the reward jumps with changes no action caused (REWARD_UNEARNED,
-    :mod:`flow1_ray.checks.env.reward_logic`): it costs a snapshot of ``env.unwrapped`` a step.
+    Args:
+        env: a ``gymnasium.Env`` (an RLlib MultiAgentEnv too), a registered id, a ``"module:attr"``
+            path (a class, a factory or an instance) or a zero-argument callable (or one taking RLlib's
+            ``env_config``: it gets ``{}``).
+        steps: how many steps to take, over as many episodes as they make; at least 1.
+        seed: seeds the env's resets and the random actions (NONDETERMINISTIC_RESET resets twice with it).
+        thresholds: a :class:`Thresholds`, or a dict of overrides of its defaults; None: the defaults.
+        run_id: the events' run id; None: ``check-`` and 8 random hex digits.
+        isolate: run the env in a child process (``flow1 check`` does): a call that hangs past its timeout
+            is ENV_HUNG with its stack, one that dies (a signal, an exit) ENV_CRASHED, with every finding
+            made before; the results otherwise those of the in-process check (one implementation, :func:`drive`).
+        make_timeout_s: ``isolate`` only: seconds for the import and construction of the env (None: the
+            default of :data:`flow1_ray.envcheck.isolate.DEFAULT_TIMEOUTS`; 0: no limit).
+        reset_timeout_s: ``isolate`` only: seconds for one ``reset()``; None and 0 as above.
+        step_timeout_s: ``isolate`` only: seconds for one ``step()``; None and 0 as above.
+        start_method: ``isolate`` only: "fork" or "spawn" (the env must then be picklable: an id,
+            "module:attr", a class or a top-level function); None: "fork" on POSIX but macOS while this
+            process runs one thread, else "spawn".
+        audit_reward: also read the env's attributes around every step and judge whether the reward jumps
+            with changes no action caused (REWARD_UNEARNED, :mod:`flow1_ray.checks.env.reward_logic`):
+            it costs a snapshot of ``env.unwrapped`` a step.
 
-    ``env`` is a ``gymnasium.Env``, a registered id, a ``"module:attr"`` path (a class, a
-    factory or an instance) or a zero-argument callable. Returns a :class:`Report`;
-    raises :class:`Flow1InputError` only for input the user got wrong, and
-    :class:`CheckInterrupted` (a KeyboardInterrupt, with the partial report) on Ctrl-C.
+    Returns:
+        The :class:`Report`.
 
-    ``isolate=True`` runs the env in a child process (``flow1 check`` does): the import,
-    the constructor and every call are watched there, so an env that hangs past a timeout
-    (``make_timeout_s`` covers import and construction, ``reset_timeout_s``,
-    ``step_timeout_s``; None: the defaults of :data:`flow1_ray.envcheck.isolate.DEFAULT_TIMEOUTS`;
-    0: no limit) is ENV_HUNG with its stack, and one that dies (a signal, an exit) is
-    ENV_CRASHED, with every finding made before. The results are those of the in-process
-    check: one implementation (:func:`drive`) runs in both. ``start_method``: "fork"
-    (the default on POSIX when this process runs one thread) or "spawn" (else; the env
-    must then be picklable: an id, "module:attr", a class or a top-level function).
+    Raises:
+        Flow1InputError: input the user got wrong (an env that cannot be resolved, ``steps`` < 1, a
+            timeout or ``start_method`` without ``isolate``...).
+        ValueError: an unknown name in a ``thresholds`` dict.
+        CheckInterrupted: Ctrl-C (a KeyboardInterrupt, with the partial report).
     """
     if steps < 1:
         raise Flow1InputError(f"steps must be >= 1, got {steps}")

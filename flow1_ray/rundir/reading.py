@@ -240,11 +240,16 @@ def _why(e: BaseException) -> str:
 
 
 def read_table(path: "str | os.PathLike | Location", kind: str, part_column: bool = False) -> Loaded:
-    """A table of a run directory (``kind``: ``events``, ``metrics``, ``learner`` or
-    ``clusters``; ``path`` may also be that folder, or one part file), with the parts that
-    could not be read named in ``skipped`` instead of raised. A folder that is not there
-    gives an empty table; a path that is not there, or cannot be read at all (no
-    permission, an object store that does not answer), is a Flow1InputError."""
+    """A table of a run directory, the parts that could not be read named in ``skipped``, not raised.
+
+    Args:
+        path: the run directory (a local path or a filesystem URI), its ``kind`` folder or one part file.
+        kind: ``events``, ``metrics``, ``learner`` or ``clusters``; a folder not there: an empty table.
+        part_column: add :data:`PART_COLUMN`, each row's part file name.
+
+    Raises:
+        Flow1InputError: ``path`` is not there or cannot be read at all (no permission, an
+            object store that does not answer)."""
     p = Location(path)
     if not p.exists():
         raise Flow1InputError(f"run directory not found: {p}")
@@ -359,24 +364,37 @@ def _strict(path: "str | os.PathLike | Location", kind: str) -> pa.Table:
 
 
 def load_events(path: str | os.PathLike) -> pa.Table:
-    """The events table of a run directory (or an events folder, or one part file).
-    Raises Flow1InputError (one line) when a part cannot be read;
-    :func:`flow1_ray.rundir.reading.read_table` (``kind="events"``) returns what could be read and
-    names the rest instead."""
+    """The events table of a run directory, whole (:func:`read_table` names what it cannot read).
+
+    Args:
+        path: the run directory (a local path or a filesystem URI), its ``events`` folder or one part file.
+
+    Raises:
+        Flow1InputError: (one line) ``path`` is not there or not readable, or anything of the table
+            could not be read (a part, the folder)."""
     return _strict(path, EVENTS_DIR)
 
 
 def load_metrics(path: str | os.PathLike) -> pa.Table:
-    """The per-iteration metrics table of a run directory (Flow1InputError as load_events)."""
+    """The per-iteration metrics table of a run directory (Flow1InputError as :func:`load_events`).
+
+    Args:
+        path: the run directory (a local path or a filesystem URI), its ``metrics`` folder or a part."""
     return _strict(path, METRICS_DIR)
 
 
 def load_learner(path: str | os.PathLike) -> pa.Table:
     """The learner table of a run directory: per iteration, module and layer, the traced
-    gradient RMS and dormant share, and per module the curve numbers (entropy ratio, KL...)."""
+    gradient RMS and dormant share, and per module the curve numbers (entropy ratio, KL...).
+
+    Args:
+        path: the run directory, its ``learner`` folder or a part (Flow1InputError as :func:`load_events`)."""
     return _strict(path, LEARNER_DIR)
 
 
 def load_clusters(path: str | os.PathLike) -> pa.Table:
-    """The state-cluster rows of a run directory: one row per cluster and snapshot."""
+    """The state-cluster rows of a run directory: one row per cluster and snapshot.
+
+    Args:
+        path: the run directory, its ``clusters`` folder or a part (Flow1InputError as :func:`load_events`)."""
     return _strict(path, CLUSTERS_DIR)

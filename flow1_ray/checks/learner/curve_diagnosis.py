@@ -211,11 +211,20 @@ def diagnose_curves(results: Iterable[Mapping], *, config: Any = None, action_sp
                     thresholds: Thresholds | None = None) -> list[Event]:
     """Every finding of the learner-curve rules over a run's results, in order.
 
-    ``results``: RLlib result dicts (new API stack keys, one ``learners/<module>`` entry per
-    module), as ``algo.train()`` returns them or as Tune writes them to ``result.json``.
-    ``config``: the run's ``AlgorithmConfig`` or its dict; without one, the first result's
-    ``config`` entry is used, and without that the advice has no current values to start from.
-    ``action_space``: a gymnasium space or ``{module_id: space}`` for the entropy maximum."""
+    Args:
+        results: RLlib result dicts, one per iteration (new API stack keys, one ``learners/<module>``
+            entry per module), as ``algo.train()`` returns them or as Tune writes them to ``result.json``.
+        config: the run's ``AlgorithmConfig`` or its dict (the advice's current values, the return's
+            smoothing window, what the exploration, replay and eval rules read); None: the first
+            result's ``config`` entry, and without that the advice has no current values to start from.
+        action_space: a gymnasium space, or ``{module_id: space}``, for the entropy maximum; None: the
+            entropy ratio only where the first reading shows a uniform discrete policy.
+        thresholds: the rules' thresholds; None: the defaults.
+
+    Returns:
+        The findings as :class:`Event` objects, each with its ``iteration``; a rule that fires again
+        for the same module at the same status is not repeated.
+    """
     results = list(results)
     if config is None and results:
         config = results[0].get("config") if isinstance(results[0].get("config"), Mapping) else None
