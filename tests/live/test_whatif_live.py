@@ -123,14 +123,18 @@ def _config(algo: str):
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.algorithms.sac import SACConfig
 
+    # DQN updates once per step sampled: an iteration of its default 1,000 steps is 1,000 updates
+    # (~20 s here); 200 steps is enough to build, restore, read back and train. APPO's iteration
+    # lasts at least its default 10 s; 1 s is enough
     if algo == "DQN":
-        return DQNConfig().environment("CartPole-v1").training(num_steps_sampled_before_learning_starts=64,
-                                                              train_batch_size_per_learner=32)
+        return (DQNConfig().environment("CartPole-v1").reporting(min_sample_timesteps_per_iteration=200)
+                .training(num_steps_sampled_before_learning_starts=64, train_batch_size_per_learner=32))
     if algo == "SAC":
         return (SACConfig().environment("Pendulum-v1").rl_module(model_config={"fcnet_hiddens": [32]})
                 .training(num_steps_sampled_before_learning_starts=64, train_batch_size_per_learner=32))
     if algo == "APPO":   # its Learner is an actor by default: the branch keeps it in its own process
-        return APPOConfig().environment("CartPole-v1").training(train_batch_size_per_learner=200)
+        return (APPOConfig().environment("CartPole-v1").reporting(min_time_s_per_iteration=1)
+                .training(train_batch_size_per_learner=200))
     from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
