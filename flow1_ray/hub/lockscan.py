@@ -318,9 +318,10 @@ def exit_signal_from(tb: str, header: Header | None, killed_by_flow1: bool, had_
     """How the process ended, from what it left behind.
 
     A fatal signal Python can catch leaves faulthandler's report; an exit through the
-    interpreter marks the header EXITING; a graceful stop marks it STOPPED. A process that
-    left none of these was ended by a signal that runs no code: SIGKILL (a kill -9, the
-    OOM killer, or flow1's stall_action="kill") -- inferred, and said so.
+    interpreter marks the header EXITING; a graceful stop marks it STOPPED; an error that left
+    sample() or an os._exit was recorded first (``had_exception``). A process that left none
+    of these ran no exit code: SIGKILL (a kill -9, the OOM killer, flow1's stall_action="kill")
+    or a forced exit from C (ray.kill) -- inferred, and said so.
     """
     for text, sig in _FATAL.items():
         if f"Fatal Python error: {text}" in tb:
@@ -329,6 +330,8 @@ def exit_signal_from(tb: str, header: Header | None, killed_by_flow1: bool, had_
         return {"exit_signal": "SIGKILL", "signal_inferred": False}
     if header is not None and header.state == STOPPED:
         return {"exit_signal": None, "exit": "stopped"}
-    if header is not None and header.state == EXITING or had_exception:
+    if header is not None and header.state == EXITING:
         return {"exit_signal": None, "exit": "interpreter exit"}
+    if had_exception:   # it recorded why it was ending, then ended without its exit code (RLlib's ray.kill)
+        return {"exit_signal": None, "exit": "ended after the error it recorded"}
     return {"exit_signal": "SIGKILL", "signal_inferred": True}

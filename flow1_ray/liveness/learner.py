@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .lockfile import WorkerLiveness
+from .holder import WorkerLiveness
 from .lockdir import job_lock_dir
 
 ATTR = "_flow1_liveness"

@@ -1,6 +1,6 @@
 """What flow1 does inside one EnvRunner: liveness, live contract checks, sends.
 
-- Liveness: a :class:`~flow1_ray.liveness.lockfile.WorkerLiveness` lock for the runner's
+- Liveness: a :class:`~flow1_ray.liveness.holder.WorkerLiveness` lock for the runner's
   whole life; ``sample()`` is wrapped to mark busy/idle, the vector env's ``step`` to stamp
   progress (a few attribute writes per vector step) and to catch what the env raises.
 - Contract checks: a share ``sample_rate`` of the episodes is fed, step by step, to the
@@ -40,13 +40,14 @@ from ..common.names import NAMESPACE
 from ..options import Flow1Options
 from ..common.schema import DEFAULT_MODULE_ID
 from ..checks.own.watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
-from ..liveness.lockfile import NoLiveness, WorkerLiveness
+from ..liveness.holder import NoLiveness, WorkerLiveness
 from ..liveness.lockdir import job_lock_dir
 from ..checks.own.budgets import CheckBudget
 from .sender import Sender
 from .reward_audit import LiveRewardAudit
 from .env_watch import EnvWatch
 from .states import StateSampler
+from .crash_site import crash_site, watch_os_exit
 
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
 JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
@@ -114,6 +115,8 @@ class RunnerAgent(EnvWatch):
         self._crashes: dict[tuple[str, str, str], list] = {}   # (call, exception, frame) -> [count, told, first, last]
         self._last_crash: BaseException | None = None
         self._wrap_runner(env_runner)
+        if not self.local:   # the runner's own process: an os._exit in it is recorded with its caller
+            watch_os_exit(self.liveness.record_cause)
         if off is not None:
             self._send([off])
 
@@ -129,7 +132,12 @@ class RunnerAgent(EnvWatch):
             samples = None
             try:
                 samples = sample(*args, **kwargs)
+                if lv.cause_recorded:   # it raised before and went on: that was not its end
+                    lv.clear_cause()
                 return samples
+            except BaseException as e:   # recorded next to the lock, then re-raised untouched
+                self._sample_raised(e)
+                raise
             finally:
                 t1 = clock()
                 lv.idle()
@@ -153,6 +161,26 @@ class RunnerAgent(EnvWatch):
 
         env_runner.sample = wrapped_sample
         env_runner.stop = wrapped_stop
+
+    def _sample_raised(self, exc: BaseException) -> None:
+        """An exception left ``sample()``: where it came from (the env, a connector, the
+        RLModule, the action sampling, a callback, RLlib), recorded next to the lock before
+        RLlib ends the process, for the WORKER_DIED the probe will write. The env's own
+        exception was recorded (and sent as ENV_CRASHED) by the step wrapper already."""
+        chain, e = [], exc
+        while e is not None and len(chain) < 5:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        if self._last_crash is not None and any(e is self._last_crash for e in chain):
+            return   # RLlib's ``raise RuntimeError from e`` of the env's own: recorded as the env's
+        try:
+            site = crash_site(exc, self.env_runner)
+            site["env_steps"] = self.liveness.steps
+            site["episodes"] = [str(getattr(e, "id_", ""))[:40] for e in
+                                (getattr(self.env_runner, "_episodes", None) or [])[:8] if e is not None]
+            self.liveness.record_cause(site)
+        except Exception:
+            pass
 
     def _sampled(self, seconds: float, steps: int, t0: float, samples: Any) -> None:
         """After each sample() call (it ended at ``t0``, perf_counter), with what it returned:

@@ -18,6 +18,8 @@ from ..checks.env.machine_load import WaitShare
 from ..checks.findings import Finding
 from ..checks.env.rollout import RolloutChecker
 from ..common import codes as C
+from ..checks.run.death_cause import ENV
+from ..liveness.holder import format_exception
 from ..liveness.lockfile import STEP_EMA
 from .reward_audit import LiveRewardAudit, audits_here
 
@@ -161,7 +163,8 @@ class EnvWatch:
             return
         self._last_crash = exc
         try:
-            self.liveness.record_exception(exc)
+            self.liveness.record_cause({**format_exception(exc), "component": ENV, "call": call,
+                                        "env_steps": self.liveness.steps})
             f = crash_finding(call, exc, self.liveness.steps + 1, None,
                               who=f"{self.kind} worker {self.index} (pid {os.getpid()}): ")
             key = (call, f.evidence.get("exception", ""), f.evidence.get("frame", ""))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from flow1_ray.hub.lockscan import LockScanner
-from flow1_ray.liveness.lockfile import WorkerLiveness, holder_pid
+from flow1_ray.liveness.holder import WorkerLiveness
+from flow1_ray.liveness.lockfile import holder_pid
 from flow1_ray.liveness.lockdir import LockDirError, fresh_dir, private_dir, verify_private
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from ...common import codes as C
 from ...common import schema as S
 from ..rule import Rule
+from .death_cause import ENV, cause_clause
 from ...common.events import Event
 
 RULES = (
@@ -138,15 +139,12 @@ class MonitorCore:
         """WORKER_DIED; PASS when the death is the end of an incident already reported: flow1's
         own kill of a stalled runner, or RLlib ending a runner whose env raised
         (``crash_recorded``: the ENV_CRASHED of that process is in the Recorder)."""
-        sig = ch.get("exit_signal")
-        how = (f"signal {sig}{' (inferred: it ran no exit code)' if ch.get('signal_inferred') else ''}" if sig
-               else ch.get("exit", "exited"))
-        exc = ch.get("exception") or {}
-        cause = f"; env.step raised {exc['exception']}: {exc['error']} in {exc['frame']}" if exc else ""
+        exc = ch.get("exception") if isinstance(ch.get("exception"), dict) else {}
+        how, cause = self._how(ch, exc)
         if ch.get("killed_by_flow1"):
             cause += ("; flow1 killed it (stall_action='kill') so that Ray restarts it: the end of the stall "
                       "reported as WORKER_STALLED, not a second incident")
-        follows_crash = bool(exc) and crash_recorded
+        follows_crash = bool(exc) and crash_recorded and (exc.get("component") or ENV) == ENV
         if follows_crash:
             cause += "; RLlib ends a runner whose env raised: the end of the ENV_CRASHED incident, not a second one"
         if ch.get("confirms_node_lost"):
@@ -169,6 +167,24 @@ class MonitorCore:
         if _is_learner(ch):
             msg += "; train() waits on this Learner: RLlib raises, or restarts it when allowed"
         return Event(code, msg, ev, status=C.PASS if known else "", **where)
+
+    @staticmethod
+    def _how(ch: dict, exc: dict) -> tuple[str, str]:
+        """How the process ended and the cause it recorded before it ended (:mod:`.death_cause`):
+        an exit code proves it was no SIGKILL; a death with no record, no fatal signal and no kill
+        of flow1's says "cause not seen" with what is known, never a guess."""
+        sig = ch.get("exit_signal")
+        if exc.get("exit_call"):
+            return f"exited with code {str(exc.get('exit_code'))[:40]}", f"; {cause_clause(exc, ch.get('ts'))}"
+        if sig and ch.get("signal_inferred"):
+            how = "no exit code ran (SIGKILL: a kill -9, the OOM killer; or a forced exit such as ray.kill)"
+        else:
+            how = f"signal {sig}" if sig else str(ch.get("exit", "exited"))
+        if exc:
+            return how, f"; {cause_clause(exc, ch.get('ts'))}"
+        if ch.get("killed_by_flow1") or ch.get("confirms_node_lost") or (sig and not ch.get("signal_inferred")):
+            return how, ""
+        return how, "; cause not seen by flow1 (nothing left sample() or called an exit from Python)"
 
     def _stalled(self, ch: dict, where: dict) -> Event:
         stack = ch.get("stack", "")

@@ -1,0 +1,175 @@
+"""Where inside an EnvRunner's ``sample()`` an exception was raised, read from its traceback
+after the fact: the component (the env, a connector of the env-to-module or module-to-env
+pipeline and which one, the RLModule's forward pass, the action distribution's sampling, a
+callback, RLlib's own code), the innermost frame of the user's code, and an exit's code
+(``sys.exit`` raises SystemExit through ``sample()``; ``os._exit`` runs no Python after it,
+so :func:`watch_os_exit` records its caller before the call).
+
+The classification walks the traceback from the innermost frame outwards and takes the
+first frame whose ``self`` is one of RLlib's component types: a torch ``nn.Linear`` inside a
+user's RLModule is passed over until the RLModule's own ``_forward`` frame; a NaN logit that
+torch's ``Categorical`` refuses is the distribution's, inside RLlib's GetActions connector. It
+runs only on the failing path; the path that does not raise pays for a ``try`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Callable
+
+from ..checks.run.death_cause import (CALLBACK, CONNECTOR, ENV, ENV_TO_MODULE, MODULE_TO_ENV, RAY, RL_MODULE, RLLIB,
+                                     SAMPLING, USER)
+
+_PACKAGES = {Path(p).resolve() for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                                         sysconfig.get_paths()["platlib"]}}
+_OWN = Path(__file__).resolve().parents[1]   # flow1_ray itself
+
+
+def _library(filename: str) -> bool:
+    """A frame of the standard library, of an installed package or of flow1: not the user's
+    own code (an env, a connector or a module written beside the training script)."""
+    try:
+        p = Path(filename).resolve()
+    except (OSError, ValueError):
+        return True
+    return p.is_relative_to(_OWN) or any(p.is_relative_to(root) for root in _PACKAGES)
+
+
+def _frames(tb: TracebackType | None) -> list[tuple[FrameType, int]]:
+    out = []
+    while tb is not None:
+        out.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return out
+
+
+def _where(frame: FrameType, lineno: int) -> str:
+    return f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{lineno})"
+
+
+def _types() -> dict[str, tuple[type, ...]]:
+    """RLlib's (and torch's) component base classes, those that are importable here."""
+    found: dict[str, list[type]] = {SAMPLING: [], RL_MODULE: [], CONNECTOR: [], "pipeline": [], CALLBACK: [], ENV: []}
+    for key, module, name in ((SAMPLING, "ray.rllib.models.distributions", "Distribution"),
+                              (SAMPLING, "torch.distributions", "Distribution"),
+                              (RL_MODULE, "ray.rllib.core.rl_module.rl_module", "RLModule"),
+                              ("pipeline", "ray.rllib.connectors.connector_pipeline_v2", "ConnectorPipelineV2"),
+                              (CONNECTOR, "ray.rllib.connectors.connector_v2", "ConnectorV2"),
+                              (CALLBACK, "ray.rllib.callbacks.callbacks", "RLlibCallback"),
+                              (ENV, "gymnasium", "Env"), (ENV, "gymnasium.vector", "VectorEnv"),
+                              (ENV, "ray.rllib.env.multi_agent_env", "MultiAgentEnv")):
+        mod = sys.modules.get(module)   # only what the runner has loaded: nothing is imported here
+        cls = getattr(mod, name, None) if mod is not None else None
+        if isinstance(cls, type):
+            found[key].append(cls)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _component(frames: list[tuple[FrameType, int]], runner: Any) -> tuple[str, str, str]:
+    """(component, the object's class, the pipeline) of the innermost frame that belongs to one."""
+    types = _types()
+    pipes = {id(getattr(runner, "_env_to_module", None)): ENV_TO_MODULE,
+             id(getattr(runner, "_module_to_env", None)): MODULE_TO_ENV}
+    for i in range(len(frames) - 1, -1, -1):
+        frame = frames[i][0]
+        obj = frame.f_locals.get("self")
+        if frame.f_code.co_name == "make_callback" and frame.f_code.co_filename.endswith(
+                os.path.join("rllib", "callbacks", "utils.py")):
+            return CALLBACK, "", ""
+        if obj is None:
+            continue
+        for key in (SAMPLING, RL_MODULE, CALLBACK, ENV):
+            if types[key] and isinstance(obj, types[key]):
+                return key, type(obj).__name__, ""
+        if types["pipeline"] and isinstance(obj, types["pipeline"]):
+            return pipes.get(id(obj), CONNECTOR), "", ""
+        if types[CONNECTOR] and isinstance(obj, types[CONNECTOR]):
+            pipe = next((pipes.get(id(f.f_locals.get("self")), "") for f, _ in reversed(frames[:i])
+                         if types["pipeline"] and isinstance(f.f_locals.get("self"), types["pipeline"])), "")
+            return pipe or CONNECTOR, type(obj).__name__, pipe
+    return RLLIB, "", ""
+
+
+def crash_site(exc: BaseException, runner: Any = None, depth: int = 0) -> dict[str, Any]:
+    """Where ``exc`` was raised, as evidence: ``component`` (one of :data:`COMPONENTS`),
+    ``component_class`` (the connector's, module's or distribution's class), ``frame`` (the
+    innermost frame of the user's code, else the innermost frame), ``raised_at`` (the
+    innermost frame) and, for ``SystemExit``, ``exit_code`` and ``exit_call``.
+
+    Args:
+        exc: the exception that left ``sample()``.
+        runner: the EnvRunner it left (its connector pipelines tell env-to-module from
+            module-to-env); None: a connector is named without its pipeline.
+        depth: how many explicit causes (``raise ... from e``) were followed to get here.
+    """
+    frames = _frames(exc.__traceback__)
+    try:
+        component, cls, _ = _component(frames, runner)
+    except Exception:   # a frame's locals that cannot be read: the site stays unknown, never a guess
+        component, cls = RLLIB, ""
+    user = next(((f, n) for f, n in reversed(frames) if not _library(f.f_code.co_filename)), None)
+    inner = frames[-1] if frames else None
+    out: dict[str, Any] = {
+        "exception": type(exc).__name__, "error": str(exc)[:500], "component": component,
+        "component_class": cls,
+        "frame": _where(*user) if user else _where(*inner) if inner else "?",
+        "raised_at": _where(*inner) if inner else "?",
+        "user_frame": user is not None,
+    }
+    cause = exc.__cause__   # RLlib re-raises some as ``raise RuntimeError from e``: the cause is the news
+    if component == RLLIB and cause is not None and cause is not exc and depth < 4:
+        inner = crash_site(cause, runner, depth + 1)
+        if inner["component"] != RLLIB:
+            return {**inner, "wrapped_by": f"{out['exception']} in {out['raised_at']}"}
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        out.update(exit_call="sys.exit", exit_code=code if isinstance(code, int) or code is None else str(code)[:200])
+    return out
+
+
+def watch_os_exit(record: Callable[[dict[str, Any]], Any]) -> Callable[[], None]:
+    """Put a recorder in front of ``os._exit`` in this process: the exit code and the frame
+    that called it are recorded (:func:`record`, next to the lock) before the process ends,
+    since ``os._exit`` runs no Python after it. Returns the function that puts it back.
+
+    Args:
+        record: called with the exit's evidence (``exit_call``, ``exit_code``, ``component``,
+            ``frame``); whatever it raises is swallowed, and the exit goes on.
+    """
+    original = os._exit
+
+    def _exit(code: int) -> None:
+        try:
+            caller = sys._getframe(1)
+            chain: list[FrameType] = []
+            f: FrameType | None = caller
+            while f is not None and len(chain) < 64:
+                chain.append(f)
+                f = f.f_back
+            user = next((f for f in chain if not _library(f.f_code.co_filename)), None)
+            ray_code = "/ray/" in caller.f_code.co_filename.replace(os.sep, "/")
+            at = user or caller
+            record({"exception": "", "error": "", "exit_call": "os._exit", "exit_code": code,
+                    "component": ENV if _in_env(chain) else RAY if ray_code else USER,
+                    "frame": _where(at, at.f_lineno), "raised_at": _where(caller, caller.f_lineno),
+                    "user_frame": user is not None})
+        except BaseException:
+            pass
+        original(code)
+
+    os._exit = _exit
+
+    def restore() -> None:
+        if os._exit is _exit:
+            os._exit = original
+
+    return restore
+
+
+def _in_env(chain: list[FrameType]) -> bool:
+    env = _types()[ENV]
+    return bool(env) and any(isinstance(f.f_locals.get("self"), env) for f in chain)

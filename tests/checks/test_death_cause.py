@@ -1,0 +1,46 @@
+"""A runner's WORKER_DIED from what its probe found: the cause the runner recorded before it
+ended (its component, its frame, an exit code), Ray's words as detail, and "cause not seen"
+where flow1 saw none -- never a guess."""
+
+from __future__ import annotations
+
+from flow1_ray.checks.run.incidents import MonitorCore
+from flow1_ray.common import codes as C
+
+
+def _died(**ch):
+    core = MonitorCore("run", 5.0, "none")
+    base = {"key": "K", "worker_index": 1, "pid": 9, "ts": 1000.0, "kind": "died", "last_heartbeat_age_s": 0.4}
+    return core.died_event({**base, **ch}, {"worker_index": 1, "pid": 9}, {"ray_exit_type": "SYSTEM_ERROR"},
+                           crash_recorded=True)
+
+
+def test_a_connectors_exception_is_the_cause_and_rays_exit_type_only_detail():
+    e = _died(exit="ended after the error it recorded", exception={
+        "component": "module-to-env connector", "component_class": "ActionRemap", "exception": "KeyError",
+        "error": "'left'", "frame": "__call__ (conn.py:12)", "ts": 999.5})
+    assert e.status == C.FAIL, "the death is the finding: no ENV_CRASHED came before it"
+    assert e.message == ("train worker 1 (pid 9) died: ended after the error it recorded; the module-to-env "
+                         "connector ActionRemap raised KeyError: 'left' in __call__ (conn.py:12); Ray: SYSTEM_ERROR; "
+                         "last heartbeat 0.40 s before")
+
+
+def test_an_exit_code_is_said_and_proves_no_sigkill():
+    e = _died(exit_signal="SIGKILL", signal_inferred=True, exception={
+        "component": "env", "exit_call": "os._exit", "exit_code": 3, "frame": "step (sim.py:40)", "ts": 999.9})
+    assert "died: exited with code 3; the env called os._exit(3) in step (sim.py:40)" in e.message
+    assert "SIGKILL" not in e.message
+
+
+def test_a_death_with_no_record_says_cause_not_seen_and_what_is_known():
+    e = _died(exit_signal="SIGKILL", signal_inferred=True)
+    assert "no exit code ran (SIGKILL: a kill -9, the OOM killer; or a forced exit such as ray.kill)" in e.message
+    assert "cause not seen by flow1" in e.message and e.status == C.FAIL
+    seg = _died(exit_signal="SIGSEGV", signal_inferred=False)
+    assert "signal SIGSEGV" in seg.message and "cause not seen" not in seg.message
+
+
+def test_the_envs_own_crash_stays_one_incident_with_its_env_crashed():
+    e = _died(exit="interpreter exit", exception={"exception": "ValueError", "error": "boom", "frame": "step (e.py:1)"})
+    assert "env.step raised ValueError: boom in step (e.py:1)" in e.message
+    assert e.status == C.PASS and "not a second one" in e.message

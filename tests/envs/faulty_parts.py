@@ -1,0 +1,91 @@
+"""Parts of an RLlib run, other than the env's step, that fail on a rare call inside an
+EnvRunner's ``sample()``: a user's env-to-module and module-to-env connector, an RLModule whose
+forward pass raises, a callback that raises, and an env that ends its process with
+``os._exit(3)``. Each counts its calls in its own process and fails at the ``at``-th, so a
+runner trains a little before it dies (and its replacement, counting again, lives as long)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import gymnasium as gym
+from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+
+CALLS: Counter = Counter()   # per process
+
+
+def _count(name: str) -> int:
+    CALLS[name] += 1
+    return CALLS[name]
+
+
+class FeatureLookup(ConnectorV2):
+    """An env-to-module connector that looks a feature up and one day does not find it."""
+
+    def __init__(self, *args: Any, at: int = 300, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.at = at
+
+    def __call__(self, *, batch: Any, **kwargs: Any) -> Any:
+        if _count("feature_lookup") == self.at:
+            raise ValueError("feature lookup failed: key 'speed' missing")
+        return batch
+
+
+class ActionRemap(ConnectorV2):
+    """A module-to-env connector that maps actions through a table missing one entry."""
+
+    def __init__(self, *args: Any, at: int = 300, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.at = at
+
+    def __call__(self, *, batch: Any, **kwargs: Any) -> Any:
+        if _count("action_remap") == self.at:
+            table: dict[str, int] = {}
+            return table["left"]
+        return batch
+
+
+def feature_lookup(env: Any = None, spaces: Any = None, device: Any = None) -> FeatureLookup:
+    return FeatureLookup(at=300)
+
+
+def action_remap(env: Any = None, spaces: Any = None, device: Any = None) -> ActionRemap:
+    return ActionRemap(at=300)
+
+
+def agent_to_policy(agent_id: Any, *args: Any, **kwargs: Any) -> str:
+    return f"p{agent_id}"
+
+
+class RareInputModule(DefaultPPOTorchRLModule):
+    """PPO's default module whose exploration forward pass raises on a rare call (the Learner's
+    training forward pass is left alone)."""
+
+    def _forward(self, batch: dict, **kwargs: Any) -> dict:
+        if _count("forward") == 300:
+            raise RuntimeError("embedding index out of range: observation bucket 97 >= 96")
+        return super()._forward(batch, **kwargs)
+
+
+def raising_on_episode_step(*, episode: Any = None, **kwargs: Any) -> None:
+    """A user's on_episode_step callback that fails on a rare step."""
+    if _count("on_episode_step") == 300:
+        raise ZeroDivisionError("reward shaping: division by zero in the user's callback")
+
+
+class ExitsCartPole(gym.Wrapper):
+    """CartPole whose step calls ``os._exit(3)`` on its ``exit_at_step``-th step (a simulator
+    binding that ends the process on an internal error)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.exit_at = int((config or {}).get("exit_at_step", 300))
+
+    def step(self, action: Any) -> Any:
+        if _count("exits_step") == self.exit_at:
+            os._exit(3)
+        return self.env.step(action)
