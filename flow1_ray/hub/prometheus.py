@@ -26,6 +26,7 @@ RESTARTS = "flow1_worker_restarts"
 EVENTS = "flow1_events"
 SAMPLES_DROPPED = "flow1_samples_dropped"
 STATE_SNAPSHOTS = "flow1_state_snapshots"
+DEATHS = "flow1_worker_deaths"
 DEFINITIONS = {
     WORKERS: ("gauge", ("run", "state"), "the run's EnvRunners by state (alive, dead, stalled)"),
     LEARNERS: ("gauge", ("run", "state"), "the run's Learner actors by state (alive, dead, stalled)"),
@@ -33,6 +34,8 @@ DEFINITIONS = {
     EVENTS: ("counter", ("run", "status", "code"), "WARN and FAIL findings recorded, by code"),
     SAMPLES_DROPPED: ("gauge", ("run",), "diagnostic batches dropped under back-pressure so far"),
     STATE_SNAPSHOTS: ("gauge", ("run",), "state-cluster snapshots taken so far"),
+    DEATHS: ("gauge", ("run", "component"), "deaths of the run's workers so far, by what each is charged to "
+             "(env, a connector, RLModule forward, action sampling, callback, RLlib, fatal signal, not seen...)"),
 }
 #: the series as Prometheus sees them
 SERIES = {name: "ray_" + name + ("_total" if kind == "counter" else "") for name, (kind, _, _) in DEFINITIONS.items()}
@@ -66,6 +69,8 @@ class RunMetrics:
             self._m[RESTARTS].set(int(monitor.get("restarts", 0)), tags=run)
             self._m[SAMPLES_DROPPED].set(int(recorder.get("samples_dropped", 0)), tags=run)
             self._m[STATE_SNAPSHOTS].set(int(recorder.get("snapshots", 0)), tags=run)
+            for component, n in (monitor.get("deaths_by_component") or {}).items():
+                self._m[DEATHS].set(int(n), tags={**run, "component": str(component)})
             for key, total in (recorder.get("by_status_code") or {}).items():
                 status, code = key.split(":", 1)
                 new = int(total) - self._counted.get((status, code), 0)

@@ -44,3 +44,18 @@ def test_the_envs_own_crash_stays_one_incident_with_its_env_crashed():
     e = _died(exit="interpreter exit", exception={"exception": "ValueError", "error": "boom", "frame": "step (e.py:1)"})
     assert "env.step raised ValueError: boom in step (e.py:1)" in e.message
     assert e.status == C.PASS and "not a second one" in e.message
+
+
+def test_deaths_are_counted_by_what_each_is_charged_to_and_a_restarted_hub_counts_them_again():
+    core = MonitorCore("run", 5.0, "none")
+    base = {"worker_index": 1, "ts": 1.0, "kind": "died"}
+    deaths = [{**base, "key": "A", "pid": 1, "exception": {"component": "env-to-module connector"}},
+              {**base, "key": "B", "pid": 2, "exception": {"exception": "ValueError"}},   # an env's, before components
+              {**base, "key": "C", "pid": 3, "exit_signal": "SIGSEGV", "signal_inferred": False},
+              {**base, "key": "D", "pid": 4, "exit_signal": "SIGKILL", "signal_inferred": True}]
+    events = core.events_for("node", deaths)
+    want = {"env-to-module connector": 1, "env": 1, "fatal signal": 1, "not seen": 1}
+    assert core.status()["deaths_by_component"] == want
+    again = MonitorCore("run", 5.0, "none")
+    again.rebuild(events)
+    assert again.status()["deaths_by_component"] == want

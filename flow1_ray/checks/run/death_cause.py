@@ -64,3 +64,24 @@ def cause_clause(site: dict[str, Any], died_at: float | None) -> str:
     if isinstance(ts, (int, float)) and isinstance(died_at, (int, float)) and died_at - ts > STALE_S:
         text = f"the last it recorded, {died_at - ts:.0f} s before the death: {text}"
     return text
+
+
+def death_component(death: dict[str, Any]) -> str:
+    """What a death is charged to, for the death counter's label: the recorded component
+    (:data:`COMPONENTS`), else ``fatal signal``, ``flow1 stall kill``, ``node lost``, or ``not seen``.
+
+    Args:
+        death: the probe's death record (or a WORKER_DIED's evidence): ``exception``,
+            ``exit_signal``, ``signal_inferred``, ``killed_by_flow1``, ``confirms_node_lost``.
+    """
+    exc = death.get("exception")
+    if isinstance(exc, dict) and exc:
+        comp = exc.get("component") or ENV
+        return comp if comp in COMPONENTS else "not seen"
+    if death.get("killed_by_flow1"):
+        return "flow1 stall kill"
+    if death.get("confirms_node_lost") or death.get("node_lost"):
+        return "node lost"
+    if death.get("exit_signal") and not death.get("signal_inferred"):
+        return "fatal signal"
+    return "not seen"

@@ -15,7 +15,7 @@ from typing import Any
 from ...common import codes as C
 from ...common import schema as S
 from ..rule import Rule
-from .death_cause import ENV, cause_clause
+from .death_cause import ENV, cause_clause, death_component
 from ...common.events import Event
 
 RULES = (
@@ -73,6 +73,7 @@ class MonitorCore:
         self.workers: dict[str, dict] = {}   # by runner key
         self.restarts = 0
         self.deaths = 0
+        self.deaths_by: dict[str, int] = {}   # what each death is charged to (death_component)
         self.stalls = 0
         self.probe_errors: list[str] = []
         self.stopping = False   # algo.stop() has begun: RLlib ends the Learners and runners
@@ -102,6 +103,8 @@ class MonitorCore:
             w["status"] = status
         if kind == "died":
             w["died_at"] = ch["ts"]
+            comp = death_component(ch)
+            self.deaths_by[comp] = self.deaths_by.get(comp, 0) + 1
         self.restarts += kind == "restarted"
         self.deaths += kind == "died"
         self.stalls += kind == "stalled"
@@ -221,6 +224,8 @@ class MonitorCore:
                 self.restarts += 1
             elif e.code in (C.WORKER_DIED, C.LEARNER_DIED):
                 self.deaths += 1
+                comp = death_component(e.evidence)
+                self.deaths_by[comp] = self.deaths_by.get(comp, 0) + 1
             elif e.code in (C.WORKER_STALLED, C.LEARNER_STALLED):
                 self.stalls += 1
         return self.workers
@@ -233,5 +238,6 @@ class MonitorCore:
             into = learners if w.get("role") == "learner" else by
             state = w.get("status", S.ALIVE)
             into[state] = into.get(state, 0) + 1
-        return {**by, "learners": learners, "restarts": self.restarts, "deaths": self.deaths, "stalls": self.stalls,
+        return {**by, "learners": learners, "restarts": self.restarts, "deaths": self.deaths,
+                "deaths_by_component": dict(self.deaths_by), "stalls": self.stalls,
                 "workers": list(self.workers.values()), "probe_errors": self.probe_errors[-5:]}
