@@ -16,6 +16,10 @@ GCS_LOOKUP_WAIT_S = 0.1
 #: the most a death waits for Ray's exit detail in all: a GCS that is slow to answer (a long
 #: session's worker table, a busy head) delays the detail, never the WORKER_DIED itself
 GCS_LOOKUP_DEADLINE_S = 2.0
+#: the most it waits when every death of the batch carries the cause its process recorded:
+#: flow1's cause is the news and Ray's words only detail, so the WORKER_DIED goes out at once
+#: (within the half second a user watching the console expects) with or without them
+GCS_LOOKUP_CAUSED_S = 0.3
 
 
 def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
@@ -44,10 +48,16 @@ class ExitLookup:
     def __init__(self) -> None:
         self._lookup: threading.Thread | None = None   # the last lookup's thread
 
-    def details(self, pids: set[int]) -> dict[int, dict]:
+    def details(self, pids: set[int], deadline_s: float = GCS_LOOKUP_DEADLINE_S) -> dict[int, dict]:
         """Ray's exit detail of ``pids``, retried while the GCS has not recorded them yet, on a
-        thread of its own bounded by :data:`GCS_LOOKUP_DEADLINE_S` (a lookup still running
-        from an earlier death is not doubled: those deaths are reported without the detail)."""
+        thread of its own bounded by ``deadline_s`` (a lookup still running from an earlier
+        death is not doubled: those deaths are reported without the detail).
+
+        Args:
+            pids: the dead processes.
+            deadline_s: the most this call waits (:data:`GCS_LOOKUP_DEADLINE_S`, or
+                :data:`GCS_LOOKUP_CAUSED_S` when the deaths carry their own cause).
+        """
         details: dict[int, dict] = {}
         lock = threading.Lock()
 
@@ -67,10 +77,10 @@ class ExitLookup:
             return {pid: {"ray_exit_lookup_error": "the GCS has not answered an earlier lookup"} for pid in pids}
         self._lookup = threading.Thread(target=lookup, daemon=True, name="flow1-exit-detail")
         self._lookup.start()
-        self._lookup.join(GCS_LOOKUP_DEADLINE_S)
+        self._lookup.join(deadline_s)
         with lock:
             got = dict(details)
         for pid in pids - set(got):
             if self._lookup.is_alive():
-                got[pid] = {"ray_exit_lookup_error": f"no answer from the GCS within {GCS_LOOKUP_DEADLINE_S:g} s"}
+                got[pid] = {"ray_exit_lookup_error": f"no answer from the GCS within {deadline_s:g} s"}
         return got

@@ -73,7 +73,8 @@ class HubCore:
         self.recorder = RecorderService(run_dir, run_id, opts["flush_interval_s"], opts, job_id=job_id)
         self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
                                       opts["probe_interval_s"], opts["heartbeat_interval_s"],
-                                      opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded)
+                                      opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded,
+                                      findings_of=self.recorder.findings_of)
         if restarted:
             self._rebuild(run_id)
         if opts["state_actions"]:  # heatmaps will come (from here or a GPU clusterer)

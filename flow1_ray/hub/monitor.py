@@ -20,7 +20,7 @@ from ..common import schema as S
 from ..common.events import Event
 from ..checks.own.watchers import CONTENTION, PROBE, error_line, watcher_off
 from ..checks.run.incidents import MonitorCore, _who
-from .exits import ExitLookup
+from .exits import GCS_LOOKUP_CAUSED_S, GCS_LOOKUP_DEADLINE_S, ExitLookup
 from .nodes import NodeWatch
 
 #: how often the monitor compares the probed nodes with the cluster's alive nodes
@@ -38,19 +38,21 @@ class MonitorService(MonitorCore):
     once (WATCHER_OFF).
 
     ``send(events)`` hands events to the Recorder; ``crash_recorded(pid)`` asks it whether
-    that process's ENV_CRASHED is recorded (one incident, one finding).
+    that process's ENV_CRASHED is recorded (one incident, one finding); ``findings_of(pid)``
+    for that process's last findings (a death's likely origin).
     """
 
     def __init__(self, run_id: str, job_id: str, stall_timeout_s: float, stall_action: str,
                  probe_interval_s: float, heartbeat_interval_s: float, thresholds: dict | None,
-                 send: Callable[[list[Event]], Any], crash_recorded: Callable[[int], bool]) -> None:
+                 send: Callable[[list[Event]], Any], crash_recorded: Callable[[int], bool],
+                 findings_of: Callable[[int], list] | None = None) -> None:
         import ray
 
         from ..checks.thresholds import DEFAULT
         from ..checks.run.contention import ContentionCore
 
         super().__init__(run_id, stall_timeout_s, stall_action)
-        self._send_events, self._crash_recorded_at = send, crash_recorded
+        self._send_events, self._crash_recorded_at, self._findings_of = send, crash_recorded, findings_of
         self.job_id = job_id
         self.node_id = ray.get_runtime_context().get_node_id()
         self.probe_interval = probe_interval_s
@@ -68,6 +70,8 @@ class MonitorService(MonitorCore):
         self._probes_lock = threading.Lock()
         threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
         threading.Thread(target=self._node_loop, daemon=True, name="flow1-nodes").start()
+        self._summaries: queue.Queue = queue.Queue(maxsize=64)   # probe summaries for the contention judge
+        threading.Thread(target=self._contention_loop, daemon=True, name="flow1-contention").start()
 
     def off(self, watcher: str, what: str, error: BaseException | str, unseen: str, **where: Any) -> None:
         """WATCHER_OFF, once per watcher and subject."""
@@ -149,17 +153,19 @@ class MonitorService(MonitorCore):
 
     def _death_loop(self) -> None:
         """Deaths wait here for Ray's exit detail (the GCS records a death a moment after
-        the kernel released the lock), one worker-table read per round for all of them;
-        the table and the counts were updated when the probe reported."""
+        the kernel released the lock), one worker-table read per round for all of them: at most
+        0.3 s when each carries the cause its process recorded, 2 s when Ray's words are all
+        there is; the table and the counts were updated when the probe reported."""
         while True:
             batch = [self._deaths.get()]
             try:
                 while not self._deaths.empty():
                     batch.append(self._deaths.get_nowait())
                 pids = {ch["pid"] for _, ch, _ in batch}
-                details = self._exits.details(pids)
-                self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch))
-                            for _, ch, where in batch])
+                caused = all(isinstance(ch.get("exception"), dict) and ch["exception"] for _, ch, _ in batch)
+                details = self._exits.details(pids, GCS_LOOKUP_CAUSED_S if caused else GCS_LOOKUP_DEADLINE_S)
+                self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch),
+                                            self._prior(ch)) for _, ch, where in batch])
             except Exception as e:  # this batch's deaths are reported bare; the loop goes on
                 self.off(PROBE, "deaths being reported", e, "the exit detail of some deaths")
 
@@ -262,6 +268,13 @@ class MonitorService(MonitorCore):
         except Exception:
             return False
 
+    def _prior(self, ch: dict) -> list[dict]:
+        """The dead process's last findings in the Recorder (none when it cannot say)."""
+        try:
+            return list(self._findings_of(ch["pid"])) if self._findings_of is not None else []
+        except Exception:
+            return []
+
     def _send(self, events: list[Event]) -> None:
         if not events:
             return
@@ -287,13 +300,24 @@ class MonitorService(MonitorCore):
                     events += self.events_for(node_id, [ch])
             except Exception as e:  # a fire-and-forget call would lose this silently: keep it
                 self.probe_errors.append(f"events: {type(e).__name__}: {e}")
-        if self.contention is not None:
+        try:   # judged on its own thread: a slow judgement never delays the next scan
+            self._summaries.put_nowait((node_id, summary))
+        except queue.Full:   # the judge is behind: this summary is skipped, the next one is as good
+            pass
+        self._send(events)
+
+    def _contention_loop(self) -> None:
+        """Contention and memory trends from the probes' summaries, on a thread of its own (the
+        first leak judgement imports SciPy: seconds a probe's next scan must not wait)."""
+        while True:
+            node_id, summary = self._summaries.get()
+            if self.contention is None:
+                continue
             try:
-                events += self.contention.observe(node_id, summary)
+                self._send(self.contention.observe(node_id, summary))
             except Exception as e:  # a judgement that fails is switched off, and said
                 self.contention = None
                 self.off(CONTENTION, "every node", e, "resource contention and memory leaks")
-        self._send(events)
 
     def set_stopping(self) -> bool:
         """``algo.stop()`` begins (the driver says so before RLlib ends its actors)."""

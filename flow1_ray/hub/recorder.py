@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from typing import Any
 
 import pyarrow as pa
@@ -28,6 +28,10 @@ from .heatmaps import HeatmapWriter
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
 LINES_KEPT = 10_000
 DROP_EVENT_EVERY_S = 30.0
+#: the WARN/FAIL findings kept per process for its death's likely origin (the last few of the
+#: most recent processes: a long run's restarts do not grow it)
+FINDINGS_PER_PID = 4
+PIDS_KEPT = 2048
 HEATMAP_DRAIN_S = 20.0       # close() waits at most this long for queued heatmaps
 MIN_FLUSH_GAP_S = 0.5        # a WARN/FAIL or a metric row is written within this, not flush_interval_s
 
@@ -66,6 +70,7 @@ class RecorderCore:
         self._drop_event_at: dict[str, float] = {}
         self.flushes = 0
         self.crashed_pids: set[int] = set()   # processes whose env raised (ENV_CRASHED recorded)
+        self.findings_by_pid: OrderedDict[int, deque] = OrderedDict()   # a death's likely origin
         self.watchers_off: list[str] = []     # what flow1 does not watch (WATCHER_OFF events' "what")
         self.write_failures = 0               # flushes that could not write everything (rows kept)
         self._writing_off = False             # a WATCHER_OFF for the Recorder is out (until a write works)
@@ -99,6 +104,12 @@ class RecorderCore:
             self.by_status_code[f"{e.status}:{e.code}"] += 1
         if e.code == C.ENV_CRASHED and e.pid is not None:
             self.crashed_pids.add(int(e.pid))
+        if e.status in (C.WARN, C.FAIL) and e.pid is not None:
+            kept = self.findings_by_pid.setdefault(int(e.pid), deque(maxlen=FINDINGS_PER_PID))
+            self.findings_by_pid.move_to_end(int(e.pid))
+            kept.append({"code": e.code, "status": e.status, "ts": e.ts.timestamp(), "message": e.message[:300]})
+            while len(self.findings_by_pid) > PIDS_KEPT:
+                self.findings_by_pid.popitem(last=False)
         if e.code == C.WATCHER_OFF:
             what = str(e.evidence.get("what") or e.message)[:200]
             if what not in self.watchers_off and len(self.watchers_off) < 100:
@@ -281,6 +292,12 @@ class RecorderCore:
         it reports the death that follows: one incident, one finding)."""
         with self._lock:
             return int(pid) in self.crashed_pids
+
+    def findings_of(self, pid: int) -> list[dict[str, Any]]:
+        """The last WARN/FAIL findings of this process, oldest first (``code``, ``status``,
+        ``ts``, ``message``): the monitor names one as a death's likely origin."""
+        with self._lock:
+            return list(self.findings_by_pid.get(int(pid), ()))
 
     def lines_since(self, cursor: int) -> tuple[list[str], int]:
         """Log lines after ``cursor`` (a sequence number) and the new cursor."""

@@ -6,7 +6,13 @@ A Learner is *busy* from ``before_gradient_based_update`` to ``after_gradient_ba
 (RLlib calls both from ``Learner.update`` on the instance, so wrapping them there works for
 every algorithm) and makes *progress* at each ``compute_gradients``; busy with no progress
 for ``stall_timeout_s`` is a stall (a stuck collective, a loss that never returns). Between
-updates it is idle, however long the EnvRunners take. Installed with the tracing through
+updates it is idle, however long the EnvRunners take.
+
+An exception that leaves the update's parts (the learner connector's batch, the forward pass
+and loss in ``_update``, the hooks around them) is recorded next to the lock with its
+component and frame before it goes on to RLlib untouched, and so is an ``os._exit``: the
+Learner's death, when it comes, says why (LEARNER_DIED). Ray calls the actor's ``update``
+through the class, not the instance, so the parts it calls through ``self`` are wrapped. Installed with the tracing through
 ``foreach_learner`` (:mod:`flow1_ray.driver.learner_watch`); a Learner in the driver
 (``num_learners=0``) is the driver's, watched by the driver watchdog instead.
 """
@@ -14,8 +20,10 @@ updates it is idle, however long the EnvRunners take. Installed with the tracing
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
+from .crash_site import crash_site, watch_os_exit
 from .holder import WorkerLiveness
 from .lockdir import job_lock_dir
 
@@ -41,8 +49,8 @@ def attach(learner: Any, rank: int, heartbeat_interval_s: float, stall_timeout_s
                         heartbeat_interval_s=min(heartbeat_interval_s, WATCHDOG_TICK_S, stall_timeout_s / 8),
                         stall_timeout_s=stall_timeout_s, arm_faulthandler=True)
     lv.key = actor_id
-    before, after, grads = (learner.before_gradient_based_update, learner.after_gradient_based_update,
-                            learner.compute_gradients)
+    before, after, grads = (_recording(lv, learner, learner.before_gradient_based_update),
+                            _recording(lv, learner, learner.after_gradient_based_update), learner.compute_gradients)
 
     def before_update(*args: Any, **kwargs: Any) -> Any:
         lv.busy()
@@ -50,9 +58,12 @@ def attach(learner: Any, rank: int, heartbeat_interval_s: float, stall_timeout_s
 
     def after_update(*args: Any, **kwargs: Any) -> Any:
         try:
-            return after(*args, **kwargs)
+            out = after(*args, **kwargs)
         finally:
             lv.idle()
+        if lv.cause_recorded:   # an update went through after the recorded error: it was not the end
+            lv.clear_cause()
+        return out
 
     def compute_gradients(*args: Any, **kwargs: Any) -> Any:
         lv.step_begin()
@@ -64,8 +75,32 @@ def attach(learner: Any, rank: int, heartbeat_interval_s: float, stall_timeout_s
     learner.before_gradient_based_update = before_update
     learner.after_gradient_based_update = after_update
     learner.compute_gradients = compute_gradients
+    for name in ("_create_iterator_if_necessary", "_update"):   # the learner connector; forward and loss
+        if callable(getattr(learner, name, None)):
+            setattr(learner, name, _recording(lv, learner, getattr(learner, name)))
+    watch_os_exit(lv.record_cause)
     setattr(learner, ATTR, lv)
     return actor_id
+
+
+def _recording(lv: WorkerLiveness, learner: Any, fn: Any) -> Any:
+    """``fn`` with the exception that leaves it recorded (once, at the innermost wrapper it
+    crosses: the outer ones see the same object within the same moment) and re-raised
+    untouched; no reference to it is kept (its frames hold the batch)."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            seen = getattr(lv, "recorded_exc", (0, 0.0))
+            if seen[0] != id(exc) or time.monotonic() - seen[1] > 1.0:
+                lv.recorded_exc = (id(exc), time.monotonic())
+                try:
+                    lv.record_cause(crash_site(exc, learner))
+                except Exception:   # the record is evidence: its failure never changes the error
+                    pass
+            raise
+
+    return call
 
 
 def learner_keys(algorithm: Any) -> list[str]:

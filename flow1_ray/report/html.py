@@ -61,6 +61,7 @@ td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixela
 <table class="findings"><tr><th>time (UTC)</th><th>status</th><th>code</th><th>where</th><th>message</th></tr>
 {% for e in events %}<tr class="{{ e.status }}"><td>{{ e.ts }}</td><td>{{ e.status }}</td><td><a href="#{{ e.anchor }}">{{ e.code }}</a></td>
 <td>{{ e.where }}</td><td>{{ e.message }}
+{% for c in e.led_to %}<p class="led-to">led to: {{ c }}</p>{% endfor %}
 {% if e.knobs %}<ul>{% for k in e.knobs %}<li><code>{{ k.line }}</code> ({{ k.knob }} {{ k.current }} &rarr; {{ k.value }}: {{ k.why }})</li>{% endfor %}</ul>{% endif %}
 <details><summary>evidence</summary><pre>{{ e.evidence }}</pre>
 <p class="muted">What {{ e.code }} means: <a href="#{{ e.anchor }}">below</a>; in flow1's docs, <code>{{ e.reference }}</code>.</p></details></td></tr>{% endfor %}

@@ -12,6 +12,7 @@ from ..common.events import Event, jsonable, one_line
 from ..rundir.runrecord import RUN_JSON
 from ..common.schema import EVIDENCE_DIR
 from ..rundir.store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
+from ..checks.run.death_cause import consequences, led_to
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
 NOT_JUDGED = "NOT JUDGED"
@@ -317,10 +318,12 @@ class Report:
         if gaps:
             lines += ["Gaps (what flow1 did not see whole):", ""] + [f"- {md(g)}" for g in gaps] + [""]
         lines += ["| time (UTC) | module | status | code | evidence |", "|---|---|---|---|---|"]
+        by_origin = consequences(self.events)
         for e in self.events:
             if e.status != C.PASS or e.advisory:
+                after = "".join(f" (led to: {c})" for c in led_to(e, by_origin))
                 lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {md(e.module)} | {md(e.status)} | {md(e.code)} | "
-                             f"{md(e.message)} |")
+                             f"{md(e.message + after)} |")
         codes = dict.fromkeys(e.code for e in self.events if e.status != C.PASS or e.advisory)
         if codes:
             lines += ["", "What the codes mean, in flow1's docs: "

@@ -129,6 +129,7 @@ def cause_block(f: RunFollower) -> list:
                 + (f" · x{r['count']}" if r["count"] > 1 else "")]
         out.append(html.Article(className=f"finding f-{r['status']}", children=[
             html.Div(head, className="head"), html.Div(r["message"], className="msg"),
+            *[html.Div(f"led to: {c}", className="led-to") for c in r.get("led_to", [])],
             html.Details([html.Summary("evidence"), html.Pre(r["evidence"]),
                           html.P([f"What {r['code']} means" + (f" (raised when {m['trigger']})" if m["trigger"] else "")
                                   + ": flow1's docs, ", html.Code(r["reference"])], className="muted reference")])]))

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from ..common import codes as C
 from ..common import schema as S
 from ..common.events import Event
+from ..checks.run.death_cause import consequences, led_to
 
 #: event codes that change a worker's state, for the worker timeline
 TIMELINE = {C.WORKER_DIED: "dead", C.LEARNER_DIED: "dead", C.WORKER_STALLED: "stalled",
@@ -64,11 +65,14 @@ def is_finding(e: Event) -> bool:
 
 
 def findings_by_module(events: Iterable[Event]) -> list[tuple[str, list[dict]]]:
-    """WARN, FAIL and advisory events grouped by module, each group in time order."""
+    """WARN, FAIL and advisory events grouped by module, each group in time order; a finding
+    that led to a death says so (``led_to``)."""
+    events = list(events)
+    by_origin = consequences(events)
     out: dict[str, list[dict]] = {}
     for e in events:
         if is_finding(e):
-            out.setdefault(e.module, []).append(finding_row(e))
+            out.setdefault(e.module, []).append({**finding_row(e), "led_to": led_to(e, by_origin)})
     return sorted(out.items())
 
 
@@ -83,7 +87,8 @@ def current_findings(events: list[Event], limit: int = 30) -> list[dict]:
         n = latest.get(key, (e, 0))[1] + 1
         latest[key] = (e, n)
     ranked = sorted(latest.values(), key=lambda p: (-C.STATUS_RANK[p[0].status], -p[0].ts.timestamp()))
-    return [{**finding_row(e), "count": n} for e, n in ranked[:limit]]
+    by_origin = consequences(events)
+    return [{**finding_row(e), "count": n, "led_to": led_to(e, by_origin)} for e, n in ranked[:limit]]
 
 
 def hypotheses(events: list[Event], snapshots: list[str]) -> list[dict]:

@@ -47,7 +47,7 @@ from .sender import Sender
 from .reward_audit import LiveRewardAudit
 from .env_watch import EnvWatch
 from .states import StateSampler
-from .crash_site import crash_site, watch_os_exit
+from ..liveness.crash_site import crash_site, watch_os_exit, where_sampling
 
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
 JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
@@ -165,19 +165,32 @@ class RunnerAgent(EnvWatch):
     def _sample_raised(self, exc: BaseException) -> None:
         """An exception left ``sample()``: where it came from (the env, a connector, the
         RLModule, the action sampling, a callback, RLlib), recorded next to the lock before
-        RLlib ends the process, for the WORKER_DIED the probe will write. The env's own
-        exception was recorded (and sent as ENV_CRASHED) by the step wrapper already."""
+        RLlib ends the process, for the WORKER_DIED the probe will write, after the findings
+        of this ``sample()`` so far are judged and sent (one may be the death's likely origin).
+        The env's own exception was recorded (and sent as ENV_CRASHED) by the step wrapper
+        already."""
         chain, e = [], exc
         while e is not None and len(chain) < 5:
             chain.append(e)
             e = e.__cause__ or e.__context__
         if self._last_crash is not None and any(e is self._last_crash for e in chain):
             return   # RLlib's ``raise RuntimeError from e`` of the env's own: recorded as the env's
+        try:   # what this sample() stepped so far is scanned and judged, and goes out first: a
+            # finding there (a NaN observation) is the death's likely origin; silent if it fails
+            ongoing = [e for e in (getattr(self.env_runner, "_ongoing_episodes", None) or []) if e is not None]
+            parts = self._held + episode_parts(ongoing)
+            self._held, self._held_steps = [], 0
+            if parts and not self.scan.broken:
+                with self._lock:
+                    self.scan.scan_parts(parts)
+            self._last_judge = float("-inf")
+            self._read([])
+        except Exception:
+            pass
         try:
             site = crash_site(exc, self.env_runner)
             site["env_steps"] = self.liveness.steps
-            site["episodes"] = [str(getattr(e, "id_", ""))[:40] for e in
-                                (getattr(self.env_runner, "_episodes", None) or [])[:8] if e is not None]
+            site["sub_envs"] = where_sampling(self.env_runner)
             self.liveness.record_cause(site)
         except Exception:
             pass

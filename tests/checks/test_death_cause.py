@@ -4,6 +4,8 @@ where flow1 saw none -- never a guess."""
 
 from __future__ import annotations
 
+import pytest
+
 from flow1_ray.checks.run.incidents import MonitorCore
 from flow1_ray.common import codes as C
 
@@ -59,3 +61,35 @@ def test_deaths_are_counted_by_what_each_is_charged_to_and_a_restarted_hub_count
     again = MonitorCore("run", 5.0, "none")
     again.rebuild(events)
     assert again.status()["deaths_by_component"] == want
+
+
+def _finding(code, status, ts, message="train worker 1: obs has NaN/inf: expected finite values (found by the scan)"):
+    return {"code": code, "status": status, "ts": ts, "message": message}
+
+
+def test_a_finding_of_the_same_process_shortly_before_is_named_as_the_deaths_likely_origin():
+    core = MonitorCore("run", 5.0, "none")
+    base = {"key": "K", "worker_index": 1, "pid": 9, "ts": 1000.0, "kind": "died", "last_heartbeat_age_s": 0.4,
+            "exit": "ended after the error it recorded",
+            "exception": {"component": "action sampling", "component_class": "Categorical", "exception": "RuntimeError",
+                          "error": "probability tensor contains nan", "frame": "sample (categorical.py:148)"}}
+    prior = [_finding("REWARD_SCALE", "WARN", 990.0), _finding("OBS_NAN_INF", "FAIL", 996.8),
+             _finding("MEMORY_LEAK_SUSPECTED", "WARN", 999.0)]
+    e = core.died_event(base, {"worker_index": 1, "pid": 9}, {}, False, prior)
+    assert ("; likely origin: OBS_NAN_INF (FAIL) of this process 3.2 s before: obs has NaN/inf: expected finite "
+            "values;") in e.message, "a FAIL before a WARN; the worker's name and the detail in brackets left out"
+    assert e.evidence["likely_origin"]["code"] == "OBS_NAN_INF" and e.status == C.FAIL
+
+
+@pytest.mark.parametrize("prior, origin", [
+    ([_finding("REWARD_SCALE", "WARN", 999.0)], None),              # not a finding that kills a process
+    ([_finding("OBS_NAN_INF", "FAIL", 1000.0 - 301)], None),         # too long before
+    ([_finding("MEMORY_LEAK_SUSPECTED", "WARN", 1000.0 - 3000)], "MEMORY_LEAK_SUSPECTED"),   # memory grows to the end
+    ([_finding("OBS_NAN_INF", "FAIL", 1002.0)], None),               # after the death: not its origin
+    ([], None),
+])
+def test_only_a_finding_that_can_kill_a_process_and_came_before_it_is_an_origin(prior, origin):
+    from flow1_ray.checks.run.death_cause import likely_origin
+
+    found = likely_origin(prior, 1000.0)
+    assert (found or {}).get("code") == origin

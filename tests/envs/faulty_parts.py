@@ -1,7 +1,7 @@
 """Parts of an RLlib run, other than the env's step, that fail on a rare call inside an
 EnvRunner's ``sample()``: a user's env-to-module and module-to-env connector, an RLModule whose
-forward pass raises, a callback that raises, and an env that ends its process with
-``os._exit(3)``. Each counts its calls in its own process and fails at the ``at``-th, so a
+forward pass raises, a callback that raises, an env that ends its process with
+``os._exit(3)``; and, in a Learner actor, a loss that ends its process the same way. Each counts its calls in its own process and fails at the ``at``-th, so a
 runner trains a little before it dies (and its replacement, counting again, lives as long)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 
 CALLS: Counter = Counter()   # per process
@@ -89,3 +90,29 @@ class ExitsCartPole(gym.Wrapper):
         if _count("exits_step") == self.exit_at:
             os._exit(3)
         return self.env.step(action)
+
+
+class NanCartPole(gym.Wrapper):
+    """CartPole whose ``nan_at_step``-th step returns a NaN in its observation (a simulator's
+    division by zero): the module's logits turn NaN and the action distribution refuses them."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.nan_at = int((config or {}).get("nan_at_step", 300))
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if _count("nan_step") == self.nan_at:
+            obs = obs.copy()
+            obs[2] = float("nan")
+        return obs, reward, terminated, truncated, info
+
+
+class AbortingLearner(PPOTorchLearner):
+    """PPO's Learner whose loss ends the process with ``os._exit(3)`` on its 6th minibatch (a
+    native extension's abort on an internal error, in the second training iteration)."""
+
+    def compute_loss_for_module(self, **kwargs: Any) -> Any:
+        if _count("loss") == 6:
+            os._exit(3)
+        return super().compute_loss_for_module(**kwargs)

@@ -1,11 +1,13 @@
 """A Learner actor (num_learners=1) gets the EnvRunners' lock-file liveness: hung inside
 update() it is LEARNER_STALLED with its stack; killed, LEARNER_DIED -- where RLlib's train()
-would only block."""
+would only block; ended by its own loss's ``os._exit``, LEARNER_DIED names the exit, the Learner
+and the frame."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 
@@ -47,6 +49,31 @@ def test_a_hung_learner_is_stalled_with_its_stack_and_a_killed_one_dead(ray_sess
         assert not any(e["code"] in (C.WORKER_DIED, C.WORKER_STALLED) for e in events)
     finally:
         stuck.join(timeout=30)
+        stopper = threading.Thread(target=lambda: _quietly(algo.stop), daemon=True)
+        stopper.start()
+        stopper.join(timeout=30)
+
+
+def test_a_learner_that_exits_in_its_loss_is_named_with_the_exit_code_and_the_frame(ray_session, tmp_path):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    import faulty_parts as fp
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False)
+    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=0)
+            .learners(num_learners=1)
+            .training(learner_class=fp.AbortingLearner, train_batch_size_per_learner=500, minibatch_size=128,
+                      num_epochs=1)).build_algo()
+    try:
+        run = Run(algo.train())
+        with pytest.raises(Exception):   # RLlib's train() raises: its Learner is gone
+            algo.train()
+        events = run.wait_events(lambda e: any(x["code"] == C.LEARNER_DIED for x in e), timeout=30)
+        (died,) = [e for e in events if e["code"] == C.LEARNER_DIED]
+        assert re.search(r"learner 0 \(pid \d+\) died: exited with code 3; the Learner \(AbortingLearner\) called "
+                         r"os._exit\(3\) in compute_loss_for_module \(faulty_parts\.py:\d+\)", died["message"]), died["message"]
+        assert died["status"] == C.FAIL and "SIGKILL" not in died["message"]
+    finally:
         stopper = threading.Thread(target=lambda: _quietly(algo.stop), daemon=True)
         stopper.start()
         stopper.join(timeout=30)

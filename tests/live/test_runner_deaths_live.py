@@ -45,6 +45,8 @@ def _config(tmp_path, case: str):
                 .env_runners(env_to_module_connector=fp.feature_lookup))
     if case == "callback":
         return config.callbacks(cb, on_episode_step=fp.raising_on_episode_step)
+    if case == "NaN observation":
+        return config.environment(fp.NanCartPole, env_config={"nan_at_step": 300})
     assert case == "os._exit"
     return config.environment(fp.ExitsCartPole, env_config={"exit_at_step": 300})
 
@@ -63,6 +65,9 @@ CASES = {
                                             r"feature lookup failed: key 'speed' missing in __call__ "
                                             r"\(faulty_parts\.py:\d+\)", "__call__"),
     "os._exit": (r"died: exited with code 3; the env called os._exit\(3\) in step \(faulty_parts\.py:\d+\)", "step"),
+    # the death is charged to where it was raised, and linked to the finding that led to it
+    "NaN observation": (r"the action sampling \(\w+\) raised \w+Error: .*; the last observation of "
+                        r"sub-env 0 held 1 non-finite value; likely origin: OBS_NAN_INF \(FAIL\) of this process", None),
 }
 
 
@@ -78,8 +83,9 @@ def test_a_runner_killed_by_anything_in_sample_names_the_cause_component_and_fra
         assert all(d["status"] == C.FAIL and "cause not seen" not in d["message"] for d in died)
         cause = json.loads(died[0]["evidence"])["exception"]
         assert cause["component"] == {"os._exit": "env", "multi-agent env-to-module connector":
-                                      "env-to-module connector"}.get(case, case)
-        assert cause["user_frame"] is True and cause["frame"].startswith(function)
+                                      "env-to-module connector", "NaN observation": "action sampling"}.get(case, case)
+        if function:   # the user's own frame (a NaN logit is refused inside torch: no user frame)
+            assert cause["user_frame"] is True and cause["frame"].startswith(function)
         assert "SIGKILL" not in died[0]["message"], "an exit code proves it was no SIGKILL"
         # fault tolerance unchanged: RLlib restarts the runner, and the run trains on
         run.wait_events(lambda e: any(x["code"] == C.WORKER_RESTARTED for x in e), timeout=60, algo=algo)

@@ -284,3 +284,25 @@ def test_the_evaluation_return_is_drawn_beside_the_training_return_where_a_run_e
                  for it in (1, 2, 3, 4)], "evaluated")
     assert got["evaluation return"] == [20.0, 20.0]
     assert "evaluation return" not in names([{"iteration": 1, "episode_return_mean": 5.0}], "not-evaluated")
+
+
+def test_a_finding_that_led_to_a_death_says_so_in_the_page_and_the_markdown(tmp_path):
+    """A death that names a finding of its process as its likely origin is listed under that
+    finding (the report reads the death's ``likely_origin``: the same process, code and time)."""
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    nan = Event(C.OBS_NAN_INF, "train worker 1: obs has NaN/inf", {}, worker_index=1, pid=11,
+                ts=t0 + timedelta(seconds=2))
+    other = Event(C.OBS_NAN_INF, "train worker 2: obs has NaN/inf", {}, worker_index=2, pid=12,
+                  ts=t0 + timedelta(seconds=2))
+    died = Event(C.WORKER_DIED, "train worker 1 (pid 11) died: interpreter exit; the action sampling raised", {
+        "likely_origin": {"code": C.OBS_NAN_INF, "status": C.FAIL, "ts": nan.ts.timestamp(), "age_s": 3.0}},
+        worker_index=1, pid=11, ts=t0 + timedelta(seconds=5))
+    rec = RecorderCore(str(tmp_path), "run-1", flush_interval_s=3600)
+    rec.add_events([nan.to_dict(), other.to_dict(), died.to_dict()])
+    rec.flush()
+    rec.close()
+    report = load_run_report(tmp_path)
+    page = render_html(report, tmp_path)
+    assert page.count('class="led-to"') == 1, "under the origin only, not the same code of another process"
+    assert "led to: WORKER_DIED 3.0 s later: train worker 1 (pid 11) died: interpreter exit</p>" in page
+    assert "obs has NaN/inf (led to: WORKER_DIED 3.0 s later: train worker 1 (pid 11) died" in report.to_markdown()

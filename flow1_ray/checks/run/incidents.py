@@ -15,7 +15,7 @@ from typing import Any
 from ...common import codes as C
 from ...common import schema as S
 from ..rule import Rule
-from .death_cause import ENV, cause_clause, death_component
+from .death_cause import ENV, cause_clause, death_component, likely_origin, origin_clause
 from ...common.events import Event
 
 RULES = (
@@ -138,12 +138,18 @@ class MonitorCore:
                      {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": ch["key"],
                       "previous_reported": known}, status=C.PASS if known else "", **where)
 
-    def died_event(self, ch: dict, where: dict, detail: dict, crash_recorded: bool = False) -> Event:
+    def died_event(self, ch: dict, where: dict, detail: dict, crash_recorded: bool = False,
+                   prior: list[dict] | None = None) -> Event:
         """WORKER_DIED; PASS when the death is the end of an incident already reported: flow1's
         own kill of a stalled runner, or RLlib ending a runner whose env raised
-        (``crash_recorded``: the ENV_CRASHED of that process is in the Recorder)."""
+        (``crash_recorded``: the ENV_CRASHED of that process is in the Recorder). A finding the
+        same process raised shortly before (``prior``, :func:`.death_cause.likely_origin`) is
+        named as the death's likely origin."""
         exc = ch.get("exception") if isinstance(ch.get("exception"), dict) else {}
         how, cause = self._how(ch, exc)
+        origin = likely_origin(prior or [], ch.get("ts"))
+        if origin:
+            cause += f"; {origin_clause(origin)}"
         if ch.get("killed_by_flow1"):
             cause += ("; flow1 killed it (stall_action='kill') so that Ray restarts it: the end of the stall "
                       "reported as WORKER_STALLED, not a second incident")
@@ -163,6 +169,8 @@ class MonitorCore:
         ev.update(detail)
         if exc:
             ev["exception"] = exc
+        if origin:
+            ev["likely_origin"] = origin
         # one incident, one finding: the death flow1 caused belongs to the stall finding, the
         # death of a node's runner to that node's NODE_LOST
         known = ch.get("killed_by_flow1") or follows_crash or ch.get("confirms_node_lost")

@@ -1,5 +1,5 @@
-"""Where an exception left an EnvRunner's sample(), read from its traceback with RLlib's real
-component classes; an os._exit recorded with its code and caller by a real exiting process.
+"""Where an exception left an EnvRunner's sample() (or a Learner's update), read from its
+traceback with RLlib's real component classes; an os._exit recorded with its code and caller by a real exiting process.
 Live half: ``tests/live/test_runner_deaths_live.py``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from flow1_ray.checks.run import death_cause as D
-from flow1_ray.runner.crash_site import crash_site
+from flow1_ray.liveness.crash_site import crash_site
 
 
 def _raised(fn):
@@ -115,7 +115,7 @@ def test_an_os_exit_is_recorded_with_its_code_and_caller_before_the_process_ends
     script = textwrap.dedent(f"""
         import json, os
         import gymnasium as gym
-        from flow1_ray.runner.crash_site import watch_os_exit
+        from flow1_ray.liveness.crash_site import watch_os_exit
         watch_os_exit(lambda ev: open({str(tmp_path / 'cause.json')!r}, 'w').write(json.dumps(ev)))
 
         class Sim(gym.Env):
@@ -132,13 +132,61 @@ def test_an_os_exit_is_recorded_with_its_code_and_caller_before_the_process_ends
     assert cause["frame"].startswith("step (user_sim.py:") and cause["user_frame"] is True
 
 
-@pytest.mark.parametrize("age, said", [(1.0, False), (60.0, True)])
+def _learner_class():
+    from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+
+    class ClippedValueLearner(PPOTorchLearner):
+        def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+            raise FloatingPointError("value target scale 0: division by zero")
+
+    return ClippedValueLearner
+
+
+def test_a_learners_loss_and_its_learner_connector_are_told_apart():
+    from ray.rllib.connectors.connector_pipeline_v2 import ConnectorPipelineV2
+
+    cls = _learner_class()
+    learner = cls.__new__(cls)   # only its class and its pipeline are read
+    learner._learner_connector = ConnectorPipelineV2(connectors=[_Lookup()])
+    loss = crash_site(_raised(lambda: learner.compute_loss_for_module(module_id="p", config=None, batch={},
+                                                                      fwd_out={})), learner)
+    assert loss["component"] == D.LEARNER and loss["component_class"] == "ClippedValueLearner"
+    assert D.describe(loss).startswith("the Learner (ClippedValueLearner) raised FloatingPointError: value target "
+                                       "scale 0: division by zero in compute_loss_for_module (test_crash_site.py:")
+    conn = crash_site(_raised(lambda: learner._learner_connector(rl_module=None, batch={}, episodes=[],
+                                                                 shared_data={})), learner)
+    assert conn["component"] == D.LEARNER_CONNECTOR and conn["component_class"] == "Lookup"
+
+
+def test_an_os_exit_in_a_learner_is_the_learners(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, os
+        from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+        from flow1_ray.liveness.crash_site import watch_os_exit
+        watch_os_exit(lambda ev: open({str(tmp_path / 'cause.json')!r}, 'w').write(json.dumps(ev)))
+
+        class AbortingLearner(PPOTorchLearner):
+            def compute_loss_for_module(self, **kwargs):
+                os._exit(3)
+
+        AbortingLearner.__new__(AbortingLearner).compute_loss_for_module()
+    """)
+    (tmp_path / "user_learner.py").write_text(script)
+    p = subprocess.run([sys.executable, str(tmp_path / "user_learner.py")], timeout=120)
+    assert p.returncode == 3
+    cause = json.loads((tmp_path / "cause.json").read_text())
+    assert cause["component"] == D.LEARNER and cause["component_class"] == "AbortingLearner"
+    assert D.describe(cause).startswith("the Learner (AbortingLearner) called os._exit(3) in compute_loss_for_module "
+                                        "(user_learner.py:")
+
+
+@pytest.mark.parametrize("age, said", [(60.0, False), (600.0, True)])
 def test_a_cause_recorded_long_before_the_death_is_said_with_its_age(age, said):
     site = {"component": D.ENV, "call": "reset", "exception": "OSError", "error": "disk", "frame": "reset (e.py:3)",
             "ts": 100.0}
     text = D.cause_clause(site, 100.0 + age)
     assert text.endswith("env.reset raised OSError: disk in reset (e.py:3)")
-    assert ("60 s before the death" in text) is said
+    assert ("600 s before the death" in text) is said
 
 
 def test_rllibs_runtime_error_from_a_parts_exception_is_charged_to_that_part():
@@ -156,3 +204,35 @@ def test_rllibs_runtime_error_from_a_parts_exception_is_charged_to_that_part():
     site = crash_site(_raised(rllib_like))
     assert site["component"] == D.ENV and site["exception"] == "ValueError"
     assert site["wrapped_by"].startswith("RuntimeError in rllib_like (test_crash_site.py:")
+
+
+def test_a_digest_says_what_an_observation_held_without_carrying_it():
+    from flow1_ray.liveness.crash_site import digest
+
+    d = digest(np.array([0.1, float("nan"), -2.0], dtype=np.float32))
+    assert d["shape"] == [3] and d["dtype"] == "float32" and d["non_finite"] == 1
+    assert d["first_non_finite_at"] == [1] and (d["min"], d["max"]) == (-2.0, pytest.approx(0.1))
+    assert d["hash"] != digest(np.array([0.1, 0.0, -2.0], dtype=np.float32))["hash"]
+    nested = digest({"image": np.zeros((84, 84, 3), np.uint8), "speed": 3.5})
+    assert nested["image"]["shape"] == [84, 84, 3] and nested["speed"]["dtype"] == "float64"
+
+
+def test_where_sampling_reads_each_sub_envs_episode_and_its_last_observation():
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from flow1_ray.liveness.crash_site import where_sampling
+
+    ok, bad = SingleAgentEpisode(), SingleAgentEpisode()
+    for ep, last in ((ok, [0.0, 1.0]), (bad, [0.0, float("inf")])):
+        ep.add_env_reset(observation=np.zeros(2, np.float32))
+        ep.add_env_step(observation=np.array(last, np.float32), action=0, reward=1.0)
+
+    class Runner:
+        _ongoing_episodes = [ok, None, bad]
+
+    subs = where_sampling(Runner())
+    assert [s["sub_env"] for s in subs] == [0, 2] and subs[1]["env_step"] == 1
+    assert subs[0]["last_observation"]["non_finite"] == 0 and subs[1]["last_observation"]["non_finite"] == 1
+    text = D.sampling_clause({"sub_envs": subs})
+    assert text.startswith("sampling 2 sub-envs (episodes ")
+    assert text.endswith("the last observation of sub-env 2 held 1 non-finite value")

@@ -21,8 +21,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Callable
 
-from ..checks.run.death_cause import (CALLBACK, CONNECTOR, ENV, ENV_TO_MODULE, MODULE_TO_ENV, RAY, RL_MODULE, RLLIB,
-                                     SAMPLING, USER)
+from ..checks.run.death_cause import (CALLBACK, CONNECTOR, ENV, ENV_TO_MODULE, LEARNER, LEARNER_CONNECTOR, MODULE_TO_ENV,
+                                     RAY, RL_MODULE, RLLIB, SAMPLING, USER)
 
 _PACKAGES = {Path(p).resolve() for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                          sysconfig.get_paths()["platlib"]}}
@@ -53,7 +53,8 @@ def _where(frame: FrameType, lineno: int) -> str:
 
 def _types() -> dict[str, tuple[type, ...]]:
     """RLlib's (and torch's) component base classes, those that are importable here."""
-    found: dict[str, list[type]] = {SAMPLING: [], RL_MODULE: [], CONNECTOR: [], "pipeline": [], CALLBACK: [], ENV: []}
+    found: dict[str, list[type]] = {SAMPLING: [], RL_MODULE: [], CONNECTOR: [], "pipeline": [], CALLBACK: [], ENV: [],
+                                    LEARNER: []}
     for key, module, name in ((SAMPLING, "ray.rllib.models.distributions", "Distribution"),
                               (SAMPLING, "torch.distributions", "Distribution"),
                               (RL_MODULE, "ray.rllib.core.rl_module.rl_module", "RLModule"),
@@ -61,7 +62,8 @@ def _types() -> dict[str, tuple[type, ...]]:
                               (CONNECTOR, "ray.rllib.connectors.connector_v2", "ConnectorV2"),
                               (CALLBACK, "ray.rllib.callbacks.callbacks", "RLlibCallback"),
                               (ENV, "gymnasium", "Env"), (ENV, "gymnasium.vector", "VectorEnv"),
-                              (ENV, "ray.rllib.env.multi_agent_env", "MultiAgentEnv")):
+                              (ENV, "ray.rllib.env.multi_agent_env", "MultiAgentEnv"),
+                              (LEARNER, "ray.rllib.core.learner.learner", "Learner")):
         mod = sys.modules.get(module)   # only what the runner has loaded: nothing is imported here
         cls = getattr(mod, name, None) if mod is not None else None
         if isinstance(cls, type):
@@ -69,11 +71,19 @@ def _types() -> dict[str, tuple[type, ...]]:
     return {k: tuple(v) for k, v in found.items()}
 
 
+def _class_name(obj: Any) -> str:
+    """The object's class as its author named it: Ray Train's actor wrapper (a subclass named
+    ``_WrappedExecutable`` around a Learner's class) is passed over to the class it wraps."""
+    return next((c.__name__ for c in type(obj).__mro__ if c.__name__ != "_WrappedExecutable"), type(obj).__name__)
+
+
 def _component(frames: list[tuple[FrameType, int]], runner: Any) -> tuple[str, str, str]:
     """(component, the object's class, the pipeline) of the innermost frame that belongs to one."""
     types = _types()
     pipes = {id(getattr(runner, "_env_to_module", None)): ENV_TO_MODULE,
-             id(getattr(runner, "_module_to_env", None)): MODULE_TO_ENV}
+             id(getattr(runner, "_module_to_env", None)): MODULE_TO_ENV,
+             id(getattr(runner, "_learner_connector", None)): LEARNER_CONNECTOR}
+    pipes.pop(id(None), None)
     for i in range(len(frames) - 1, -1, -1):
         frame = frames[i][0]
         obj = frame.f_locals.get("self")
@@ -82,15 +92,15 @@ def _component(frames: list[tuple[FrameType, int]], runner: Any) -> tuple[str, s
             return CALLBACK, "", ""
         if obj is None:
             continue
-        for key in (SAMPLING, RL_MODULE, CALLBACK, ENV):
+        for key in (SAMPLING, RL_MODULE, CALLBACK, ENV, LEARNER):
             if types[key] and isinstance(obj, types[key]):
-                return key, type(obj).__name__, ""
+                return key, _class_name(obj), ""
         if types["pipeline"] and isinstance(obj, types["pipeline"]):
             return pipes.get(id(obj), CONNECTOR), "", ""
         if types[CONNECTOR] and isinstance(obj, types[CONNECTOR]):
             pipe = next((pipes.get(id(f.f_locals.get("self")), "") for f, _ in reversed(frames[:i])
                          if types["pipeline"] and isinstance(f.f_locals.get("self"), types["pipeline"])), "")
-            return pipe or CONNECTOR, type(obj).__name__, pipe
+            return pipe or CONNECTOR, _class_name(obj), pipe
     return RLLIB, "", ""
 
 
@@ -102,8 +112,9 @@ def crash_site(exc: BaseException, runner: Any = None, depth: int = 0) -> dict[s
 
     Args:
         exc: the exception that left ``sample()``.
-        runner: the EnvRunner it left (its connector pipelines tell env-to-module from
-            module-to-env); None: a connector is named without its pipeline.
+        runner: the EnvRunner (or Learner) it left: its connector pipelines tell env-to-module
+            from module-to-env (and a Learner's own pipeline); None: a connector is named
+            without its pipeline.
         depth: how many explicit causes (``raise ... from e``) were followed to get here.
     """
     frames = _frames(exc.__traceback__)
@@ -131,6 +142,71 @@ def crash_site(exc: BaseException, runner: Any = None, depth: int = 0) -> dict[s
     return out
 
 
+#: how much of one observation a digest hashes (a large image: its first megabyte)
+DIGEST_BYTES = 1 << 20
+
+
+def digest(value: Any, leaves: int = 8) -> Any:
+    """A small, JSON-able account of an observation: per array leaf (a dict's keys, a tuple's
+    items, up to ``leaves``) its shape, dtype, how many values are not finite, the finite
+    range and a hash of its bytes, so a death's evidence says what the component last read
+    without carrying it.
+
+    Args:
+        value: the observation (an array, a number, or a dict/tuple/list of them).
+        leaves: the most leaves described.
+    """
+    import hashlib
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k)[:60]: digest(v, 1) for k, v in list(value.items())[:leaves]}
+    if isinstance(value, (tuple, list)) and value and not all(isinstance(v, (int, float)) for v in value):
+        return [digest(v, 1) for v in value[:leaves]]
+    try:
+        a = np.asarray(value)
+    except Exception:
+        return {"type": type(value).__name__}
+    out: dict[str, Any] = {"shape": list(a.shape), "dtype": str(a.dtype)}
+    if a.dtype.kind in "fc":
+        finite = np.isfinite(a)
+        out["non_finite"] = int(a.size - np.count_nonzero(finite))
+        if out["non_finite"]:
+            out["first_non_finite_at"] = [int(i) for i in np.argwhere(~finite)[0]]
+        if out["non_finite"] < a.size:
+            out["min"], out["max"] = float(a[finite].min()), float(a[finite].max())
+    elif a.dtype.kind in "iub" and a.size:
+        out["min"], out["max"] = float(a.min()), float(a.max())
+    if a.dtype.kind != "O":
+        out["hash"] = hashlib.blake2b(np.ascontiguousarray(a).tobytes()[:DIGEST_BYTES], digest_size=6).hexdigest()
+    return out
+
+
+def where_sampling(runner: Any, limit: int = 8) -> list[dict[str, Any]]:
+    """Each sub-env's ongoing episode when ``sample()`` raised: its index, the episode's id,
+    its step and the digest of its last observation (what the env handed to the env-to-module
+    connector; for a multi-agent episode, per agent). Empty when the runner has none.
+
+    Args:
+        runner: the EnvRunner (``_ongoing_episodes``, RLlib's list of one episode per sub-env).
+        limit: the most sub-envs described.
+    """
+    out = []
+    for i, ep in enumerate((getattr(runner, "_ongoing_episodes", None) or [])[:limit]):
+        if ep is None:
+            continue
+        entry: dict[str, Any] = {"sub_env": i, "episode": str(getattr(ep, "id_", ""))[:40],
+                                 "env_step": getattr(ep, "env_t", getattr(ep, "t", None))}
+        try:
+            if len(ep) > 0 or getattr(ep, "is_reset", False):
+                entry["last_observation"] = digest(ep.get_observations(-1))
+        except Exception:   # an episode without observations yet
+            pass
+        out.append(entry)
+    return out
+
+
 def watch_os_exit(record: Callable[[dict[str, Any]], Any]) -> Callable[[], None]:
     """Put a recorder in front of ``os._exit`` in this process: the exit code and the frame
     that called it are recorded (:func:`record`, next to the lock) before the process ends,
@@ -153,8 +229,11 @@ def watch_os_exit(record: Callable[[dict[str, Any]], Any]) -> Callable[[], None]
             user = next((f for f in chain if not _library(f.f_code.co_filename)), None)
             ray_code = "/ray/" in caller.f_code.co_filename.replace(os.sep, "/")
             at = user or caller
+            component, cls, _ = _component([(f, f.f_lineno) for f in reversed(chain)], None)
+            if component == RLLIB:   # no component's frame on the way: Ray's own exit, or the user's
+                component = RAY if ray_code else USER
             record({"exception": "", "error": "", "exit_call": "os._exit", "exit_code": code,
-                    "component": ENV if _in_env(chain) else RAY if ray_code else USER,
+                    "component": component, "component_class": cls,
                     "frame": _where(at, at.f_lineno), "raised_at": _where(caller, caller.f_lineno),
                     "user_frame": user is not None})
         except BaseException:
@@ -169,7 +248,3 @@ def watch_os_exit(record: Callable[[dict[str, Any]], Any]) -> Callable[[], None]
 
     return restore
 
-
-def _in_env(chain: list[FrameType]) -> bool:
-    env = _types()[ENV]
-    return bool(env) and any(isinstance(f.f_locals.get("self"), env) for f in chain)
