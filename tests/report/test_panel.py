@@ -217,28 +217,31 @@ def _timeline_run(run) -> None:
 
 
 @needs_browser
-@pytest.mark.parametrize("width", [1500, 1100, 900])
-def test_no_legend_of_the_panel_covers_an_axis_title_or_the_plot(tmp_path, cli_env, width):
+def test_no_legend_of_the_panel_covers_an_axis_title_or_the_plot(tmp_path, cli_env):
     """The legends sit below the x-axis titles, inside the figure: on a wide page (two
-    quadrants a row), a narrower one (legends wrap) and one column."""
+    quadrants a row), a narrower one (legends wrap) and one column (one panel, one browser,
+    the window resized and the page loaded again at each width)."""
     run = tmp_path / "20260101-000000-aaaaaa"
     _timeline_run(run)
     with Served(run, env=cli_env) as served:
-        d = chrome(width=width, height=1700)
+        d = chrome(width=1500, height=1700)
         try:
-            d.get(served.url)
-            for graph in ("timeline-graph", "return-graph", "policy-graph"):
-                got = wait_for(lambda: (b := d.execute_script(_BOXES_JS, graph))["legend"] and b["titles"] and b, 20)
-                assert got, f"{graph}: no legend or axis title drawn"
-                legend = got["legend"]
-                for label, title in got["titles"]:
-                    assert not _overlap(legend, title), f"{graph} at {width}px: the legend {legend} covers " \
-                                                        f"the axis title {label!r} {title}"
-                for plot in got["plot"]:
-                    assert not _overlap(legend, plot), f"{graph} at {width}px: the legend covers the plot"
-                svg = got["svg"]
-                assert svg[0] <= legend[0] and legend[2] <= svg[2] and legend[3] <= svg[3] + 0.5, \
-                    f"{graph} at {width}px: the legend {legend} leaves the figure {svg}"
-            screenshot(d, f"panel-legends-{width}", tmp_path)
+            for width in (1500, 1100, 900):
+                d.set_window_size(width, 1700)
+                d.get(served.url)
+                for graph in ("timeline-graph", "return-graph", "policy-graph"):
+                    got = wait_for(lambda: (b := d.execute_script(_BOXES_JS, graph))["legend"] and b["titles"] and b,
+                                   20)
+                    assert got, f"{graph} at {width}px: no legend or axis title drawn"
+                    legend = got["legend"]
+                    for label, title in got["titles"]:
+                        assert not _overlap(legend, title), f"{graph} at {width}px: the legend {legend} covers " \
+                                                            f"the axis title {label!r} {title}"
+                    for plot in got["plot"]:
+                        assert not _overlap(legend, plot), f"{graph} at {width}px: the legend covers the plot"
+                    svg = got["svg"]
+                    assert svg[0] <= legend[0] and legend[2] <= svg[2] and legend[3] <= svg[3] + 0.5, \
+                        f"{graph} at {width}px: the legend {legend} leaves the figure {svg}"
+                screenshot(d, f"panel-legends-{width}", tmp_path)
         finally:
             d.quit()
