@@ -207,6 +207,43 @@ def where_sampling(runner: Any, limit: int = 8) -> list[dict[str, Any]]:
     return out
 
 
+def wrap_state_sync(runner: Any, record: Callable[[dict[str, Any]], Any]) -> int:
+    """Record an exception that leaves the weight sync: RLlib calls an EnvRunner's
+    ``set_state`` by name (Ray runs the class's function, which no wrapper on the instance
+    reaches), and it hands the state to the runner's RLModule and connector pipelines through
+    their own ``set_state``, which are wrapped here on the instances. The exception is recorded
+    (``during``: ``set_state``) and re-raised untouched. Returns how many were wrapped.
+
+    Args:
+        runner: the EnvRunner (``module``, ``_env_to_module``, ``_module_to_env``).
+        record: called with the crash site (the liveness holder's ``record_cause``).
+    """
+    wrapped = 0
+    for attr in ("module", "_env_to_module", "_module_to_env"):
+        obj = getattr(runner, attr, None)
+        fn = getattr(obj, "set_state", None)
+        if obj is None or not callable(fn) or getattr(fn, "_flow1_recording", False):
+            continue
+
+        def call(*args: Any, _fn: Callable = fn, **kwargs: Any) -> Any:
+            try:
+                return _fn(*args, **kwargs)
+            except BaseException as exc:
+                try:
+                    record({**crash_site(exc, runner), "during": "set_state"})
+                except Exception:   # the record is evidence: its failure never changes the error
+                    pass
+                raise
+
+        call._flow1_recording = True   # type: ignore[attr-defined]
+        try:
+            setattr(obj, "set_state", call)
+            wrapped += 1
+        except Exception:   # an object that refuses attributes keeps its own
+            pass
+    return wrapped
+
+
 def watch_os_exit(record: Callable[[dict[str, Any]], Any]) -> Callable[[], None]:
     """Put a recorder in front of ``os._exit`` in this process: the exit code and the frame
     that called it are recorded (:func:`record`, next to the lock) before the process ends,

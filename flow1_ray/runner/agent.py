@@ -47,7 +47,7 @@ from .sender import Sender
 from .reward_audit import LiveRewardAudit
 from .env_watch import EnvWatch
 from .states import StateSampler
-from ..liveness.crash_site import crash_site, watch_os_exit, where_sampling
+from ..liveness.crash_site import crash_site, watch_os_exit, where_sampling, wrap_state_sync
 
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
 JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
@@ -114,6 +114,7 @@ class RunnerAgent(EnvWatch):
         self._maps_off_said: set[str] = set()
         self._crashes: dict[tuple[str, str, str], list] = {}   # (call, exception, frame) -> [count, told, first, last]
         self._last_crash: BaseException | None = None
+        self._sync_wrapped = False
         self._wrap_runner(env_runner)
         if not self.local:   # the runner's own process: an os._exit in it is recorded with its caller
             watch_os_exit(self.liveness.record_cause)
@@ -128,6 +129,8 @@ class RunnerAgent(EnvWatch):
 
         def wrapped_sample(*args, **kwargs):
             lv.busy()
+            if not self._sync_wrapped:   # the module exists by the first sample(): the weight sync's parts
+                self._sync_wrapped = wrap_state_sync(env_runner, lv.record_cause) > 0
             s0, t0 = lv.steps, clock()
             samples = None
             try:

@@ -72,6 +72,18 @@ class RareInputModule(DefaultPPOTorchRLModule):
         return super()._forward(batch, **kwargs)
 
 
+class SyncFailingModule(DefaultPPOTorchRLModule):
+    """PPO's default module whose ``set_state`` refuses the weights the driver syncs on its
+    3rd call in a remote EnvRunner (a module whose layout drifted from the Learner's)."""
+
+    def set_state(self, state: dict) -> None:
+        import ray
+
+        if ray.get_runtime_context().get_actor_id() is not None and _count("set_state") == 3:
+            raise ValueError("weights for 'pi' do not fit: shape (2, 256) given, (3, 256) expected")
+        return super().set_state(state)
+
+
 def raising_on_episode_step(*, episode: Any = None, **kwargs: Any) -> None:
     """A user's on_episode_step callback that fails on a rare step."""
     if _count("on_episode_step") == 300:

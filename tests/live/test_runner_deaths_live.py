@@ -1,9 +1,9 @@
 """Every runner death says why: an exception that leaves an EnvRunner's ``sample()`` from
 anywhere but the env's step (a user's env-to-module or module-to-env connector, the RLModule's
-forward pass, a user's callback; single- and multi-agent, one or two sub-envs a runner) and an
-``os._exit`` in env code are named in the runner's
-WORKER_DIED with the exception (or the exit code), the component and the user's ``file:line``;
-RLlib restarts the runner as before. Unit half: ``tests/runner/test_crash_site.py``."""
+forward pass, a user's callback; single- and multi-agent, one or two sub-envs a runner), one
+that leaves the weight sync (the RLModule's ``set_state``) and an ``os._exit`` in env code are
+named in the runner's WORKER_DIED with the exception (or the exit code), the component and the user's ``file:line``;
+RLlib restarts the runner as before. Unit half: ``tests/liveness/test_crash_site.py``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def _config(tmp_path, case: str):
         return (config.environment(MultiAgentCartPole, env_config={"num_agents": 2})
                 .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=fp.agent_to_policy)
                 .env_runners(env_to_module_connector=fp.feature_lookup))
+    if case == "weight sync":
+        return config.rl_module(rl_module_spec=RLModuleSpec(module_class=fp.SyncFailingModule))
     if case == "callback":
         return config.callbacks(cb, on_episode_step=fp.raising_on_episode_step)
     if case == "NaN observation":
@@ -59,6 +61,8 @@ CASES = {
                                 r"\(faulty_parts\.py:\d+\)", "__call__"),
     "RLModule forward": (r"the RLModule forward \(RareInputModule\) raised RuntimeError: embedding index out of "
                          r"range: observation bucket 97 >= 96 in _forward \(faulty_parts\.py:\d+\)", "_forward"),
+    "weight sync": (r"the RLModule \(SyncFailingModule\) raised ValueError: weights for 'pi' do not fit: .* in "
+                    r"set_state \(faulty_parts\.py:\d+\) during the weight sync \(set_state\)", "set_state"),
     "callback": (r"a callback raised ZeroDivisionError: reward shaping: division by zero in the user's callback "
                  r"in raising_on_episode_step \(faulty_parts\.py:\d+\)", "raising_on_episode_step"),
     "multi-agent env-to-module connector": (r"the env-to-module connector FeatureLookup raised ValueError: "
@@ -83,7 +87,8 @@ def test_a_runner_killed_by_anything_in_sample_names_the_cause_component_and_fra
         assert all(d["status"] == C.FAIL and "cause not seen" not in d["message"] for d in died)
         cause = json.loads(died[0]["evidence"])["exception"]
         assert cause["component"] == {"os._exit": "env", "multi-agent env-to-module connector":
-                                      "env-to-module connector", "NaN observation": "action sampling"}.get(case, case)
+                                      "env-to-module connector", "NaN observation": "action sampling",
+                                      "weight sync": "RLModule forward"}.get(case, case)
         if function:   # the user's own frame (a NaN logit is refused inside torch: no user frame)
             assert cause["user_frame"] is True and cause["frame"].startswith(function)
         assert "SIGKILL" not in died[0]["message"], "an exit code proves it was no SIGKILL"

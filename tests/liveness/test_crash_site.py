@@ -236,3 +236,31 @@ def test_where_sampling_reads_each_sub_envs_episode_and_its_last_observation():
     text = D.sampling_clause({"sub_envs": subs})
     assert text.startswith("sampling 2 sub-envs (episodes ")
     assert text.endswith("the last observation of sub-env 2 held 1 non-finite value")
+
+
+def test_an_exception_in_the_weight_sync_is_recorded_as_the_rlmodules_during_set_state():
+    from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+
+    from flow1_ray.liveness.crash_site import wrap_state_sync
+
+    class Drifted(TorchRLModule):
+        def setup(self):
+            self.net = torch.nn.Linear(4, 2)
+
+        def set_state(self, state):
+            raise ValueError("weights for 'pi' do not fit")
+
+    runner = _Runner()
+    runner.module = Drifted(observation_space=gym.spaces.Box(-1, 1, (4,)), action_space=gym.spaces.Discrete(2))
+    records = []
+    assert wrap_state_sync(runner, records.append) == 3, "the module and both connector pipelines"
+    assert wrap_state_sync(runner, records.append) == 0, "never wrapped twice"
+    with pytest.raises(ValueError, match="do not fit"):   # re-raised untouched
+        runner.module.set_state({})
+    (site,) = records
+    assert site["during"] == "set_state" and site["component"] == D.RL_MODULE and site["component_class"] == "Drifted"
+    assert D.describe(site).startswith("the RLModule (Drifted) raised ValueError: weights for 'pi' do not fit in "
+                                       "set_state (test_crash_site.py:")
+    assert D.describe(site).endswith(" during the weight sync (set_state)")
+    runner._env_to_module.set_state({})   # a sync that works records nothing
+    assert len(records) == 1

@@ -58,13 +58,17 @@ def describe(site: dict[str, Any]) -> str:
 
     Args:
         site: the runner's record (``component``, ``component_class``, ``exception``,
-            ``error``, ``frame``, ``call``, ``exit_call``, ``exit_code``); a record without a
-            component is an env's step (what runners wrote before components were named).
+            ``error``, ``frame``, ``call``, ``during``: a remote call other than ``sample()``,
+            ``exit_call``, ``exit_code``); a record without a component is an env's step
+            (what runners wrote before components were named).
     """
     comp = _text(site.get("component") or ENV, 60)
     cls = _text(site.get("component_class") or "", 80)
+    during = _text(site.get("during") or "", 40)
     who = {ENV: "the env", RLLIB: "RLlib's code", RAY: "Ray's code", CALLBACK: "a callback",
            USER: "code outside the env"}.get(comp)
+    if who is None and comp == RL_MODULE and during:   # not its forward pass: the RLModule itself
+        who = f"the RLModule ({cls})" if cls else "the RLModule"
     if who is None:
         who = f"the {comp} ({cls})" if comp in (RL_MODULE, SAMPLING, LEARNER) and cls else f"the {comp}{' ' + cls if cls else ''}"
     frame = _text(site.get("frame") or "?", 200)
@@ -73,7 +77,8 @@ def describe(site: dict[str, Any]) -> str:
     call = site.get("call") or ("step" if not site.get("component") else "")
     if comp == ENV and call:
         who = f"env.{_text(call, 20)}"
-    return f"{who} raised {_text(site.get('exception'), 80)}: {_text(site.get('error'))} in {frame}"
+    text = f"{who} raised {_text(site.get('exception'), 80)}: {_text(site.get('error'))} in {frame}"
+    return text + (" during the weight sync (set_state)" if during == "set_state" else f" during {during}()" if during else "")
 
 
 def _non_finite(d: Any) -> int:
