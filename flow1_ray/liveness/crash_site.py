@@ -183,6 +183,23 @@ def digest(value: Any, leaves: int = 8) -> Any:
     return out
 
 
+def done_in_failed_call(exc: BaseException, runner: Any) -> list[Any]:
+    """The episodes that ended inside the ``sample()`` call ``exc`` left: RLlib's sampling loop
+    keeps them in a local list (``done_episodes_to_return``) until the call returns, so they
+    are read from its frame in the traceback; empty when there is no such frame.
+
+    Args:
+        exc: the exception that left ``sample()``.
+        runner: the EnvRunner whose sampling frame is looked for.
+    """
+    for frame, _ in _frames(exc.__traceback__):
+        if frame.f_locals.get("self") is runner:
+            done = frame.f_locals.get("done_episodes_to_return")
+            if isinstance(done, list):
+                return list(done)
+    return []
+
+
 def where_sampling(runner: Any, limit: int = 8) -> list[dict[str, Any]]:
     """Each sub-env's ongoing episode when ``sample()`` raised: its index, the episode's id,
     its step and the digest of its last observation (what the env handed to the env-to-module

@@ -47,7 +47,7 @@ from .sender import Sender
 from .reward_audit import LiveRewardAudit
 from .env_watch import EnvWatch
 from .states import StateSampler
-from ..liveness.crash_site import crash_site, watch_os_exit, where_sampling, wrap_state_sync
+from ..liveness.crash_site import crash_site, done_in_failed_call, watch_os_exit, where_sampling, wrap_state_sync
 
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
 JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
@@ -181,7 +181,7 @@ class RunnerAgent(EnvWatch):
         try:   # what this sample() stepped so far is scanned and judged, and goes out first: a
             # finding there (a NaN observation) is the death's likely origin; silent if it fails
             ongoing = [e for e in (getattr(self.env_runner, "_ongoing_episodes", None) or []) if e is not None]
-            parts = self._held + episode_parts(ongoing)
+            parts = self._held + episode_parts(done_in_failed_call(exc, self.env_runner) + ongoing)
             self._held, self._held_steps = [], 0
             if parts and not self.scan.broken:
                 with self._lock:

@@ -111,10 +111,15 @@ class NanCartPole(gym.Wrapper):
     def __init__(self, config: dict | None = None) -> None:
         super().__init__(gym.make("CartPole-v1"))
         self.nan_at = int((config or {}).get("nan_at_step", 300))
+        self.on_last = bool((config or {}).get("on_last_step", False))
 
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if _count("nan_step") == self.nan_at:
+        # the first step from the nan_at-th on that does not end its episode (mid-episode), or
+        # that does (on_last_step: the episode RLlib sets aside inside the same sample() call)
+        ends = bool(terminated or truncated)
+        if _count("nan_step") >= self.nan_at and ends == self.on_last and not CALLS["nan_done"]:
+            CALLS["nan_done"] = 1
             obs = obs.copy()
             obs[2] = float("nan")
         return obs, reward, terminated, truncated, info

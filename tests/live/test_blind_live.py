@@ -44,7 +44,8 @@ def test_a_lock_directory_that_cannot_be_used_is_said_never_silent(ray_session, 
             result = algo.train()
             run = Run(result)
             events = run.wait_events(lambda e: {json.loads(x["evidence"]).get("watcher") for x in e
-                                                if x["code"] == C.WATCHER_OFF} >= {"liveness", "probe"}, timeout=30)
+                                                if x["code"] == C.WATCHER_OFF} >= {"liveness", "probe"}, timeout=30,
+                                     algo=algo)   # training goes on: a runner sends what waits with its next sample()
             result = algo.train()
             assert any("liveness" in w for w in result["flow1"]["watchers_off"]), result["flow1"]
             os.kill(runner_pids(algo)[1], signal.SIGKILL)

@@ -49,6 +49,8 @@ def _config(tmp_path, case: str):
         return config.callbacks(cb, on_episode_step=fp.raising_on_episode_step)
     if case == "NaN observation":
         return config.environment(fp.NanCartPole, env_config={"nan_at_step": 300})
+    if case == "NaN on an episode's last step":
+        return config.environment(fp.NanCartPole, env_config={"nan_at_step": 300, "on_last_step": True})
     assert case == "os._exit"
     return config.environment(fp.ExitsCartPole, env_config={"exit_at_step": 300})
 
@@ -72,6 +74,9 @@ CASES = {
     # the death is charged to where it was raised, and linked to the finding that led to it
     "NaN observation": (r"the action sampling \(\w+\) raised \w+Error: .*; the last observation of "
                         r"sub-env 0 held 1 non-finite value; likely origin: OBS_NAN_INF \(FAIL\) of this process", None),
+    # the episode it ended was set aside inside the failed call: read from RLlib's sampling frame
+    "NaN on an episode's last step": (r"the action sampling \(\w+\) raised \w+Error: .*; likely origin: OBS_NAN_INF "
+                                      r"\(FAIL\) of this process", None),
 }
 
 
@@ -88,6 +93,7 @@ def test_a_runner_killed_by_anything_in_sample_names_the_cause_component_and_fra
         cause = json.loads(died[0]["evidence"])["exception"]
         assert cause["component"] == {"os._exit": "env", "multi-agent env-to-module connector":
                                       "env-to-module connector", "NaN observation": "action sampling",
+                                      "NaN on an episode's last step": "action sampling",
                                       "weight sync": "RLModule forward"}.get(case, case)
         if function:   # the user's own frame (a NaN logit is refused inside torch: no user frame)
             assert cause["user_frame"] is True and cause["frame"].startswith(function)
