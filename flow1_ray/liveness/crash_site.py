@@ -241,24 +241,36 @@ def wrap_state_sync(runner: Any, record: Callable[[dict[str, Any]], Any]) -> int
         fn = getattr(obj, "set_state", None)
         if obj is None or not callable(fn) or getattr(fn, "_flow1_recording", False):
             continue
-
-        def call(*args: Any, _fn: Callable = fn, **kwargs: Any) -> Any:
-            try:
-                return _fn(*args, **kwargs)
-            except BaseException as exc:
-                try:
-                    record({**crash_site(exc, runner), "during": "set_state"})
-                except Exception:   # the record is evidence: its failure never changes the error
-                    pass
-                raise
-
-        call._flow1_recording = True   # type: ignore[attr-defined]
         try:
-            setattr(obj, "set_state", call)
+            setattr(obj, "set_state", recording(fn, record, runner, during="set_state"))
             wrapped += 1
         except Exception:   # an object that refuses attributes keeps its own
             pass
     return wrapped
+
+
+def recording(fn: Callable, record: Callable[[dict[str, Any]], Any], owner: Any, **extra: Any) -> Callable:
+    """``fn`` with an exception that leaves it recorded (:func:`crash_site` of ``owner``, plus
+    ``extra``) and re-raised untouched; the path that does not raise pays for a ``try``.
+
+    Args:
+        fn: the callable wrapped.
+        record: called with the crash site (the liveness holder's ``record_cause``).
+        owner: the EnvRunner or Learner whose pipelines tell the connectors apart.
+        extra: fields added to the record (``during``: the call).
+    """
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                record({**crash_site(exc, owner), **extra})
+            except Exception:   # the record is evidence: its failure never changes the error
+                pass
+            raise
+
+    call._flow1_recording = True   # type: ignore[attr-defined]
+    return call
 
 
 def watch_os_exit(record: Callable[[dict[str, Any]], Any]) -> Callable[[], None]:

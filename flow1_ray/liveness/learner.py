@@ -12,7 +12,8 @@ An exception that leaves the update's parts (the learner connector's batch, the 
 and loss in ``_update``, the hooks around them) is recorded next to the lock with its
 component and frame before it goes on to RLlib untouched, and so is an ``os._exit``: the
 Learner's death, when it comes, says why (LEARNER_DIED). Ray calls the actor's ``update``
-through the class, not the instance, so the parts it calls through ``self`` are wrapped. Installed with the tracing through
+through the class, not the instance, so the parts it calls through ``self`` are wrapped (none
+of them calls another: an exception is recorded once). Installed with the tracing through
 ``foreach_learner`` (:mod:`flow1_ray.driver.learner_watch`); a Learner in the driver
 (``num_learners=0``) is the driver's, watched by the driver watchdog instead.
 """
@@ -20,10 +21,9 @@ through the class, not the instance, so the parts it calls through ``self`` are 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
-from .crash_site import crash_site, watch_os_exit
+from .crash_site import recording, watch_os_exit
 from .holder import WorkerLiveness
 from .lockdir import job_lock_dir
 
@@ -49,8 +49,9 @@ def attach(learner: Any, rank: int, heartbeat_interval_s: float, stall_timeout_s
                         heartbeat_interval_s=min(heartbeat_interval_s, WATCHDOG_TICK_S, stall_timeout_s / 8),
                         stall_timeout_s=stall_timeout_s, arm_faulthandler=True)
     lv.key = actor_id
-    before, after, grads = (_recording(lv, learner, learner.before_gradient_based_update),
-                            _recording(lv, learner, learner.after_gradient_based_update), learner.compute_gradients)
+    before = recording(learner.before_gradient_based_update, lv.record_cause, learner)
+    after = recording(learner.after_gradient_based_update, lv.record_cause, learner)
+    grads = learner.compute_gradients
 
     def before_update(*args: Any, **kwargs: Any) -> Any:
         lv.busy()
@@ -77,30 +78,11 @@ def attach(learner: Any, rank: int, heartbeat_interval_s: float, stall_timeout_s
     learner.compute_gradients = compute_gradients
     for name in ("_create_iterator_if_necessary", "_update"):   # the learner connector; forward and loss
         if callable(getattr(learner, name, None)):
-            setattr(learner, name, _recording(lv, learner, getattr(learner, name)))
+            setattr(learner, name, recording(getattr(learner, name), lv.record_cause, learner))
     watch_os_exit(lv.record_cause)
     setattr(learner, ATTR, lv)
     return actor_id
 
-
-def _recording(lv: WorkerLiveness, learner: Any, fn: Any) -> Any:
-    """``fn`` with the exception that leaves it recorded (once, at the innermost wrapper it
-    crosses: the outer ones see the same object within the same moment) and re-raised
-    untouched; no reference to it is kept (its frames hold the batch)."""
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except BaseException as exc:
-            seen = getattr(lv, "recorded_exc", (0, 0.0))
-            if seen[0] != id(exc) or time.monotonic() - seen[1] > 1.0:
-                lv.recorded_exc = (id(exc), time.monotonic())
-                try:
-                    lv.record_cause(crash_site(exc, learner))
-                except Exception:   # the record is evidence: its failure never changes the error
-                    pass
-            raise
-
-    return call
 
 
 def learner_keys(algorithm: Any) -> list[str]:
