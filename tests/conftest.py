@@ -91,3 +91,11 @@ def s3_uri():
     yield (f"s3://flow1-runs/team?endpoint_override={host}:{port}&scheme=http&region=us-east-1"
            "&allow_bucket_creation=true")
     server.stop()
+
+
+@pytest.fixture
+def attached_env(cli_env, ray_session) -> dict[str, str]:
+    """``cli_env`` with ``RAY_ADDRESS`` of the shared session: a CLI subprocess (``flow1 train``,
+    ``flow1 whatif``) joins the tests' Ray as a RayJob joins its cluster, instead of starting and
+    stopping a Ray of its own (seconds of CPU each on the 2-core CI machine)."""
+    return {**cli_env, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}

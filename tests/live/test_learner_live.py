@@ -49,10 +49,9 @@ def _knob(event: dict, name: str) -> dict:
     return {k["knob"]: k for k in event["evidence"]["knobs"]}[name]
 
 
-def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_stops(ray_session, tmp_path):
-    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, on_fail="checkpoint+stop",
-                                     state_actions=False)
-    results, events, run_dir = _train(_ppo(cb, lr=0.05, num_epochs=10), 4)
+def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_stops(sick_run):
+    """The sick run (tests/live/conftest.py: lr 0.05, 10 epochs, on_fail="checkpoint+stop")."""
+    results, events, run_dir = sick_run["results"], sick_run["events"], sick_run["run_dir"]
     spike = _one(events, C.KL_SPIKE)
     assert spike["status"] == C.FAIL and spike["iteration"] == 1
     lr = _knob(spike, "lr")

@@ -29,32 +29,22 @@ def _whatif(args: list[str], env: dict, timeout: float = 600) -> subprocess.Comp
 
 
 # -- the real thing ----------------------------------------------------------------------
-def test_the_sick_runs_advice_is_tested_the_lr_cures_the_collapse_a_10x_lr_never_holds(ray_session, tmp_path, cli_env):
-    """From the guard's checkpoint (lr 0.05, 10 epochs): the advised lr holds for the collapse
-    and is never harmful to the KL; lr 0.5 never holds; the restore put the run's lr 0.05 back
-    into the optimizer, the read-back caught it and the branch ran at its own lr."""
-    from ray.rllib.algorithms.ppo import PPOConfig
-
-    from flow1_ray import Flow1Callbacks
-
-    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, on_fail="checkpoint",
-                                     state_actions=False)
-    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
-            .env_runners(num_env_runners=1, sample_timeout_s=20)
-            .training(train_batch_size_per_learner=1000, lr=0.05, num_epochs=10)).build_algo()
-    try:
-        run_dir = Path([algo.train() for _ in range(4)][-1]["flow1"]["run_dir"])
-    finally:
-        algo.stop()
+def test_the_sick_runs_advice_is_tested_the_lr_cures_the_collapse_a_10x_lr_never_holds(sick_run, attached_env):
+    """From the guard's checkpoint of the sick run (tests/live/conftest.py: lr 0.05, 10
+    epochs): the advised lr holds for the collapse and is never harmful to the KL; lr 0.5
+    never holds; the restore put the run's lr 0.05 back into the optimizer, the read-back
+    caught it and the branch ran at its own lr. `flow1 whatif` joins the tests' Ray
+    (RAY_ADDRESS), as it joins a cluster."""
+    run_dir = sick_run["run_dir"]
     p = _whatif([str(run_dir), "--from-advice", "--set", "lr=0.5", "--seeds", "3", "--iterations", "5",
-                 "--json", "-"], cli_env)
+                 "--json", "-"], attached_env)
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout)
     rows = {(v["branch"], v["finding"]): v for v in out["verdicts"]}
     advised = next(b for b, f in rows if f == "KL_SPIKE" and b not in ("lr=0.5",))
     assert advised.startswith("lr=") and float(advised[3:]) < 0.05
     # The collapse is cured by the advised lr in every seed (entropy / its maximum ~0 at the
-    # checkpoint, ~0.6 after 5 iterations at the advised lr), so the exact rank test on 3 v 3
+    # checkpoint, 0.8-1.0 after 5 iterations at the advised lr), so the exact rank test on 3 v 3
     # seeds reaches its smallest p, 1/20. The KL's verdict is not asserted: by the checkpoint
     # the baseline's policy has often collapsed already, and a deterministic policy's KL is ~0,
     # lower than a learning one's, so the same run gives "held" or "inconclusive" from one
@@ -176,7 +166,8 @@ def test_branches_run_and_read_back_on_every_algorithm_flow1_advises(ray_session
 def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_session, tmp_path):
     """with_options(whatif=True): the first advised finding saves a checkpoint, branches run
     as Ray tasks on the CPU the run leaves free while train() goes on, and the verdicts come
-    back as WHATIF_VERDICT events (the advised lr judged on the KL spike over 3 seeds a side)."""
+    back as WHATIF_VERDICT events (the advised lr judged on the KL spike over 2 seeds a side: the
+    smallest budget that makes a verdict; its statistic is tested where it is stable, above)."""
     import time
 
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -186,7 +177,7 @@ def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_sessi
     from flow1_ray.rundir.reading import load_events
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False,
-                                     whatif=True, whatif_seeds=3, whatif_iterations=3, whatif_parallel=1)
+                                     whatif=True, whatif_seeds=2, whatif_iterations=2, whatif_parallel=1)
     algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
             .env_runners(num_env_runners=1, sample_timeout_s=20)
             .training(train_batch_size_per_learner=1000, lr=0.05, num_epochs=10)).build_algo()
@@ -212,7 +203,7 @@ def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_sessi
     # one lr branch was judged on the KL spike, with each side's seeds, and not called harmful
     spike = [v for (b, f), v in verdicts.items() if f == C.KL_SPIKE and b.startswith("lr=")]
     assert len(spike) == 1 and spike[0]["verdict"] in (HELD, INCONCLUSIVE, NOT_HELD), verdicts
-    assert len(spike[0]["symptom"]["baseline"]) == len(spike[0]["symptom"]["branch"]) == 3, spike
+    assert len(spike[0]["symptom"]["baseline"]) == len(spike[0]["symptom"]["branch"]) == 2, spike
     assert trained_after_start >= 2   # train() went on while the branches ran
 
 
