@@ -1,6 +1,9 @@
 """The multi-node scenario, run as its own process (its own Ray: a ``ray.cluster_utils.Cluster``
-of a head and three worker nodes on this machine, each node with its own lock directory and
-its own probe). Prints one JSON object: what flow1 reported and what really happened.
+of a head without CPUs and three 1-CPU worker nodes on this machine, each node with its own
+lock directory and its own probe). First ``flow1 whatif``'s branch runs spread over the worker
+nodes; then a run's runners are killed, hung and their nodes removed. Prints one JSON object:
+what flow1 reported and what really happened (one cluster for both: a cluster's start is the
+dearest part of each).
 
     python tests/jobs/multinode_job.py OUTPUT_DIR
 """
@@ -25,6 +28,8 @@ def main(out_dir: str) -> dict:
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     from ray.rllib.algorithms.ppo import PPOConfig
 
+    whatif = _whatif(PPOConfig, out_dir)
+
     from flow1_ray import Flow1Callbacks, load_events
     from flow1_ray.common.names import hub_name
 
@@ -43,7 +48,7 @@ def main(out_dir: str) -> dict:
     out = {"runners": {str(i): {"pid": p, "node_id": n} for i, (p, n) in runners.items()},
            "worker_nodes": [n.node_id for n in nodes], "head_node": cluster.head_node.node_id,
            "hub_node": ray.get(hub.status.remote(), timeout=10).get("node_id"),
-           "driver_node": ray.get_runtime_context().get_node_id()}
+           "driver_node": ray.get_runtime_context().get_node_id(), "whatif": whatif}
 
     def wait(code: str, pid: int | None, timeout: float = 30.0, node_id: str | None = None):
         t0 = time.time()
@@ -97,6 +102,21 @@ def main(out_dir: str) -> dict:
     # `ray.init()` on this machine would try to join the dead cluster
     _quietly(ray._common.utils.reset_ray_address)
     os._exit(0)
+
+
+def _whatif(PPOConfig, out_dir: str) -> dict:
+    """4 branch runs of 1 CPU asked 4 at a time on 3 free CPUs: where they ran."""
+    from flow1_ray.whatif.run import run_whatif
+
+    algo = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0).debugging(seed=0)
+            .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1)).build_algo()
+    algo.train()
+    checkpoint = os.path.join(out_dir, "ck")
+    algo.save_to_path(checkpoint)
+    algo.stop()
+    o = run_whatif(checkpoint, sets=["lr=0.001"], seeds=2, iterations=1, parallel=4)
+    return {"branch_nodes": sorted({r.node for r in o.results}), "failed": [r.error for r in o.failed()],
+            "queued": o.queued, "runs": len(o.results)}
 
 
 def _print(out: dict) -> None:

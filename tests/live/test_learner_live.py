@@ -50,7 +50,7 @@ def _knob(event: dict, name: str) -> dict:
 
 
 def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_stops(sick_run):
-    """The sick run (tests/live/conftest.py: lr 0.05, 10 epochs, on_fail="checkpoint+stop")."""
+    """The sick run (tests/conftest.py: lr 0.05, 10 epochs, on_fail="checkpoint+stop")."""
     results, events, run_dir = sick_run["results"], sick_run["events"], sick_run["run_dir"]
     spike = _one(events, C.KL_SPIKE)
     assert spike["status"] == C.FAIL and spike["iteration"] == 1

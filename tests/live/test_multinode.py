@@ -1,13 +1,15 @@
-"""Multi-node liveness on a real multi-node Ray cluster (``ray.cluster_utils.Cluster``: a
-head and two worker nodes on this machine, each with its own lock directory and probe), in
-its own process (tests/jobs/multinode_job.py): a SIGKILLed runner and a hung runner are each
-found by their own node's probe and reported with that node's id; a node removed from the
-cluster gives WORKER_DIED for its runner with the node named, not a hang; a node lost without
-warning (``remove_node(allow_graceful=False)``) is NODE_LOST within 3 s, confirmed by Ray later."""
+"""Multi-node Ray on a real multi-node cluster (``ray.cluster_utils.Cluster``: a head without
+CPUs and three 1-CPU worker nodes on this machine, each with its own lock directory and probe),
+in its own process (tests/jobs/multinode_job.py, run once for the module): ``flow1 whatif``'s
+branch runs spread over the worker nodes; a SIGKILLed runner and a hung runner are each found
+by their own node's probe and reported with that node's id; a node removed from the cluster
+gives WORKER_DIED for its runner with the node named, not a hang; a node lost without warning
+(``remove_node(allow_graceful=False)``) is NODE_LOST within 3 s, confirmed by Ray later."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +20,31 @@ pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def test_each_nodes_probe_names_its_own_runners(tmp_path, cli_env):
-    env = {k: v for k, v in cli_env.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.run([sys.executable, str(TESTS / "jobs" / "multinode_job.py"), str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def cluster_job(tmp_path_factory) -> dict:
+    """tests/jobs/multinode_job.py run once: its JSON object."""
+    from conftest import WORKER_PATH
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*WORKER_PATH, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, str(TESTS / "jobs" / "multinode_job.py"), str(tmp_path_factory.mktemp("nodes"))],
+                          env=env, capture_output=True, text=True, timeout=400)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_on_a_cluster_the_whatif_branches_spread_over_the_nodes(cluster_job):
+    """4 branch runs asked 4 at a time run on every worker node (the head has no CPU), 3 at a
+    time: the rest waits in Ray's queue, said."""
+    out = cluster_job["whatif"]
+    assert out["runs"] == 4 and not out["failed"], out
+    assert out["branch_nodes"] == sorted(cluster_job["worker_nodes"]), out
+    assert "1 wait in Ray's queue" in out["queued"], out
+
+
+def test_each_nodes_probe_names_its_own_runners(cluster_job):
+    out = cluster_job
     runners = out["runners"]
     workers = set(out["worker_nodes"])
     # the runners live on the three worker nodes, one each; flow1's hub stays with the driver

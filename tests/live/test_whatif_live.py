@@ -30,7 +30,7 @@ def _whatif(args: list[str], env: dict, timeout: float = 600) -> subprocess.Comp
 
 # -- the real thing ----------------------------------------------------------------------
 def test_the_sick_runs_advice_is_tested_the_lr_cures_the_collapse_a_10x_lr_never_holds(sick_run, attached_env):
-    """From the guard's checkpoint of the sick run (tests/live/conftest.py: lr 0.05, 10
+    """From the guard's checkpoint of the sick run (tests/conftest.py: lr 0.05, 10
     epochs): the advised lr holds for the collapse and is never harmful to the KL; lr 0.5
     never holds; the restore put the run's lr 0.05 back into the optimizer, the read-back
     caught it and the branch ran at its own lr. `flow1 whatif` joins the tests' Ray
@@ -205,18 +205,3 @@ def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_sessi
     assert len(spike) == 1 and spike[0]["verdict"] in (HELD, INCONCLUSIVE, NOT_HELD), verdicts
     assert len(spike[0]["symptom"]["baseline"]) == len(spike[0]["symptom"]["branch"]) == 2, spike
     assert trained_after_start >= 2   # train() went on while the branches ran
-
-
-@pytest.mark.slow
-def test_on_a_cluster_the_branches_spread_over_the_nodes(tmp_path, cli_env):
-    """A head without CPUs and two 1-CPU worker nodes: 4 branch runs asked 4 at a time run on
-    both worker nodes, two at a time (the rest waits in Ray's queue, said)."""
-    env = {k: v for k, v in cli_env.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "jobs" / "whatif_multinode_job.py"), str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=400)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    out = json.loads(lines[-1][len("RESULT "):])
-    assert out["runs"] == 4 and not out["failed"], out
-    assert out["branch_nodes"] == out["worker_nodes"], out
-    assert "2 wait in Ray's queue" in out["queued"], out
