@@ -24,10 +24,11 @@ def _run_dir(out: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_flow1_train_prints_flow1s_lines_and_puts_rays_in_the_run_directory(tmp_path, cli_env):
+def test_flow1_train_prints_flow1s_lines_and_puts_rays_in_the_run_directory(tmp_path, cli_env, attached_env):
     """Two iterations, one EnvRunner: the terminal holds flow1's lines and one line per
     iteration; Ray's start, RLlib's warnings and the EnvRunner's forwarded lines are in
-    ray.log. With --verbose the same run shows Ray's lines on stderr (and still logs them)."""
+    ray.log. With --verbose the same run shows Ray's lines on stderr (and still logs them); that
+    one joins the tests' Ray (RAY_ADDRESS, as in a RayJob), the first starts its own."""
     r = run_cli("train", "--iterations", "2", "--env-runners", "1", "--output-dir", str(tmp_path / "q"),
                 env=cli_env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -40,7 +41,7 @@ def test_flow1_train_prints_flow1s_lines_and_puts_rays_in_the_run_directory(tmp_
     text = log.read_text()
     assert RLLIB_SAYS in text and "(SingleAgentEnvRunner pid=" in text, text   # the driver's, a worker's
     v = run_cli("train", "--iterations", "1", "--env-runners", "1", "--verbose", "--output-dir",
-                str(tmp_path / "v"), env=cli_env)
+                str(tmp_path / "v"), env=attached_env)
     assert v.returncode == 0, v.stdout[-3000:] + v.stderr[-3000:]
     assert RLLIB_SAYS in v.stderr and "(SingleAgentEnvRunner pid=" in v.stderr and flow1_only(v.stderr), v.stderr
     assert flow1_only(v.stdout) == [] and RLLIB_SAYS in (_run_dir(tmp_path / "v") / RAY_LOG).read_text()

@@ -1,4 +1,4 @@
-"""A real run, seen: `flow1 train --inject crash` followed live by `flow1 serve` in headless
+"""A real run, seen: `flow1 train --inject crash` (on the tests' Ray) followed live by `flow1 serve` in headless
 Chromium while it trains, then its run directory as `flow1 report --format html`, opened
 from disk in the same browser."""
 
@@ -33,11 +33,11 @@ def _parts(run_dir) -> list[tuple[str, float, int]]:
     return out
 
 
-def test_a_crash_run_followed_live_then_reported_as_one_offline_page(tmp_path, cli_env):
+def test_a_crash_run_followed_live_then_reported_as_one_offline_page(tmp_path, cli_env, attached_env):
     out = tmp_path / "runs"
     train = subprocess.Popen([sys.executable, "-m", "flow1_ray", "train", "--iterations", "3",
                               "--inject", "crash", "--quiet", "--output-dir", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=attached_env)
     try:
         run_dir = wait_for(lambda: next((p for p in out.iterdir() if is_run_dir(Location(p))), None)
                            if out.is_dir() else None, 120, 0.2)
