@@ -294,10 +294,9 @@ def _type_name(t: object) -> str:
 
 
 def run_directory_page(root: Path) -> str:
-    import gymnasium as gym
     import numpy as np
 
-    from flow1_ray.clustering.state_action_map import analyze_state_actions
+    from flow1_ray.clustering.state_action_map import StateActionMap
     from flow1_ray.common import iteration as I
     from flow1_ray.common import schema as S
     from flow1_ray.common.events import EVENT_SCHEMA, REQUIRED_COLUMNS
@@ -362,9 +361,9 @@ def run_directory_page(root: Path) -> str:
              + ", ".join(f"`{c}` ({t})" for c, t in req.items()) + ".", "",
              "Columns (`common.schema.LEARNER_COLUMNS`): " + ", ".join(f"`{c}`" for c in S.LEARNER_COLUMNS) + "."]
 
-    rng = np.random.default_rng(0)
-    m = analyze_state_actions(rng.random((60, 4)), rng.integers(0, 2, 60), gym.spaces.Discrete(2),
-                              n_clusters=3, backend="sklearn")
+    # one cluster, made by hand: the table's schema without clustering anything (no sklearn import)
+    m = StateActionMap(centroids=np.zeros((1, 4)), counts=np.ones((1, 2), dtype=np.int64), action_labels=["0", "1"],
+                       verdicts=["OK"])
     req = required(S.CLUSTERS_DIR)
     body += ["", f"## `{S.CLUSTERS_DIR}/` {{ #clusters }}", "",
              "One row per state cluster and snapshot (`flow1_ray.load_clusters`; the schema of "
