@@ -3,7 +3,7 @@ anywhere but the env's step (a user's env-to-module or module-to-env connector, 
 forward pass, a user's callback; single- and multi-agent, one or two sub-envs a runner), one
 that leaves the weight sync (the RLModule's ``set_state``) and an ``os._exit`` in env code are
 named in the runner's WORKER_DIED with the exception (or the exit code), the component and the user's ``file:line``;
-RLlib restarts the runner as before. Unit half: ``tests/liveness/test_crash_site.py``."""
+RLlib restarts the runner as before (waited for once per way flow1 is in the runner's path). Unit half: ``tests/liveness/test_crash_site.py``."""
 
 from __future__ import annotations
 
@@ -80,6 +80,10 @@ CASES = {
 }
 
 
+#: the cases whose runner's restart is waited for (the others die the same way as one of these)
+RESTART_CHECKED = ("env-to-module connector", "weight sync", "os._exit")
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_runner_killed_by_anything_in_sample_names_the_cause_component_and_frame(ray_session, tmp_path, case):
     algo = _config(tmp_path, case).build_algo()
@@ -98,7 +102,10 @@ def test_a_runner_killed_by_anything_in_sample_names_the_cause_component_and_fra
         if function:   # the user's own frame (a NaN logit is refused inside torch: no user frame)
             assert cause["user_frame"] is True and cause["frame"].startswith(function)
         assert "SIGKILL" not in died[0]["message"], "an exit code proves it was no SIGKILL"
-        # fault tolerance unchanged: RLlib restarts the runner, and the run trains on
-        run.wait_events(lambda e: any(x["code"] == C.WORKER_RESTARTED for x in e), timeout=60, algo=algo)
+        # fault tolerance unchanged: RLlib restarts the runner, and the run trains on; checked once
+        # for each way flow1 is in the runner's path (an exception recorded on its way out of
+        # sample(), the wrapped set_state the restored runner is synced through, an os._exit)
+        if case in RESTART_CHECKED:
+            run.wait_events(lambda e: any(x["code"] == C.WORKER_RESTARTED for x in e), timeout=60, algo=algo)
     finally:
         algo.stop()

@@ -3,7 +3,7 @@ is ~54 MB of resident memory and ~0.5 s of CPU per process (measured: flow1's im
 runner went from 57 MB and 0.75 s to 4 MB and 0.07 s once the two rule files that only the
 driver and the clusterer judge with imported it where they use it). Checked in a fresh
 process: a real SingleAgentEnvRunner with Flow1Callbacks, sampled past its first judgement of
-the checked episodes."""
+the checked episodes; the process joins the tests' Ray."""
 
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ SCRIPT = textwrap.dedent("""
     print("import_mb", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024)
     print("stats_at_import", "scipy.stats" in set(sys.modules) - before)
     from flow1_ray.runner.agent import JUDGE_EVERY_S
-    ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 1024**2, log_to_driver=False,
-             logging_level=logging.ERROR)
+    ray.init(log_to_driver=False, logging_level=logging.ERROR)   # the tests' Ray (RAY_ADDRESS)
     cb = Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False, sample_rate=1.0,
                                      check_budget=0)
     r = SingleAgentEnvRunner(config=PPOConfig().environment("CartPole-v1").callbacks(cb), worker_index=1)
@@ -40,8 +39,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_an_env_runner_with_flow1_never_imports_scipy_stats():
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+def test_an_env_runner_with_flow1_never_imports_scipy_stats(attached_env):
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
+                         env=attached_env)
     assert out.returncode == 0, out.stderr[-3000:]
     got = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert got["stats_at_import"] == "False" and got["judged"] == "True", out.stdout
