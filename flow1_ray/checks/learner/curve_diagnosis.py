@@ -93,6 +93,7 @@ class CurveDiagnosis:
         self.dropped = False
         self.last: dict[str, dict] = {}
         self.learned = False                 # the return once rose beyond its noise
+        self.first_episodes: float | None = None   # the episodes the first return reading averaged
         self.repeats: dict[str, dict] = {}   # "CODE:module": each finding's count, first and last iteration
 
     def _space(self, module_id: str) -> Any:
@@ -103,6 +104,9 @@ class CurveDiagnosis:
     def add(self, result: Mapping) -> list[Event]:
         it = int(result_number(result, "training_iteration") or 0)
         ret = result_number(result, "env_runners", "episode_return_mean")
+        if ret is not None and self.first_episodes is None:   # how many episodes the first reading averages
+            self.first_episodes = min(self.noise.window, result_number(result, "env_runners", "num_episodes_lifetime")
+                                      or result_number(result, "env_runners", "num_episodes") or 1)
         self.trend.add(ret, result_number(result, "env_runners", "num_episodes"))
         self.noise.add(result_number(result, "env_runners", "episode_return_min"),
                        result_number(result, "env_runners", "episode_return_max"),
@@ -118,7 +122,8 @@ class CurveDiagnosis:
             if v is not None:
                 self.return_abs_max = max(abs(v), self.return_abs_max or 0.0)
         gained = None if self.trend.best is None else self.trend.best - self.trend.first
-        learned = self.noise.beyond(gained, self.th.return_noise_z) if gained is not None else None
+        learned = self.noise.gain_beyond(gained, self.th.return_noise_z, self.first_episodes or 1) \
+            if gained is not None else None
         self.learned = self.learned or bool(learned)
         run = RunContext(stalled=self.trend.stalled(), dropped=self.dropped, return_abs_max=self.return_abs_max,
                          learned=True if self.learned else learned, noise=self.noise.sigma,
