@@ -28,7 +28,7 @@ def main(out_dir: str) -> dict:
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    whatif = _whatif(PPOConfig, out_dir)
+    whatif = _whatif(out_dir)
 
     from flow1_ray import Flow1Callbacks, load_events
     from flow1_ray.common.names import hub_name
@@ -104,8 +104,10 @@ def main(out_dir: str) -> dict:
     os._exit(0)
 
 
-def _whatif(PPOConfig, out_dir: str) -> dict:
+def _whatif(out_dir: str) -> dict:
     """4 branch runs of 1 CPU asked 4 at a time on 3 free CPUs: where they ran."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
     from flow1_ray.whatif.run import run_whatif
 
     algo = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0).debugging(seed=0)

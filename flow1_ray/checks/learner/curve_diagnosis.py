@@ -122,8 +122,8 @@ class CurveDiagnosis:
             if v is not None:
                 self.return_abs_max = max(abs(v), self.return_abs_max or 0.0)
         gained = None if self.trend.best is None else self.trend.best - self.trend.first
-        learned = self.noise.gain_beyond(gained, self.th.return_noise_z, self.first_episodes or 1) \
-            if gained is not None else None
+        learned = self.noise.gain_beyond(gained, self.th.return_noise_z, self.first_episodes) \
+            if gained is not None else None   # gained: a first reading, so first_episodes is known
         self.learned = self.learned or bool(learned)
         run = RunContext(stalled=self.trend.stalled(), dropped=self.dropped, return_abs_max=self.return_abs_max,
                          learned=True if self.learned else learned, noise=self.noise.sigma,

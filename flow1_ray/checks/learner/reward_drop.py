@@ -189,8 +189,8 @@ class RunReturnDrop:
         if self.reported or self.iters_below < th.reward_drop_min_iters or \
                 p.episodes - self.began.episodes < self.window:
             return None
-        real = self.noise.beyond(self.best.value - p.value, th.return_noise_z * DROP_NOISE_FACTOR) \
-            if self.noise is not None else None
+        z = th.return_noise_z * DROP_NOISE_FACTOR
+        real = self.noise.beyond(self.best.value - p.value, z) if self.noise is not None else None
         if real is False:   # within what the episodes' spread alone moves the mean
             return None
         self.reported = True
@@ -201,7 +201,7 @@ class RunReturnDrop:
             f"to {p.value:.4g} and stayed below "
             f"{line:.4g} for {self.iters_below} iterations and {int(p.episodes - began.episodes)} episodes "
             f"(since iteration {began.iteration}); expected >= best - {1 - th.reward_drop_ratio:.0%} of the gain "
-            f"since the first window ({self.start:.4g} -> {best.value:.4g}) and {th.return_noise_z * DROP_NOISE_FACTOR:g}x the "
+            f"since the first window ({self.start:.4g} -> {best.value:.4g}) and {z:g}x the "
             f"return's noise ({self._sigma_text()}): a sustained drop, not noise -- "
             f"look at entropy, KL and the learning rate around iteration {began.iteration}"),
             {"best": best.value, "best_iteration": best.iteration, "current": p.value, "line": line,
@@ -209,7 +209,7 @@ class RunReturnDrop:
              "iterations_below": self.iters_below, "episodes_below": int(p.episodes - began.episodes),
              "ratio_threshold": th.reward_drop_ratio, "min_iterations": th.reward_drop_min_iters, "best_of": k,
              "window_episodes": self.window, "scope": "run",
-             "noise_sigma": self.noise.sigma if self.noise is not None else None, "noise_z": th.return_noise_z * DROP_NOISE_FACTOR})
+             "noise_sigma": self.noise.sigma if self.noise is not None else None, "noise_z": z})
 
     def _sigma_text(self) -> str:
         s = self.noise.sigma if self.noise is not None else None
