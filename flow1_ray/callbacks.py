@@ -170,7 +170,7 @@ class Flow1Callbacks(RLlibCallback):
                                                    "a build, train() or stop() that never returns").to_dict()])
         from .checks.run.sampling import DiscardedSamples, NoSamples
 
-        self._no_samples = NoSamples()
+        self._no_samples = NoSamples(getattr(algorithm, "config", None))
         self._discarded = DiscardedSamples(getattr(algorithm, "config", None))
         logger.info("flow1: run %s writing to %s", run.run_id, run.run_dir)
 

@@ -13,7 +13,8 @@ PY=${PYTHON:-python3}
 "$PY" scripts/bench_kmeans.py --gpu-only --reps 3 "$@"
 rc=$?
 if "$PY" -c "import pytest, gymnasium" 2>/dev/null; then
-  "$PY" -m pytest -q -m gpu tests/clustering/test_state_action.py tests/hub/test_clusterer.py tests/clustering/test_crossover.py -p no:cacheprovider || rc=1
+  # -o addopts=: one process (the suite's two pytest-xdist workers need pytest-xdist, maybe absent here)
+  "$PY" -m pytest -q -o addopts= -m gpu tests/clustering/test_state_action.py tests/hub/test_clusterer.py tests/clustering/test_crossover.py -p no:cacheprovider || rc=1
 else
   echo "pytest or gymnasium missing here: the @pytest.mark.gpu tests were not run"
 fi

@@ -29,11 +29,41 @@ WORKER_PATH = IMPORTABLE + TEST_DIRS
 LIVE = TESTS / "live"
 
 
+#: shared fixtures that cost nothing to make twice: each pytest-xdist worker has its own
+#: (the tests' Ray of a worker is its own, ``address="local"``)
+PER_WORKER = ("ray_session",)
+
+
+def _ours(func) -> bool:
+    import inspect
+
+    try:
+        return Path(inspect.getfile(func)).resolve().is_relative_to(TESTS)
+    except (TypeError, OSError):
+        return False
+
+
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's loadgroup reads the groups
 def pytest_collection_modifyitems(config, items):
-    """``live``: every test under tests/live/, and any test that asks for the shared Ray."""
+    """``live``: every test under tests/live/, and any test that asks for the shared Ray.
+
+    The suite runs on two pytest-xdist workers (``--dist loadgroup``, pyproject.toml): the
+    tests that share a costly module- or session-scoped fixture (a trained run, a cluster, a
+    server) form one group that a single worker runs, so that the fixture is made once; the
+    live tests come first (each worker takes the next test when it is free), so that the
+    many short unit tests fill the end and both workers finish together."""
     for item in items:
         if Path(str(item.fspath)).is_relative_to(LIVE) or "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.live)
+        info = getattr(item, "_fixtureinfo", None)
+        for name in getattr(item, "fixturenames", ()):
+            defs = info.name2fixturedefs.get(name) if info else None
+            if not defs or name in PER_WORKER or defs[-1].scope not in ("module", "session") \
+                    or not _ours(defs[-1].func):   # pytest's own (tmp_path_factory) are per worker
+                continue
+            scope = item.module.__name__ if defs[-1].scope == "module" else "session"
+            item.add_marker(pytest.mark.xdist_group(f"{scope}.{name}"))
+    items.sort(key=lambda item: item.get_closest_marker("live") is None)
 
 
 @pytest.fixture

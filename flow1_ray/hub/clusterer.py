@@ -150,8 +150,13 @@ class StatesService:
                 self.dropped_snapshots += 1
         q = self._queue
         with q.all_tasks_done:
-            return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0,
+            done = q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0,
                                              timeout=max(0.0, deadline - time.monotonic()))
+        # requests skipped while the first round was still computing (a busy machine): its
+        # cost is known now, and they are said
+        self._update_cost()
+        self._say_spaced()
+        return done
 
     def _update_cost(self) -> None:
         """The last round's cost: its clustering thread's CPU time plus, where the heatmap is

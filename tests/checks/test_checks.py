@@ -320,3 +320,35 @@ def test_live_checks_need_repeated_stalls_and_spend_the_drift_alpha():
             looks.append(i + 1)
     assert looks == [32, 64, 128]  # at each doubling, not at every judge
     assert C.OBS_DISTRIBUTION_DRIFT not in {f.code for f in rc.log.findings()}
+
+
+# --- NO_SAMPLES: iterations that train on nothing ------------------------------------------
+def _no_samples_run(rule, steps, iter_s=2.0, sampled=None):
+    found = []
+    for i, s in enumerate(steps, 1):
+        result = {"num_env_steps_sampled_lifetime": s, "time_this_iter_s": iter_s,
+                  "fault_tolerance": {"num_env_runners_dropped_lifetime": 0, "num_healthy_workers": 1}}
+        if sampled is not None:
+            result["env_runners"] = {"num_env_steps_sampled": sampled[i - 1]}
+        found += rule.add(result, i)
+    return found
+
+
+def test_a_runner_slow_to_give_its_first_steps_is_no_streak_until_rllib_would_call_it_late():
+    """APPO with 2 s iterations whose runner's first steps arrive at iteration 6 (10 s, on a
+    busy machine): five empty iterations, within sample_timeout_s=20, are the run's start;
+    a runner that never samples is named once the iterations outlast the timeout."""
+    from flow1_ray.checks.run.sampling import NoSamples
+
+    assert _no_samples_run(NoSamples({"sample_timeout_s": 20}), [0, 0, 0, 0, 0, 500, 1000]) == []
+    never = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [0] * 14)
+    # 2 s an iteration: past 20 s from iteration 11, the 3rd empty one after it is iteration 13
+    assert [e.iteration for e in never] == [13] and "3 iterations in a row" in never[0].message
+    # RLlib's default timeout (60 s) when the config does not say
+    assert [e.iteration for e in _no_samples_run(NoSamples(), [0] * 40)] == [33]
+    # steps sampled in the first iteration: the run has started, a stall right after is counted
+    first = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [500, 500, 500, 500], sampled=[500, 0, 0, 0])
+    assert [e.iteration for e in first] == [4]
+    # a restored run: its first lifetime count is the checkpoint's, its own steps none yet
+    restored = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [10**6] * 6, sampled=[0] * 6)
+    assert restored == []

@@ -87,6 +87,25 @@ def test_a_spaced_snapshot_keeps_its_states_for_the_next():
     assert last["iteration"] == 40 and "300 of 300 states" in last["heatmap"]["title"]
 
 
+def test_requests_skipped_while_the_first_round_computes_are_said_at_the_close():
+    """A busy machine: the next requests come while the first round is still computing (its
+    cost not known yet), so they are skipped without a word; the close, once that round is
+    done, says them (HEATMAPS_SPACED) with its cost."""
+    rng = np.random.default_rng(3)
+    delivered, reported = [], []
+    # no drawing in this process: the cost is the clustering thread's, known when its round ends
+    svc = StatesService(delivered.append, n_clusters=3, backend="sklearn", report=reported.extend,
+                        heatmap_budget=0.01, render_cpu_s=lambda: 0.0, heatmap_every=1)
+    svc.ingest(_rows(rng, 3000))
+    assert svc.snapshot(1)
+    skipped = [svc.snapshot(it) for it in (2, 3) if svc._queue.unfinished_tasks]
+    assert skipped and not any(skipped), "asked while the first round was computing"
+    assert svc.finish(None, None, 30.0)
+    spaced = [e for e in reported if e["code"] == C.HEATMAPS_SPACED]
+    assert len(spaced) == 1 and spaced[0]["evidence"]["skipped"] == len(skipped), reported
+    assert spaced[0]["evidence"]["cost_s"] > 0
+
+
 def test_without_a_budget_every_request_runs():
     rng = np.random.default_rng(1)
     svc, delivered, reported = _service(0.0)

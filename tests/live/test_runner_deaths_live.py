@@ -26,8 +26,10 @@ def _config(tmp_path, case: str):
     import faulty_parts as fp
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False)
+    # one remote runner: each fault kills every runner it reaches, and a runner's process start
+    # (torch and RLlib imported) is ~4 s of CPU, paid again by its restart
     config = (PPOConfig().environment("CartPole-v1").callbacks(cb)
-              .env_runners(num_env_runners=2, sample_timeout_s=8)
+              .env_runners(num_env_runners=1, sample_timeout_s=8)
               .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1)
               .fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=1.0))
     if case == "env-to-module connector":

@@ -28,7 +28,8 @@ DISCARD_MIN_ITERS = 2
 
 RULES = (
     Rule("NO_SAMPLES", C.WORKER, C.WARN,
-         "training iterations sampled 0 env steps several times in a row (runners dropped or late)"),
+         "training iterations sampled 0 env steps several times in a row (runners dropped or late); "
+         "before a run's first steps, only once its iterations outlast sample_timeout_s (a runner's start)"),
     Rule("RUNNER_SAMPLES_DISCARDED", C.WORKER, C.WARN,
          "RLlib left out late sample() calls (fault_tolerance/num_env_runners_dropped_lifetime rose) on "
          f"{DISCARD_MIN_ITERS} iterations and EnvRunners' own timing shows calls longer than sample_timeout_s: "
@@ -145,6 +146,8 @@ def _config_number(config: Any, name: str) -> int | None:
 
 #: iterations in a row with no new env step before NO_SAMPLES
 NO_SAMPLES_ITERS = 3
+#: RLlib's default ``sample_timeout_s``: how long it waits for one sample() call
+RLLIB_SAMPLE_TIMEOUT_S = 60.0
 
 
 def _lifetime(result: dict) -> int | None:
@@ -158,12 +161,41 @@ def _lifetime(result: dict) -> int | None:
     return None
 
 
+def _sampled_now(result: dict) -> bool:
+    """This iteration's own env steps (the first iteration's lifetime count may be a restored
+    checkpoint's)."""
+    try:
+        return int((result.get("env_runners") or {}).get("num_env_steps_sampled") or 0) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _sample_timeout(config: Any) -> float:
+    v = config.get("sample_timeout_s", RLLIB_SAMPLE_TIMEOUT_S) if isinstance(config, dict) else \
+        getattr(config, "sample_timeout_s", RLLIB_SAMPLE_TIMEOUT_S)
+    try:
+        return float(v) if v is not None else RLLIB_SAMPLE_TIMEOUT_S
+    except (TypeError, ValueError):
+        return RLLIB_SAMPLE_TIMEOUT_S
+
+
 class NoSamples:
     """Counts iterations in a row whose lifetime env-step count did not move; one finding
-    per streak, re-armed when steps arrive again."""
+    per streak, re-armed when steps arrive again.
 
-    def __init__(self, iters: int = NO_SAMPLES_ITERS) -> None:
+    A run's start is not a streak: until its runners' first steps arrive, an empty iteration
+    counts only once this run's iterations have lasted ``sample_timeout_s`` (RLlib's own
+    patience with one ``sample()`` call; its default 60 s when unset). An asynchronous
+    algorithm with short iterations (APPO's ``min_time_s_per_iteration=2``) returns several
+    empty ones while its first runner builds its env and module on a busy machine; a runner
+    that never samples is still named, once RLlib itself would call its call late. A
+    restored run (lifetime steps > 0 from its checkpoint) starts the same way."""
+
+    def __init__(self, config: Any = None, iters: int = NO_SAMPLES_ITERS) -> None:
         self.iters = iters
+        self.timeout_s = _sample_timeout(config)
+        self.started = False      # steps arrived in this run
+        self.elapsed_s = 0.0      # this run's iterations' time so far
         self.last: int | None = None
         self.streak = 0
         self.dropped_at_start: float | None = None
@@ -176,13 +208,20 @@ class NoSamples:
         steps = _lifetime(result)
         ft = result.get("fault_tolerance") or {}
         dropped = ft.get("num_env_runners_dropped_lifetime")
+        try:
+            self.elapsed_s += max(0.0, float(result.get("time_this_iter_s") or 0.0))
+        except (TypeError, ValueError):
+            pass
         if steps is None:
             return []
-        if self.last is not None and steps <= self.last:
+        empty = self.last is not None and steps <= self.last
+        if (self.last is not None and not empty) or _sampled_now(result):
+            self.started = True
+        if empty and (self.started or self.elapsed_s > self.timeout_s):
             if self.streak == 0:   # the drops of this iteration count: from the count before it
                 self.dropped_at_start = self.prev_dropped
             self.streak += 1
-        else:
+        elif not empty:
             self.streak, self.reported = 0, False
         self.last, self.prev_dropped = steps, dropped
         if self.streak < self.iters or self.reported:
