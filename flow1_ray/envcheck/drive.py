@@ -23,7 +23,7 @@ from ..common import codes as C
 from ..checks.env.env_spec import crash_finding, long_episode_advisory, never_ends_finding
 from ..checks.findings import Finding
 from ..checks.env.import_resolve import old_api_finding
-from ..checks.env.machine_load import runqueue_wait_s
+from ..checks.env.machine_load import gc_pause_s, runqueue_wait_s
 from ..checks.env.reward_logic import RewardLogicAudit
 from ..checks.env.temporal_leak import LeakageWatch
 from ..checks.thresholds import Thresholds
@@ -187,7 +187,7 @@ class DriverBase:
         action = self._action()
         if self.audit is not None:
             self._guarded("audit", lambda: self.audit.before_step(self.env))
-        q0 = runqueue_wait_s()
+        q0, g0 = runqueue_wait_s(), gc_pause_s()
         t0 = time.perf_counter()
         try:
             out = self.env.step(action)
@@ -200,7 +200,7 @@ class DriverBase:
         except Exception as e:
             w.leave()
             return self._step_crashed(e, masked=self.masked_steps > before)
-        dt = time.perf_counter() - t0
+        dt = time.perf_counter() - t0 - (gc_pause_s() - g0)   # the collector's pause is the heap's
         q1 = runqueue_wait_s()
         self.last_wait = q1 - q0 if q0 is not None and q1 is not None else None
         w.leave()

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..checks.env.env_spec import crash_finding
-from ..checks.env.machine_load import WaitShare
+from ..checks.env.machine_load import WaitShare, gc_pause_s
 from ..checks.findings import Finding
 from ..checks.env.rollout import RolloutChecker
 from ..common import codes as C
@@ -107,7 +107,7 @@ class EnvWatch:
         first = True   # a sub-env's first episode is always checked: a fault of every episode shows at once
 
         def checked_step(action):
-            t0 = clock()
+            g0, t0 = gc_pause_s(), clock()
             try:
                 out = step(action)
             except Exception as e:
@@ -115,8 +115,8 @@ class EnvWatch:
                 raise
             t1 = clock()
             try:
-                with agent._lock:
-                    rc.on_step(action, *out, duration_s=t1 - t0)
+                with agent._lock:   # a garbage collection's pause is the process's heap, not the step
+                    rc.on_step(action, *out, duration_s=t1 - t0 - (gc_pause_s() - g0))
                     fed.add(index)
             except Exception as e:
                 agent._internal(e)

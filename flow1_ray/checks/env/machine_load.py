@@ -7,10 +7,17 @@ then every reading is None and the step-time rules judge as before). Read around
 of ``flow1 check`` (~3 us) and over each judged window live, it tells the machine's load
 from the env's own slowness: STEP_DURATION_OUTLIER names the env only for the time the
 thread was running or blocked in it.
+
+The process's heap is not the env's either: a full pass of Python's cyclic garbage collector
+stops every thread for as long as the whole heap takes to walk (~0.3 s in a process that
+built a few RLlib Algorithms, more on a loaded machine), and it runs in whichever step
+happened to allocate past the threshold. :func:`gc_pause_s` clocks the collector's passes
+(``gc.callbacks``), and a step's duration is taken without them.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -29,6 +36,26 @@ def runqueue_wait_s() -> float | None:
         except (OSError, ValueError, IndexError):
             continue
     return None
+
+
+_gc_clock = {"installed": False, "start": None, "total": 0.0}
+
+
+def _on_gc(phase: str, info: dict) -> None:
+    if phase == "start":
+        _gc_clock["start"] = time.perf_counter()
+    elif _gc_clock["start"] is not None:
+        _gc_clock["total"] += time.perf_counter() - _gc_clock["start"]
+        _gc_clock["start"] = None
+
+
+def gc_pause_s() -> float:
+    """Seconds this process's garbage collector has run since the first call (the clock is
+    installed then): a step's duration minus the change over it is the env's own."""
+    if not _gc_clock["installed"]:
+        _gc_clock["installed"] = True
+        gc.callbacks.append(_on_gc)
+    return _gc_clock["total"]
 
 
 class WaitShare:
