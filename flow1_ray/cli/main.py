@@ -113,7 +113,8 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     def say(line: str) -> None:   # the stream looked up per line: Ray's log routing replaces them for a while
         print(line, file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
 
-    o = run_whatif(args.path, sets=args.sets, from_advice=args.from_advice, iterations=args.iterations,
+    o = run_whatif(args.path, sets=args.sets, from_advice=args.from_advice, findings=args.findings,
+                   iterations=args.iterations,
                    seeds=args.seeds, parallel=args.parallel, cpus_per_branch=args.cpus_per_branch,
                    env_runners=args.env_runners, output_dir=args.output_dir, max_branches=args.max_branches,
                    first_seed=args.first_seed, ray_log=True, say=say)

@@ -117,6 +117,9 @@ def _add_whatif(sub: Any) -> None:
                    help="one branch with these changes (config.training unless METHOD.KNOB=VALUE); repeatable")
     w.add_argument("--from-advice", action="store_true",
                    help="one branch per distinct knob the run's findings advised first")
+    w.add_argument("--finding", action="append", default=[], metavar="CODE", dest="findings",
+                   help="with --from-advice: branch only on the knobs this finding advised (a code such as KL_SPIKE; "
+                        "repeatable); each branch is still judged on every finding that advised its knob")
     w.add_argument("--iterations", type=int, default=5, help="train() iterations per branch run (default 5)")
     w.add_argument("--seeds", type=int, default=3,
                    help="seeds per branch (default 3: the least for the permutation test to reach p = 0.05)")

@@ -174,12 +174,16 @@ def branch_name(changes: tuple[Knob, ...]) -> str:
                     for c in changes) or BASELINE
 
 
-def plan(source: Source, sets: list[str], from_advice: bool, max_branches: int = 6) -> list[Branch]:
+def plan(source: Source, sets: list[str], from_advice: bool, max_branches: int = 6,
+         findings: list[str] | None = None) -> list[Branch]:
     """The baseline first, then one branch per ``--set`` group, then (``from_advice``) one
-    per distinct first knob of the run's advice. A branch is judged for every finding that
+    per distinct first knob of the run's advice (``findings``: of these codes' advice only).
+    A branch is judged for every finding that
     advised its knob (a lower lr advised for a KL spike is judged on the KL, and on the
     entropy where the collapse named the lr too); a ``--set`` branch that no finding
     advised is judged on the return."""
+    if findings and not from_advice:
+        raise Flow1InputError("--finding picks among the run's advice: give --from-advice with it")
     branches: dict[str, Branch] = {BASELINE: Branch(BASELINE)}
     for group in sets:
         changes = parse_set(group)
@@ -189,7 +193,7 @@ def plan(source: Source, sets: list[str], from_advice: bool, max_branches: int =
         if not source.advice:
             where = source.run_dir or "no run directory beside the checkpoint"
             raise Flow1InputError(f"--from-advice: no finding with advised knobs in {where}")
-        for adv in source.advice:   # the advice's first knob ("try ..."), one branch per distinct change
+        for adv in _advice_of(source, findings):   # the first knob ("try ..."), one branch per distinct change
             change = next((c for c in map(change_from_knob, adv.knobs) if c is not None), None)
             if change is not None:
                 name = branch_name((change,))
@@ -206,6 +210,18 @@ def plan(source: Source, sets: list[str], from_advice: bool, max_branches: int =
     if len(branches) == 1:
         raise Flow1InputError("nothing to branch: give --set knob=value or --from-advice")
     return list(branches.values())
+
+
+def _advice_of(source: Source, findings: list[str] | None) -> list[Advice]:
+    """The run's advice, of ``findings`` only where given (each must have advised a knob)."""
+    if not findings:
+        return source.advice
+    advised = sorted({a.code for a in source.advice})
+    unknown = [f for f in findings if f not in advised]
+    if unknown:
+        raise Flow1InputError(f"--finding {', '.join(unknown)}: expected a finding that advised knobs in this run "
+                              f"({', '.join(advised)}), actual none of that code")
+    return [a for a in source.advice if a.code in findings]
 
 
 def describe(branches: list[Branch], seeds: int, iterations: int) -> list[str]:

@@ -140,7 +140,8 @@ def _quota(parallel: int, cpus: float, tasks: int) -> str:
             f"{max(0, min(parallel, tasks) - fit)} wait in Ray's queue at a time")
 
 
-def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = False, iterations: int = 5,
+def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = False,
+               findings: list[str] | None = None, iterations: int = 5,
                seeds: int = 3, parallel: int = 2, cpus_per_branch: float = 1.0, env_runners: int = 0,
                output_dir: str | None = None, max_branches: int = 6, ray_log: bool = False, first_seed: int = 0,
                say: Callable[[str], None] = lambda s: None) -> Outcome:
@@ -153,7 +154,7 @@ def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = 
         raise Flow1InputError("--iterations, --seeds and --parallel must be >= 1, --cpus-per-branch > 0, "
                               "--env-runners >= 0")
     source = resolve(path)
-    branches = plan(source, list(sets or []), from_advice, max_branches)
+    branches = plan(source, list(sets or []), from_advice, max_branches, findings=findings)
     base = Path(output_dir) if output_dir else (source.run_dir or source.checkpoint.parent) / WHATIF_DIR
     return run_source(source, branches, base, iterations=iterations, seeds=seeds, parallel=parallel,
                       cpus_per_branch=cpus_per_branch, env_runners=env_runners, ray_log=ray_log,

@@ -30,7 +30,9 @@ def _value(text: str, series: str, **tags: str) -> float | None:
     return None
 
 
-def _wait(pred, timeout: float = 40.0) -> str:
+def _wait(pred, timeout: float = 60.0) -> str:
+    """The endpoint's text once ``pred`` holds: Ray's processes report every 10 s (its
+    ``metrics_report_interval_ms``), and the agent exports what it got at the next scrape."""
     t0 = time.time()
     while time.time() - t0 < timeout:
         text = _scrape()

@@ -107,6 +107,23 @@ def test_one_branch_per_distinct_first_knob_judged_for_every_finding_that_names_
         plan(Source(Path("ck"), None, 1, advice), [], False)
 
 
+def test_finding_picks_the_advice_branched_on_and_each_branch_is_still_judged_on_all():
+    lr = {"knob": "lr", "value": 0.0097, "line": "config.training(lr=0.0097)"}
+    ent = {"knob": "entropy_coeff", "value": 0.01, "line": "config.training(entropy_coeff=0.01)"}
+    advice = [Advice("KL_SPIKE", "p", "FAIL", (lr,)),
+              Advice("ENTROPY_COLLAPSE", "p", "FAIL", (ent, {**lr, "value": 0.005}))]
+    by = {b.name: b for b in plan(Source(Path("ck"), None, 1, advice), [], True, findings=["KL_SPIKE"])}
+    assert list(by) == ["baseline", "lr=0.0097"]
+    assert [a.code for a in by["lr=0.0097"].advice] == ["KL_SPIKE", "ENTROPY_COLLAPSE"]
+    by = {b.name: b for b in plan(Source(Path("ck"), None, 1, advice), [], True, findings=["ENTROPY_COLLAPSE"])}
+    assert list(by) == ["baseline", "entropy_coeff=0.01"]
+    with pytest.raises(Flow1InputError, match=r"--finding VALUE_LOSS_EXPLODES: expected a finding that advised "
+                                              r"knobs in this run \(ENTROPY_COLLAPSE, KL_SPIKE\)"):
+        plan(Source(Path("ck"), None, 1, advice), [], True, findings=["VALUE_LOSS_EXPLODES"])
+    with pytest.raises(Flow1InputError, match="give --from-advice with it"):
+        plan(Source(Path("ck"), None, 1, advice), ["lr=0.5"], False, findings=["KL_SPIKE"])
+
+
 # -- bad input: one line, exit 2 ---------------------------------------------------------
 def _whatif(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "flow1_ray", "whatif", *args], capture_output=True, text=True,
