@@ -30,7 +30,7 @@ def test_a_real_ppo_cartpole_run_writes_cluster_descriptions_and_the_report_show
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, heatmap_every=1, n_clusters=6,
                                      state_sample_rate=0.5, state_send_interval_s=0.0)
-    _, _, run = _train(PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=1)
+    _, _, run = _train(PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=0)
                        .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1), 2)
     rows = load_clusters(run).to_pylist()
     last = [r for r in rows if r["iteration"] == max(x["iteration"] for x in rows)]

@@ -21,7 +21,7 @@ def test_a_live_ppo_run_evaluated_on_a_shorter_episode_limit_is_train_eval_gap(r
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False)
     config = (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
-              .env_runners(num_env_runners=1, sample_timeout_s=20)
+              .env_runners(num_env_runners=0)
               .training(train_batch_size_per_learner=1000, lr=1e-3)
               .evaluation(evaluation_interval=1, evaluation_num_env_runners=0, evaluation_duration=5,
                           evaluation_duration_unit="episodes",

@@ -24,7 +24,7 @@ def test_a_live_run_with_short_iterations_spaces_its_heatmaps(ray_session, tmp_p
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, heatmap_every=1, n_clusters=6,
                                      heatmap_budget=0.001, state_sample_rate=0.5, state_send_interval_s=0.0)
-    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=1)
+    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=0)
             .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1)).build_algo()
     try:
         results = [algo.train() for _ in range(4)]

@@ -25,7 +25,7 @@ def _ppo(cb, **training):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     return (PPOConfig().environment("CartPole-v1").callbacks(cb).debugging(seed=0)
-            .env_runners(num_env_runners=1, sample_timeout_s=20)
+            .env_runners(num_env_runners=0)
             .training(train_batch_size_per_learner=1000, **training))
 
 
@@ -149,7 +149,7 @@ def test_ppo_on_pendulum_with_a_huge_lr_names_the_gaussians_collapse_and_the_sat
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, grad_every=10,
                                      state_actions=False)
     config = (PPOConfig().environment("Pendulum-v1").callbacks(cb).debugging(seed=0)
-              .env_runners(num_env_runners=1, sample_timeout_s=20)
+              .env_runners(num_env_runners=1, sample_timeout_s=20)   # the seeded batches measured
               .training(train_batch_size_per_learner=1000, minibatch_size=250, num_epochs=10, lr=0.05,
                         vf_clip_param=1e6))
     _, events, _ = _train(config, 5)
@@ -247,7 +247,7 @@ def test_flow1_diagnose_reads_a_plain_tune_result_json(ray_session, tmp_path, cl
     from ray import tune
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    config = (PPOConfig().environment("CartPole-v1").debugging(seed=0).env_runners(num_env_runners=1)
+    config = (PPOConfig().environment("CartPole-v1").debugging(seed=0).env_runners(num_env_runners=0)
               .training(train_batch_size_per_learner=1000, lr=0.05, num_epochs=10))
     tune.Tuner("PPO", param_space=config, run_config=tune.RunConfig(
         storage_path=str(tmp_path), name="plain", stop={"training_iteration": 3}, verbose=0)).fit()

@@ -46,7 +46,7 @@ def test_ppo_on_a_noise_env_is_silent(ray_session, tmp_path):
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False)
     config = (PPOConfig().environment(NoiseEnv).callbacks(cb).debugging(seed=0)
-              .env_runners(num_env_runners=1, sample_timeout_s=20)
+              .env_runners(num_env_runners=0)
               .training(train_batch_size_per_learner=600, minibatch_size=128, num_epochs=3))
     algo = config.build_algo()
     try:

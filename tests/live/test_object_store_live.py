@@ -25,7 +25,7 @@ def test_a_live_run_writes_its_directory_to_s3_and_flow1_report_reads_it(ray_ses
 
     cb = Flow1Callbacks.with_options(output_dir=s3_uri, print_events=False, heatmap_every=1,
                                      state_send_interval_s=0.0)
-    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=1)
+    algo = (PPOConfig().environment("CartPole-v1").callbacks(cb).env_runners(num_env_runners=0)
             .training(train_batch_size_per_learner=500, minibatch_size=128, num_epochs=1)).build_algo()
     try:
         results = [algo.train() for _ in range(2)]

@@ -32,7 +32,7 @@ def test_dqn_with_a_huge_learning_rate_is_q_divergence_against_the_traced_reward
     from ray.rllib.algorithms.dqn import DQNConfig
 
     config = (DQNConfig().environment("CartPole-v1").callbacks(_cb(tmp_path)).debugging(seed=0)
-              .env_runners(num_env_runners=1, rollout_fragment_length=16, sample_timeout_s=20)
+              .env_runners(num_env_runners=0, rollout_fragment_length=16)
               .training(lr=1.0, train_batch_size_per_learner=32, num_steps_sampled_before_learning_starts=200)
               .reporting(min_sample_timesteps_per_iteration=500))
     results, events, run_dir = _train(config, 6)   # ~1.3 s an iteration; found at iteration 2
@@ -50,7 +50,7 @@ def test_sac_with_a_fixed_tiny_alpha_is_alpha_collapse_with_alpha_lr_back(ray_se
     from ray.rllib.algorithms.sac import SACConfig
 
     config = (SACConfig().environment("Pendulum-v1").callbacks(_cb(tmp_path)).debugging(seed=0)
-              .env_runners(num_env_runners=1, rollout_fragment_length=4, sample_timeout_s=20)
+              .env_runners(num_env_runners=0, rollout_fragment_length=4)
               .rl_module(model_config={"fcnet_hiddens": [64, 64]})
               .training(initial_alpha=1e-4, alpha_lr=0.0, actor_lr=3e-3, train_batch_size_per_learner=64,
                         num_steps_sampled_before_learning_starts=100)
