@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 
@@ -263,6 +264,51 @@ def test_a_field_holding_the_steps_random_bonus_leaks_the_reward():
 
     (f,) = _found(check_env(Bonus, steps=1000), C.OBS_LEAKAGE)
     assert f.evidence["field"] == "obs[1]" and f.evidence["predicts"] == "the step's reward"
+
+
+def test_a_copy_that_waits_is_not_a_slow_copy_and_the_fail_stands():
+    """A deepcopy that waits 80 ms (blocked, as on a busy machine: a CPU or the GIL taken by
+    others) costs no CPU: the copies go on and the action test makes the FAIL; a copy over the
+    limit once (a collector's pass) does not stop them either."""
+    import copy
+    import time
+
+    class WaitingGoal(traps.MovingGoal):
+        copies = 0
+
+        def __deepcopy__(self, memo):
+            WaitingGoal.copies += 1
+            time.sleep(0.08)
+            if WaitingGoal.copies == 2:   # one copy that computes past the limit
+                end = time.thread_time() + 0.06
+                while time.thread_time() < end:
+                    pass
+            out = copy.copy(self)
+            out.__dict__ = copy.deepcopy(self.__dict__, memo)
+            return out
+
+    report = check_env(WaitingGoal(), steps=1000, audit_reward=True)
+    (f,) = _found(report, C.REWARD_UNEARNED)
+    assert f.status == C.FAIL and f.evidence["counterfactual"]["independent"] >= 3, f.message
+
+
+def test_an_env_whose_copies_compute_too_long_is_judged_by_its_period():
+    import copy
+    import time
+
+    class HeavyGoal(traps.MovingGoal):
+        def __deepcopy__(self, memo):
+            end = time.thread_time() + 0.06
+            while time.thread_time() < end:
+                pass
+            out = copy.copy(self)
+            out.__dict__ = copy.deepcopy(self.__dict__, memo)
+            return out
+
+    report = check_env(HeavyGoal(), steps=1000, audit_reward=True)
+    (f,) = _found(report, C.REWARD_UNEARNED)
+    assert f.status == C.WARN and f.evidence["period"] == 100
+    assert re.search(r"copying the env took \d+ ms of CPU \(2 copies in a row over the limit of 50 ms\)", f.message)
 
 
 def test_a_copy_that_shares_the_env_state_voids_the_counterfactuals():
