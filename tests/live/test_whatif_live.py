@@ -188,6 +188,11 @@ def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_sessi
         while time.monotonic() - t0 < 400:
             algo.train()
             trained_after_start += 1
+            # an iteration every few seconds, not back to back: the branches need the CPU more
+            # than this run needs more iterations (each is ~2 s of CPU at 10 epochs)
+            waited = time.monotonic()
+            while time.monotonic() - waited < 4 and not list((run_dir / "whatif").glob("*/verdicts.json")):
+                time.sleep(0.5)
             if list((run_dir / "whatif").glob("*/verdicts.json")):
                 break
         algo.train()   # the verdict events reach the Recorder
