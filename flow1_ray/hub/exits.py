@@ -1,8 +1,8 @@
 """Ray's own words on dead worker processes: the exit type and detail the GCS worker table
 holds for them (:func:`ray_exit_details`), and :class:`ExitLookup`, which retries a lookup
 while the GCS has not recorded the deaths yet, on a thread of its own and within
-:data:`GCS_LOOKUP_DEADLINE_S`. Used by monitor.py: its deaths thread adds the detail to each
-WORKER_DIED.
+:data:`GCS_LOOKUP_DEADLINE_S`. Used by monitor.py: its details thread sends Ray's words as a
+WORKER_EXIT_DETAIL row after the WORKER_DIED it has already sent.
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from typing import Any
 
 GCS_LOOKUP_TRIES = 5
 GCS_LOOKUP_WAIT_S = 0.1
-#: the most a death waits for Ray's exit detail in all: a GCS that is slow to answer (a long
-#: session's worker table, a busy head) delays the detail, never the WORKER_DIED itself
+#: the most one lookup waits for Ray's exit detail of a batch of deaths: a GCS that is slow to
+#: answer (a long session's worker table, a busy head) delays the detail row, never the
+#: WORKER_DIED itself (reported before the lookup starts)
 GCS_LOOKUP_DEADLINE_S = 2.0
-#: the most it waits when every death of the batch carries the cause its process recorded:
-#: flow1's cause is the news and Ray's words only detail, so the WORKER_DIED goes out at once
-#: (within the half second a user watching the console expects) with or without them
-GCS_LOOKUP_CAUSED_S = 0.3
 
 
 def ray_exit_details(pids: set[int]) -> dict[int, dict[str, Any]]:
@@ -55,8 +52,7 @@ class ExitLookup:
 
         Args:
             pids: the dead processes.
-            deadline_s: the most this call waits (:data:`GCS_LOOKUP_DEADLINE_S`, or
-                :data:`GCS_LOOKUP_CAUSED_S` when the deaths carry their own cause).
+            deadline_s: the most this call waits (:data:`GCS_LOOKUP_DEADLINE_S`).
         """
         details: dict[int, dict] = {}
         lock = threading.Lock()

@@ -20,11 +20,13 @@ from ..common import schema as S
 from ..common.events import Event
 from ..checks.own.watchers import CONTENTION, PROBE, error_line, watcher_off
 from ..checks.run.incidents import MonitorCore, _who
-from .exits import GCS_LOOKUP_CAUSED_S, GCS_LOOKUP_DEADLINE_S, ExitLookup
+from .exits import GCS_LOOKUP_DEADLINE_S, ExitLookup
 from .nodes import NodeWatch
 
 #: how often the monitor compares the probed nodes with the cluster's alive nodes
 NODE_CHECK_S = 2.0
+#: deaths whose Ray exit detail may wait at once (more: their detail is skipped)
+DETAIL_QUEUE = 256
 #: how often it looks for probes fallen silent (a lost node is named within ~3 s)
 NODE_TICK_S = 0.25
 
@@ -66,9 +68,12 @@ class MonitorService(MonitorCore):
         self.seed: dict[str, dict] = {}        # a restarted hub's known workers, for the new probes
         self.off_said: set[str] = set()
         self._deaths: queue.Queue = queue.Queue()
+        #: deaths reported, waiting for Ray's exit detail (a full queue skips the detail, never a death)
+        self._details: queue.Queue = queue.Queue(maxsize=DETAIL_QUEUE)
         self._exits = ExitLookup()             # Ray's exit detail of the deaths (exits.py)
         self._probes_lock = threading.Lock()
         threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
+        threading.Thread(target=self._detail_loop, daemon=True, name="flow1-exit-details").start()
         threading.Thread(target=self._node_loop, daemon=True, name="flow1-nodes").start()
         self._summaries: queue.Queue = queue.Queue(maxsize=64)   # probe summaries for the contention judge
         threading.Thread(target=self._contention_loop, daemon=True, name="flow1-contention").start()
@@ -152,22 +157,44 @@ class MonitorService(MonitorCore):
         return table
 
     def _death_loop(self) -> None:
-        """Deaths wait here for Ray's exit detail (the GCS records a death a moment after
-        the kernel released the lock), one worker-table read per round for all of them: at most
-        0.3 s when each carries the cause its process recorded, 2 s when Ray's words are all
-        there is; the table and the counts were updated when the probe reported."""
+        """Deaths are reported as soon as the probe saw them (the lock released), a batch at a
+        time, with the cause the process recorded and its likely origin; Ray's exit detail is
+        looked up afterwards on the details thread and follows as a WORKER_EXIT_DETAIL row of
+        the same incident (the GCS records a death a moment after the kernel released the lock,
+        up to seconds on a busy head: the death never waits for it). The table and the counts
+        were updated when the probe reported."""
         while True:
             batch = [self._deaths.get()]
             try:
                 while not self._deaths.empty():
                     batch.append(self._deaths.get_nowait())
-                pids = {ch["pid"] for _, ch, _ in batch}
-                caused = all(isinstance(ch.get("exception"), dict) and ch["exception"] for _, ch, _ in batch)
-                details = self._exits.details(pids, GCS_LOOKUP_CAUSED_S if caused else GCS_LOOKUP_DEADLINE_S)
-                self._send([self.died_event(ch, where, details.get(ch["pid"], {}), self._crash_recorded(ch),
-                                            self._prior(ch)) for _, ch, where in batch])
-            except Exception as e:  # this batch's deaths are reported bare; the loop goes on
-                self.off(PROBE, "deaths being reported", e, "the exit detail of some deaths")
+                events = [self.died_event(ch, where, self._crash_recorded(ch), self._prior(ch))
+                          for _, ch, where in batch]
+                self._send(events)
+            except Exception as e:  # this batch's deaths are lost: said once; the loop goes on
+                self.off(PROBE, "deaths being reported", e, "the WORKER_DIED rows of some deaths")
+                continue
+            for (_, ch, where), died in zip(batch, events):
+                try:
+                    self._details.put_nowait((ch, where, died))
+                except queue.Full:   # the GCS is far behind: Ray's words on this death are skipped
+                    pass
+
+    def _detail_loop(self) -> None:
+        """Ray's exit type and detail of the reported deaths, one GCS worker-table read per
+        batch, each bounded by GCS_LOOKUP_DEADLINE_S; a death the GCS has no record of gets no row."""
+        while True:
+            batch = [self._details.get()]
+            try:
+                while not self._details.empty():
+                    batch.append(self._details.get_nowait())
+                details = self._exits.details({ch["pid"] for ch, _, _ in batch if ch.get("pid")},
+                                              GCS_LOOKUP_DEADLINE_S)
+                rows = [self.exit_detail_event(ch, where, died, details.get(ch.get("pid"), {}))
+                        for ch, where, died in batch]
+                self._send([r for r in rows if r is not None])
+            except Exception as e:  # the deaths are reported; only Ray's words on them are lost
+                self.off(PROBE, "Ray's exit detail of deaths", e, "Ray's exit type and detail of some deaths")
 
     def _node_loop(self) -> None:
         """Nodes whose probe fell silent and whose raylet is unreachable are NODE_LOST at
@@ -294,7 +321,7 @@ class MonitorService(MonitorCore):
                                 node_id=node_id))
         for ch in map(self.graceful, changes):   # in the scan's order: a start, a death, a successor
             try:
-                if ch["kind"] == "died":   # Ray's exit detail is awaited on the deaths thread
+                if ch["kind"] == "died":   # reported on the deaths thread, Ray's detail after it
                     self._deaths.put((node_id, ch, self.update(node_id, ch)))
                 else:
                     events += self.events_for(node_id, [ch])

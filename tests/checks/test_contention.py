@@ -154,7 +154,7 @@ def test_one_incident_one_finding_for_a_stall_flow1_killed():
     (stalled,) = core.events_for("n", [{**base, "kind": "stalled", "pid": 7, "stalled_s": 3.2, "stack": "",
                                         "killed": True}])
     died = core.died_event({**base, "kind": "died", "pid": 7, "killed_by_flow1": True, "exit_signal": "SIGKILL"},
-                           core.update("n", {**base, "kind": "died", "pid": 7}), {})
+                           core.update("n", {**base, "kind": "died", "pid": 7}))
     (restarted,) = core.events_for("n", [{**base, "kind": "restarted", "pid": 8, "previous_pid": 7}])
     assert (stalled.status, died.status, restarted.status) == (C.FAIL, C.PASS, C.PASS)
     assert "not a second incident" in died.message and "recovery" in restarted.message
@@ -166,7 +166,7 @@ def test_a_death_is_a_fail_and_an_unexplained_restart_a_warn():
     core = MonitorCore("r", 3.0, "report")
     base = {"key": "k", "worker_index": 1, "ts": 1.0}
     died = core.died_event({**base, "kind": "died", "pid": 7, "exit_signal": "SIGSEGV"},
-                           core.update("n", {**base, "kind": "died", "pid": 7}), {})
+                           core.update("n", {**base, "kind": "died", "pid": 7}))
     assert died.status == C.FAIL
     (other,) = core.events_for("n", [{"key": "j", "worker_index": 2, "ts": 1.0, "kind": "new", "pid": 5},
                                      {"key": "j", "worker_index": 2, "ts": 2.0, "kind": "restarted", "pid": 6,
@@ -181,9 +181,9 @@ def test_the_death_rllib_makes_of_an_env_crash_belongs_to_it():
     ch = {"key": "k", "worker_index": 1, "ts": 1.0, "kind": "died", "pid": 7, "exit": "exit code 1",
           "exception": {"exception": "ValueError", "error": "boom", "frame": "step (env.py:3)"}}
     where = core.update("n", ch)
-    assert core.died_event(ch, where, {}, crash_recorded=True).status == C.PASS
+    assert core.died_event(ch, where, crash_recorded=True).status == C.PASS
     # the ENV_CRASHED never reached the Recorder: the death stays the incident's FAIL
-    assert core.died_event(ch, where, {}, crash_recorded=False).status == C.FAIL
+    assert core.died_event(ch, where, crash_recorded=False).status == C.FAIL
 
 
 def test_an_actor_leaving_through_its_interpreter_during_algo_stop_has_stopped_not_died():

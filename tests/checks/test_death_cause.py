@@ -13,17 +13,16 @@ from flow1_ray.common import codes as C
 def _died(**ch):
     core = MonitorCore("run", 5.0, "none")
     base = {"key": "K", "worker_index": 1, "pid": 9, "ts": 1000.0, "kind": "died", "last_heartbeat_age_s": 0.4}
-    return core.died_event({**base, **ch}, {"worker_index": 1, "pid": 9}, {"ray_exit_type": "SYSTEM_ERROR"},
-                           crash_recorded=True)
+    return core.died_event({**base, **ch}, {"worker_index": 1, "pid": 9}, crash_recorded=True)
 
 
-def test_a_connectors_exception_is_the_cause_and_rays_exit_type_only_detail():
+def test_a_connectors_exception_is_the_cause():
     e = _died(exit="ended after the error it recorded", exception={
         "component": "module-to-env connector", "component_class": "ActionRemap", "exception": "KeyError",
         "error": "'left'", "frame": "__call__ (conn.py:12)", "ts": 999.5})
     assert e.status == C.FAIL, "the death is the finding: no ENV_CRASHED came before it"
     assert e.message == ("train worker 1 (pid 9) died: ended after the error it recorded; the module-to-env "
-                         "connector ActionRemap raised KeyError: 'left' in __call__ (conn.py:12); Ray: SYSTEM_ERROR; "
+                         "connector ActionRemap raised KeyError: 'left' in __call__ (conn.py:12); "
                          "last heartbeat 0.40 s before")
 
 
@@ -75,7 +74,7 @@ def test_a_finding_of_the_same_process_shortly_before_is_named_as_the_deaths_lik
                           "error": "probability tensor contains nan", "frame": "sample (categorical.py:148)"}}
     prior = [_finding("REWARD_SCALE", "WARN", 990.0), _finding("OBS_NAN_INF", "FAIL", 996.8),
              _finding("MEMORY_LEAK_SUSPECTED", "WARN", 999.0)]
-    e = core.died_event(base, {"worker_index": 1, "pid": 9}, {}, False, prior)
+    e = core.died_event(base, {"worker_index": 1, "pid": 9}, False, prior)
     assert ("; likely origin: OBS_NAN_INF (FAIL) of this process 3.2 s before: obs has NaN/inf: expected finite "
             "values;") in e.message, "a FAIL before a WARN; the worker's name and the detail in brackets left out"
     assert e.evidence["likely_origin"]["code"] == "OBS_NAN_INF" and e.status == C.FAIL
@@ -93,3 +92,22 @@ def test_only_a_finding_that_can_kill_a_process_and_came_before_it_is_an_origin(
 
     found = likely_origin(prior, 1000.0)
     assert (found or {}).get("code") == origin
+
+
+def test_rays_exit_detail_follows_as_a_row_of_the_same_incident():
+    """The death is reported without waiting for the GCS; Ray's words come after it, as a PASS
+    row naming the death it details, and no row where the GCS had no record."""
+    core = MonitorCore("run", 5.0, "none")
+    ch = {"key": "K", "worker_index": 1, "pid": 9, "ts": 1000.0, "kind": "died", "exit_signal": "SIGKILL",
+          "signal_inferred": True}
+    died = core.died_event(ch, {"worker_index": 1, "pid": 9})
+    assert died.code == C.WORKER_DIED and died.status == C.FAIL and "Ray" not in died.message
+    row = core.exit_detail_event(ch, {"worker_index": 1, "pid": 9}, died, {
+        "ray_exit_type": "NODE_OUT_OF_MEMORY", "ray_exit_detail": "Task was killed due to the node running low on memory."})
+    assert row.code == C.WORKER_EXIT_DETAIL and row.status == C.PASS and row.pid == 9
+    assert row.message == ("train worker 1 (pid 9): Ray's exit detail of the WORKER_DIED reported above: "
+                           "NODE_OUT_OF_MEMORY: Task was killed due to the node running low on memory.")
+    assert row.evidence["of"] == C.WORKER_DIED and row.evidence["death_ts"] == died.ts.isoformat()
+    assert row.ts >= died.ts   # stamped when Ray's words were read
+    assert core.exit_detail_event(ch, {}, died, {"ray_exit_lookup_error": "no answer from the GCS within 2 s"}) is None
+    assert core.exit_detail_event(ch, {}, died, {}) is None

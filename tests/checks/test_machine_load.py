@@ -113,4 +113,6 @@ def test_a_garbage_collection_inside_a_step_is_not_the_envs_slowness():
     assert pause > 0.12, f"the heap must take > 100 ms to walk for the test to mean anything, took {pause:.3f}"
     report = check_env(env, steps=300, seed=0)
     assert report.codes(C.WARN) == set(), [e.log_line() for e in report.events if e.status != C.PASS]
-    assert not [e for e in report.events if e.code == C.STEP_DURATION_OUTLIER]
+    # a busy machine may still slow steps: that is said as the machine's (an advisory), never the env's
+    assert not [e for e in report.events if e.code == C.STEP_DURATION_OUTLIER
+                and not (e.advisory and e.evidence.get("cause") == "machine_load")], report.events

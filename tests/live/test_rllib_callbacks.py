@@ -93,7 +93,14 @@ def test_sigsegv_and_sigkill_named_then_restarted(ray_session, tmp_path):
         assert ev1["exit_signal"] == "SIGSEGV" and died[1]["pid"] == pids[1]
         assert "Segmentation fault" in ev1["traceback_tail"]
         assert ev2["exit_signal"] == "SIGKILL" and died[2]["pid"] == pids[2]
-        assert "ray_exit_type" in ev1 and died[1]["status"] == C.FAIL
+        assert died[1]["status"] == C.FAIL and "ray_exit_type" not in ev1   # reported before Ray's words
+        # Ray's exit detail follows as a row of the same incident, once the GCS has it
+        evs = run.wait_events(lambda e: {x["pid"] for x in e if x["code"] == C.WORKER_EXIT_DETAIL} >= set(pids.values()),
+                              timeout=15)
+        for d in (e for e in evs if e["code"] == C.WORKER_EXIT_DETAIL):
+            ev = json.loads(d["evidence"])
+            assert d["status"] == C.PASS and ev["of"] == C.WORKER_DIED and ev["ray_exit_type"], ev
+            assert d["ts"] >= died[d["worker_index"]]["ts"] and "Ray's exit detail of the WORKER_DIED" in d["message"]
         evs = run.wait_events(lambda e: {x["worker_index"] for x in e if x["code"] == C.WORKER_RESTARTED} == {1, 2},
                               timeout=90, algo=algo)
         result = algo.train()

@@ -24,6 +24,9 @@ RULES = (
     Rule("LEARNER_DIED", C.WORKER, C.FAIL, "a Learner actor's lock was released: its process is gone"),
     Rule("LEARNER_STALLED", C.WORKER, C.FAIL, "a Learner actor inside update() made no gradient step for stall_timeout_s"),
     Rule("WORKER_RESTARTED", C.WORKER, C.WARN, "a new process took over a worker index"),
+    Rule("WORKER_EXIT_DETAIL", C.WORKER, C.PASS,
+         "Ray's own words on a death flow1 reported (the GCS worker table's exit type and detail), a row of "
+         "the same incident sent once the GCS has them: the WORKER_DIED or LEARNER_DIED never waits for them"),
     Rule("NODE_LOST", C.WORKER, C.FAIL,
          "a node's probe stopped answering and its raylet does not accept connections: its runners are gone "
          "(named before Ray's health check declares the node dead)"),
@@ -111,9 +114,8 @@ class MonitorCore:
         return dict(run_id=self.run_id, worker_index=ch.get("worker_index"), pid=ch["pid"],
                     node_id=ch.get("node_id") or node_id, ts=datetime.fromtimestamp(ch["ts"], timezone.utc))
 
-    def events_for(self, node_id: str, changes: list[dict], details: dict[int, dict] | None = None) -> list[Event]:
-        """Update the table and build the events of ``changes`` (deaths with Ray's
-        ``details`` by pid, when known)."""
+    def events_for(self, node_id: str, changes: list[dict]) -> list[Event]:
+        """Update the table and build the events of ``changes``."""
         out = []
         for ch in map(self.graceful, changes):
             kind = ch["kind"]
@@ -121,7 +123,7 @@ class MonitorCore:
             if kind == "restarted":
                 out.append(self._restarted(ch, where))
             elif kind == "died":
-                out.append(self.died_event(ch, where, (details or {}).get(ch["pid"], {})))
+                out.append(self.died_event(ch, where))
             elif kind == "stalled":
                 out.append(self._stalled(ch, where))
         return out
@@ -138,13 +140,14 @@ class MonitorCore:
                      {"previous_pid": ch.get("previous_pid"), "pid": ch["pid"], "key": ch["key"],
                       "previous_reported": known}, status=C.PASS if known else "", **where)
 
-    def died_event(self, ch: dict, where: dict, detail: dict, crash_recorded: bool = False,
+    def died_event(self, ch: dict, where: dict, crash_recorded: bool = False,
                    prior: list[dict] | None = None) -> Event:
         """WORKER_DIED; PASS when the death is the end of an incident already reported: flow1's
         own kill of a stalled runner, or RLlib ending a runner whose env raised
         (``crash_recorded``: the ENV_CRASHED of that process is in the Recorder). A finding the
         same process raised shortly before (``prior``, :func:`.death_cause.likely_origin`) is
-        named as the death's likely origin."""
+        named as the death's likely origin. Ray's exit detail is not waited for: it follows as
+        :meth:`exit_detail_event`."""
         exc = ch.get("exception") if isinstance(ch.get("exception"), dict) else {}
         how, cause = self._how(ch, exc)
         origin = likely_origin(prior or [], ch.get("ts"))
@@ -158,15 +161,13 @@ class MonitorCore:
             cause += "; RLlib ends a runner whose env raised: the end of the ENV_CRASHED incident, not a second one"
         if ch.get("confirms_node_lost"):
             cause += "; confirmed: Ray declared the node dead, the NODE_LOST incident reported above"
-        ray_part = f"; Ray: {detail['ray_exit_type']}" if "ray_exit_type" in detail else ""
         age = ch.get("last_heartbeat_age_s")
-        msg = (f"{_who(ch)} died: {how}{cause}{ray_part}; last heartbeat {age:.2f} s before"
-               if age is not None else f"{_who(ch)} died: {how}{cause}{ray_part}")
+        msg = (f"{_who(ch)} died: {how}{cause}; last heartbeat {age:.2f} s before"
+               if age is not None else f"{_who(ch)} died: {how}{cause}")
         ev = {k: ch.get(k) for k in ("key", "worker_index", "pid", "node_id", "actor_id", "exit_signal",
                                      "signal_inferred", "exit", "last_heartbeat_age_s", "last_step_age_s",
                                      "state_at_death", "killed_by_flow1", "traceback_tail", "node_lost", "confirms_node_lost",
                                      "role")}
-        ev.update(detail)
         if exc:
             ev["exception"] = exc
         if origin:
@@ -178,6 +179,22 @@ class MonitorCore:
         if _is_learner(ch):
             msg += "; train() waits on this Learner: RLlib raises, or restarts it when allowed"
         return Event(code, msg, ev, status=C.PASS if known else "", **where)
+
+    @staticmethod
+    def exit_detail_event(ch: dict, where: dict, died: Event, detail: dict) -> Event | None:
+        """WORKER_EXIT_DETAIL: Ray's exit type and detail of the death ``died`` reported, as a
+        row of the same incident; None when the GCS had no record of it (the lookup's error is
+        not news: the death is reported whole without it)."""
+        if "ray_exit_type" not in detail:
+            return None
+        text = (detail.get("ray_exit_detail") or "").strip()
+        msg = (f"{_who(ch)}: Ray's exit detail of the {died.code} reported above: {detail['ray_exit_type']}"
+               + (f": {text}" if text else ""))
+        ev = {"key": ch.get("key"), "role": ch.get("role", "env_runner"), "of": died.code,
+              "death_ts": died.ts.isoformat() if hasattr(died.ts, "isoformat") else str(died.ts),
+              "ray_exit_type": detail["ray_exit_type"], "ray_exit_detail": text}
+        # stamped when Ray's words were read (the death's own time is in the evidence)
+        return Event(C.WORKER_EXIT_DETAIL, msg, ev, status=C.PASS, **{k: v for k, v in where.items() if k != "ts"})
 
     @staticmethod
     def _how(ch: dict, exc: dict) -> tuple[str, str]:
