@@ -266,11 +266,23 @@ def test_a_field_holding_the_steps_random_bonus_leaks_the_reward():
     assert f.evidence["field"] == "obs[1]" and f.evidence["predicts"] == "the step's reward"
 
 
+def _copy_computing(env, memo, cpu_s: float):
+    """A deep copy of ``env`` that first computes for ``cpu_s`` seconds of this thread's CPU."""
+    import copy
+    import time
+
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+    out = copy.copy(env)
+    out.__dict__ = copy.deepcopy(env.__dict__, memo)
+    return out
+
+
 def test_a_copy_that_waits_is_not_a_slow_copy_and_the_fail_stands():
     """A deepcopy that waits 80 ms (blocked, as on a busy machine: a CPU or the GIL taken by
     others) costs no CPU: the copies go on and the action test makes the FAIL; a copy over the
     limit once (a collector's pass) does not stop them either."""
-    import copy
     import time
 
     class WaitingGoal(traps.MovingGoal):
@@ -279,13 +291,7 @@ def test_a_copy_that_waits_is_not_a_slow_copy_and_the_fail_stands():
         def __deepcopy__(self, memo):
             WaitingGoal.copies += 1
             time.sleep(0.08)
-            if WaitingGoal.copies == 2:   # one copy that computes past the limit
-                end = time.thread_time() + 0.06
-                while time.thread_time() < end:
-                    pass
-            out = copy.copy(self)
-            out.__dict__ = copy.deepcopy(self.__dict__, memo)
-            return out
+            return _copy_computing(self, memo, 0.06 if WaitingGoal.copies == 2 else 0.0)   # one copy past the limit
 
     report = check_env(WaitingGoal(), steps=1000, audit_reward=True)
     (f,) = _found(report, C.REWARD_UNEARNED)
@@ -293,17 +299,9 @@ def test_a_copy_that_waits_is_not_a_slow_copy_and_the_fail_stands():
 
 
 def test_an_env_whose_copies_compute_too_long_is_judged_by_its_period():
-    import copy
-    import time
-
     class HeavyGoal(traps.MovingGoal):
         def __deepcopy__(self, memo):
-            end = time.thread_time() + 0.06
-            while time.thread_time() < end:
-                pass
-            out = copy.copy(self)
-            out.__dict__ = copy.deepcopy(self.__dict__, memo)
-            return out
+            return _copy_computing(self, memo, 0.06)
 
     report = check_env(HeavyGoal(), steps=1000, audit_reward=True)
     (f,) = _found(report, C.REWARD_UNEARNED)
