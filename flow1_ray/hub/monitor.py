@@ -68,8 +68,7 @@ class MonitorService(MonitorCore):
         self.seed: dict[str, dict] = {}        # a restarted hub's known workers, for the new probes
         self.off_said: set[str] = set()
         self._deaths: queue.Queue = queue.Queue()
-        #: deaths reported, waiting for Ray's exit detail (a full queue skips the detail, never a death)
-        self._details: queue.Queue = queue.Queue(maxsize=DETAIL_QUEUE)
+        self._details: queue.Queue = queue.Queue(maxsize=DETAIL_QUEUE)   # deaths awaiting Ray's words
         self._exits = ExitLookup()             # Ray's exit detail of the deaths (exits.py)
         self._probes_lock = threading.Lock()
         threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
@@ -157,12 +156,10 @@ class MonitorService(MonitorCore):
         return table
 
     def _death_loop(self) -> None:
-        """Deaths are reported as soon as the probe saw them (the lock released), a batch at a
-        time, with the cause the process recorded and its likely origin; Ray's exit detail is
-        looked up afterwards on the details thread and follows as a WORKER_EXIT_DETAIL row of
-        the same incident (the GCS records a death a moment after the kernel released the lock,
-        up to seconds on a busy head: the death never waits for it). The table and the counts
-        were updated when the probe reported."""
+        """Deaths are reported as soon as the probe saw them, a batch at a time, with the cause
+        the process recorded and its likely origin; Ray's exit detail follows from the details
+        thread as a WORKER_EXIT_DETAIL row of the same incident (the GCS records a death late,
+        seconds on a busy head: the death never waits for it)."""
         while True:
             batch = [self._deaths.get()]
             try:
