@@ -191,7 +191,7 @@ class MonitorCore:
         msg = (f"{_who(ch)}: Ray's exit detail of the {died.code} reported above: {detail['ray_exit_type']}"
                + (f": {text}" if text else ""))
         ev = {"key": ch.get("key"), "role": ch.get("role", "env_runner"), "of": died.code,
-              "death_ts": died.ts.isoformat() if hasattr(died.ts, "isoformat") else str(died.ts),
+              "death_ts": died.ts.isoformat(),
               "ray_exit_type": detail["ray_exit_type"], "ray_exit_detail": text}
         # stamped when Ray's words were read (the death's own time is in the evidence)
         return Event(C.WORKER_EXIT_DETAIL, msg, ev, status=C.PASS, **{k: v for k, v in where.items() if k != "ts"})
