@@ -199,3 +199,16 @@ def test_an_actor_leaving_through_its_interpreter_during_algo_stop_has_stopped_n
     assert core.events_for("n", [exit_]) == [] and core.workers["L"]["status"] == "stopped"
     killed = {**exit_, "key": "K", "exit": None, "exit_signal": "SIGKILL", "signal_inferred": True}
     assert core.graceful(killed)["kind"] == "died"
+
+
+def test_a_flat_rss_is_judged_without_importing_scipy_stats():
+    """Every hub judges each runner's RSS: a flat one is cleared by the growth gate before the
+    rank test, so the hub never pays scipy.stats' import (~0.8 s of CPU, ~50 MB)."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from flow1_ray.checks.run.leak import LeakTrend; t = LeakTrend()\n"
+              "for i in range(100): t.add(1000.0 * i, 500e6 + (i % 3) * 1e5, 2.0 * i)\n"
+              "print(t.judge(), 'scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["None", "False"], out.stdout + out.stderr[-2000:]

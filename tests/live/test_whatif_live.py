@@ -39,14 +39,15 @@ def test_the_sick_runs_advice_is_tested_the_lr_cures_the_collapse_a_10x_lr_never
     # the KL spike's advice only (--finding): the collapse's own knob (entropy_coeff) would be one
     # more branch of 3 runs that nothing here reads; the lr branch is judged on both findings
     p = _whatif([str(run_dir), "--from-advice", "--finding", "KL_SPIKE", "--set", "lr=0.5", "--seeds", "3",
-                 "--iterations", "5", "--json", "-"], attached_env)
+                 "--iterations", "3", "--json", "-"], attached_env)
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout)
     rows = {(v["branch"], v["finding"]): v for v in out["verdicts"]}
     advised = next(b for b, f in rows if f == "KL_SPIKE" and b not in ("lr=0.5",))
     assert advised.startswith("lr=") and float(advised[3:]) < 0.05
     # The collapse is cured by the advised lr in every seed (entropy / its maximum ~0 at the
-    # checkpoint, 0.8-1.0 after 5 iterations at the advised lr), so the exact rank test on 3 v 3
+    # checkpoint; after 3 iterations 0.81-1.0 at the advised lr, 0.00005-0.61 in the baseline,
+    # the same figures in every run: the branches are seeded), so the exact rank test on 3 v 3
     # seeds reaches its smallest p, 1/20. The KL's verdict is not asserted: by the checkpoint
     # the baseline's policy has often collapsed already, and a deterministic policy's KL is ~0,
     # lower than a learning one's, so the same run gives "held" or "inconclusive" from one
