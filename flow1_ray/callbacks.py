@@ -131,7 +131,7 @@ class Flow1Callbacks(RLlibCallback):
         from .runner.agent import LOCAL_RUN
 
         opts = self.OPTIONS.with_overrides(run_id=self._run_id) if self._run_id else self.OPTIONS
-        run = self._run = Flow1Run(opts)
+        run = self._run = Flow1Run(opts, type(algorithm).__name__)
         LOCAL_RUN[str(os.getpid())] = run.run_id
         try:  # the learner side: tracing and liveness on every Learner, the curve rules on the driver
             from .driver.learner_watch import LearnerWatch

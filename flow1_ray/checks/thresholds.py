@@ -9,11 +9,9 @@ against, so a report read a year later still says why it fired.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 from ..common.errors import Flow1InputError
@@ -197,12 +195,9 @@ class Thresholds:
             Flow1InputError: the file cannot be read, is not JSON, is not a JSON object or names
                 an unknown threshold.
         """
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise Flow1InputError(f"cannot read thresholds file {path}: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise Flow1InputError(f"thresholds file {path} is not JSON: {e}") from None
+        from ..common.inputs import parse_input_json, read_input_text
+
+        data = parse_input_json(read_input_text(path, "thresholds file", max_bytes=1 << 20), f"thresholds file {path}")
         if not isinstance(data, dict):
             raise Flow1InputError(f"thresholds file {path}: expected a JSON object, actual {type(data).__name__}")
         data = {k: v for k, v in data.items() if not k.startswith("_")}  # "_comment" keys

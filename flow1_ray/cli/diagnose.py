@@ -12,12 +12,12 @@ absent or all NaN is listed as not assessable (:func:`not_assessable`), never si
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..checks.curves import result_number, result_section
 from ..common.errors import Flow1InputError
+from ..common.inputs import parse_input_json, read_input_text
 from ..common.schema import ALL_MODULES, RESULT_KEY
 
 
@@ -31,20 +31,12 @@ def read_results(path: str | Path) -> tuple[list[dict], dict | None]:
         if not found:
             raise Flow1InputError(f"no result.json in {p}")
         p = found[0]
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise Flow1InputError(f"cannot read {p}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise Flow1InputError(f"{p} is not a text file (expected one JSON object per line)") from None
+    text = read_input_text(p, "the results file")
     results = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise Flow1InputError(f"{p}:{n}: not JSON ({e.msg}); expected one RLlib result object per line") from None
+        r = parse_input_json(line, f"{p}:{n} (expected one RLlib result object per line)")
         if not isinstance(r, dict):
             raise Flow1InputError(f"{p}:{n}: expected a JSON object, actual {type(r).__name__}")
         results.append(r)
@@ -56,9 +48,9 @@ def read_results(path: str | Path) -> tuple[list[dict], dict | None]:
     params = p.parent / "params.json"
     if config is None and params.is_file():
         try:
-            loaded = json.loads(params.read_text(encoding="utf-8"))
+            loaded = parse_input_json(read_input_text(params, "params.json"), str(params))
             config = loaded if isinstance(loaded, dict) else None
-        except (OSError, json.JSONDecodeError):
+        except Flow1InputError:   # the knobs are a bonus: without them the advice names no values
             config = None
     return results, config
 

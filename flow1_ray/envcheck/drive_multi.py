@@ -56,7 +56,10 @@ class _MultiAgentDriver(DriverBase):
         self.act_spaces = act_spaces
 
     def _prepare(self) -> bool:
-        for i, space in enumerate({id(sp): sp for sp in self.act_spaces.values()}.values()):
+        # each agent's space seeded by its id's rank, not by the env's order of agents: RLlib's
+        # PettingZoo wrappers list them from a set, an order that changes with the hash seed
+        ranked = sorted(self.act_spaces.items(), key=lambda kv: (type(kv[0]).__name__, str(kv[0])))
+        for i, space in enumerate({id(sp): sp for _, sp in ranked}.values()):
             space.seed(self.seed + i)
         return True
 
@@ -81,7 +84,7 @@ class _MultiAgentDriver(DriverBase):
         if self.audit is not None:
             self._guarded("audit", lambda: self.audit.after_step(self.env, actions, _reward_sum(out[1]),
                                                                  _all_done(out[2], out[3])))
-        return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt),
+        return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt, wait_s=self.last_wait),
                                         lambda: _all_done(out[2], out[3])))
 
 

@@ -6,7 +6,9 @@ fewer parts and no word of why; a directory with no start record may be anything
 every writer leaves three small JSON files beside its tables:
 
 - ``run.json``, once at the start: run id, kind (``run`` or ``check``), UTC start time,
-  the options, the versions of flow1 and of what it runs with, the process and the host;
+  the options, the versions of flow1 and of what it runs with, the process and the host, and
+  for a run its Algorithm's class (``algorithm``: ``PPO``; `flow1 whatif` refuses a checkpoint
+  of another algorithm filed under it);
 - ``heartbeat.json``, rewritten at each flush of the Recorder: the time and the last
   iteration written, so "last data at" needs no listing of the tables;
 - ``stop.json``, once at the end: when, after which iteration, how it stopped, and whether

@@ -91,7 +91,7 @@ class EnvWatch:
                                                   window=LIVE_WINDOW, log=self.log, live=True)
         else:
             rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, live=True)
-            rc.load_probe = WaitShare()   # judged in on_sample_end, on the stepping thread
+        rc.load_probe = WaitShare()   # judged in on_sample_end, on the stepping thread
         self.checkers.append(rc)
         return rc
 

@@ -69,11 +69,16 @@ class BranchResult:
 
 
 def parse_value(text: str) -> Any:
-    """A ``--set`` value: a Python literal (0.01, [64, 64], True, "x"), else the string."""
+    """A ``--set`` value: a Python literal (0.01, [64, 64], True, "x"), else the string (a
+    literal too deep or too large for the parser is refused in one line)."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+    except (MemoryError, RecursionError):
+        from ..common.errors import Flow1InputError
+
+        raise Flow1InputError(f"--set value {text[:40]!r}...: nested too deep to read") from None
 
 
 def change_from_knob(knob: Mapping) -> Knob | None:

@@ -15,6 +15,7 @@ from ..common import schema as S
 from ..common.errors import Flow1InputError
 from ..checks.advice import Knob
 from .branch import change, change_from_knob, parse_value
+from .inputs import MAX_VALUE_CHARS, check_value
 from .verdict import RETURN, Signal, signal_for
 
 CHECKPOINT_FILE = "class_and_ctor_args.pkl"
@@ -153,7 +154,13 @@ def parse_set(group: str) -> tuple[Knob, ...]:
     """``"lr=0.001 entropy_coeff=0.01"`` (one branch); ``method.knob=value`` names the config
     method (``rl_module.model_config={'fcnet_hiddens': [64, 64]}``), else ``training``."""
     changes = []
-    for item in shlex.split(group, posix=False):   # quotes kept: a value is a Python literal
+    if len(group) > 20 * MAX_VALUE_CHARS:
+        raise Flow1InputError(f"--set: {len(group):,} characters; expected at most {20 * MAX_VALUE_CHARS:,}")
+    try:
+        items = shlex.split(group, posix=False)   # quotes kept: a value is a Python literal
+    except ValueError as e:
+        raise Flow1InputError(f"--set {group[:80]!r}: {e}") from None
+    for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise Flow1InputError(f"--set {group!r}: expected knob=value, actual {item!r}")
@@ -163,7 +170,12 @@ def parse_set(group: str) -> tuple[Knob, ...]:
             raise Flow1InputError(f"--set {group!r}: {name!r} is not a config knob name")
         if knob == "seed":
             raise Flow1InputError(f"--set {group!r}: the seed is the what-if's own (--seeds, --first-seed)")
-        changes.append(change(knob, parse_value(value), method))
+        if len(value) > MAX_VALUE_CHARS:
+            raise Flow1InputError(f"--set {name}=...: the value is {len(value):,} characters; expected at most "
+                                  f"{MAX_VALUE_CHARS:,}")
+        parsed = parse_value(value)
+        check_value(knob, parsed, f"--set {name}")
+        changes.append(change(knob, parsed, method))
     if not changes:
         raise Flow1InputError("--set needs at least one knob=value")
     return tuple(changes)

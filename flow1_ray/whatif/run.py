@@ -76,13 +76,18 @@ def _compare(results: list[BranchResult], branch: str, sig: Signal, mid: str | N
 def verdicts(branches: list[Branch], results: list[BranchResult]) -> list[dict]:
     """One row per (branch, finding it is judged for); a branch no finding advised, on the
     return. A branch is harmful for all its rows when the return or any of its findings'
-    signals grew worse: a cure that kills the policy is no cure."""
+    signals grew worse: a cure that kills the policy is no cure. A branch none of whose runs
+    ran (or a baseline that never ran) has no verdict: its failures are the what-if's answer."""
     rows = []
+    if not any(r.branch == BASELINE and not r.error for r in results):
+        return rows
     for b in branches:
         if b.name == BASELINE:
             continue
         mine = [r for r in results if r.branch == b.name]
         ran = [r for r in mine if not r.error]
+        if not ran:
+            continue
         off = [r for r in ran if not r.in_effect]
         advice = b.advice or [None]
         comps = {(a.code, a.module_id) if a else None: (signal_for(a.code) if a else RETURN) for a in advice}
@@ -148,13 +153,12 @@ def run_whatif(path: str, *, sets: list[str] | None = None, from_advice: bool = 
     """Plan, run and judge; ``say`` gets progress lines. Raises Flow1InputError on bad input.
     A Ray this call starts it also stops; ``ray_log``: Ray's own output goes to the what-if's
     ``ray.log`` (the CLI), not the terminal."""
-    from ..common.errors import Flow1InputError
+    from .inputs import check_budget, check_source
 
-    if iterations < 1 or seeds < 1 or parallel < 1 or not cpus_per_branch > 0 or env_runners < 0:
-        raise Flow1InputError("--iterations, --seeds and --parallel must be >= 1, --cpus-per-branch > 0, "
-                              "--env-runners >= 0")
+    check_budget(iterations, seeds, parallel, cpus_per_branch, env_runners, first_seed)
     source = resolve(path)
     branches = plan(source, list(sets or []), from_advice, max_branches, findings=findings)
+    check_source(str(source.checkpoint), str(source.run_dir) if source.run_dir else None, branches)
     base = Path(output_dir) if output_dir else (source.run_dir or source.checkpoint.parent) / WHATIF_DIR
     return run_source(source, branches, base, iterations=iterations, seeds=seeds, parallel=parallel,
                       cpus_per_branch=cpus_per_branch, env_runners=env_runners, ray_log=ray_log,

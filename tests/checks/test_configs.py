@@ -26,7 +26,7 @@ def test_bad_threshold_files(tmp_path):
     with pytest.raises(Flow1InputError, match="expected a JSON object"):
         Thresholds.from_file(p)
     p.write_text("{")
-    with pytest.raises(Flow1InputError, match="is not JSON"):
+    with pytest.raises(Flow1InputError, match="not JSON"):
         Thresholds.from_file(p)
     with pytest.raises(Flow1InputError, match="cannot read"):
         Thresholds.from_file(tmp_path / "missing.json")

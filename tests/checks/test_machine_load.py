@@ -34,6 +34,20 @@ class ComputeCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+def _compute_multi_cartpole():
+    """Two CartPoles as one RLlib MultiAgentEnv, each step computing for 3 ms."""
+    from ray.rllib.env.multi_agent_env import make_multi_agent
+
+    class ComputeMultiCartPole(make_multi_agent("CartPole-v1")):
+        def step(self, action_dict):
+            end = time.thread_time() + 0.003
+            while time.thread_time() < end:
+                pass
+            return super().step(action_dict)
+
+    return ComputeMultiCartPole({"num_agents": 2})
+
+
 #: bursts of CPU on one core: 100 ms busy, 200 ms idle, for 60 s or until killed (a fresh
 #: interpreter: a fork of a process that runs Ray would carry Ray's threads along)
 BURN = """
@@ -48,14 +62,16 @@ while time.monotonic() < stop:
 """
 
 
-def test_steps_slowed_by_other_processes_on_the_core_are_the_machines():
+@pytest.mark.parametrize("make", [ComputeCartPole, _compute_multi_cartpole], ids=["single-agent", "multi-agent"])
+def test_steps_slowed_by_other_processes_on_the_core_are_the_machines(make):
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
+    env = make()
     burners = [subprocess.Popen([sys.executable, "-c", BURN, str(cpu)]) for _ in range(4)]
     os.sched_setaffinity(0, {cpu})
     try:
         time.sleep(0.3)
-        report = check_env(ComputeCartPole(), steps=600)
+        report = check_env(env, steps=600)
     finally:
         os.sched_setaffinity(0, before)
         for b in burners:

@@ -140,3 +140,32 @@ def test_planted_faults_stay_found(name, make, code, fragment):
     report = check_env(make(), steps=1000)
     hits = [e for e in report.events if e.code == code and e.status != C.PASS]
     assert hits and any(fragment in e.message for e in hits), [e.log_line() for e in report.events]
+
+
+class UnseededPendulum(gym.Wrapper):
+    """Pendulum whose reset ignores the seed it is given (its start drawn from its own RNG)."""
+
+    def __init__(self):
+        super().__init__(gym.make("Pendulum-v1"))
+        self._rng = np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        return self.env.reset(seed=int(self._rng.integers(2**31)))
+
+
+def test_a_stateful_wrapper_is_named_and_an_unseeded_env_inside_it_is_still_a_warn():
+    """NormalizeObservation's running statistics change its reset observation: an advisory
+    naming the wrapper (measured before: a WARN advising to seed the env's RNG, which was
+    seeded); the same wrapper around an env that ignores reset's seed stays a WARN."""
+    report = check_env(gym.wrappers.NormalizeObservation(gym.make("Pendulum-v1")), steps=300)
+    (hit,) = [e for e in report.events if e.code == C.NONDETERMINISTIC_RESET]
+    assert hit.advisory and hit.evidence["wrapper"] == "NormalizeObservation", hit.log_line()
+    assert "keeps state across resets by design" in hit.message
+    report = check_env(gym.wrappers.NormalizeObservation(UnseededPendulum()), steps=300)
+    (hit,) = [e for e in report.events if e.code == C.NONDETERMINISTIC_RESET]
+    assert hit.status == C.WARN and hit.evidence["wrapper"] == "UnseededPendulum", hit.log_line()
+    assert "pass reset's seed through" in hit.message
+    report = check_env(gym.wrappers.NormalizeObservation(gym.make("Pendulum-v1").unwrapped.__class__()), steps=300)
+    assert not [e for e in report.events if e.code == C.NONDETERMINISTIC_RESET and e.status == C.WARN]
+    report = check_env(gym.wrappers.FrameStackObservation(gym.make("Pendulum-v1"), 4), steps=300)
+    assert C.NONDETERMINISTIC_RESET not in {e.code for e in report.events}

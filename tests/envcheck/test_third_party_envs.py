@@ -64,7 +64,11 @@ def test_correct_env_gets_no_fail_and_no_warn(env_id, module, steps, seed, recor
     record_property("outcome", line)
     print(line)
     assert report.codes(C.WARN) == set(), [e.log_line() for e in report.events if e.status != C.PASS]
-    assert {e.code for e in report.advisories()} <= ADVISORIES
+    # a busy machine's slow steps are said as the machine's (an advisory naming the load): the
+    # suite's other worker shares the two cores
+    said = {e.code for e in report.advisories()
+            if not (e.code == C.STEP_DURATION_OUTLIER and e.evidence.get("cause") == "machine_load")}
+    assert said <= ADVISORIES, [e.log_line() for e in report.advisories()]
     assert report.summary["steps"] >= steps and report.summary["episodes"] >= 1
 
 

@@ -134,7 +134,7 @@ def _whatif(args: list[str], env: dict, timeout: float = 600) -> subprocess.Comp
     (lambda d: d / "nope", [], "not found"),
     (lambda d: d, [], "neither a checkpoint"),
     (lambda d: (d / "events").mkdir() or d, ["--from-advice"], "has no checkpoint to branch from"),
-    (lambda d: d, ["--seeds", "0"], "must be >= 1"),
+    (lambda d: d, ["--seeds", "0"], "--seeds must be in 1..100, got 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, cli_env, make, args, says):
     p = _whatif([str(make(tmp_path)), *args], cli_env)

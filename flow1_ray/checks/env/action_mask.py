@@ -21,7 +21,8 @@ MASK_KEY = "action_mask"
 RULES = (
     Rule("ACTION_MASK_INVALID", C.ENV_SPEC, C.FAIL,
          "the observation's action_mask cannot mask the Discrete(n) action space: not n entries, values outside "
-         "[0, 1] or not finite, or no valid action at all (every entry 0)",
+         "[0, 1] or not finite, or no valid action at all (every entry 0) on an observation an action is taken "
+         "from (an episode's last observation is never acted on: a finished board may mask every move)",
          evidence=("problem", "shape", "expected_shape", "step")),
 )
 
@@ -51,8 +52,14 @@ def valid_actions(mask: Any, space: Any) -> tuple[np.ndarray | None, str | None]
             " and non-finite entries" if not np.all(np.isfinite(arr)) else "")
     valid = (arr > 0.5).astype(np.int8)
     if not valid.any():
-        return None, "expected at least one valid action, actual every entry 0: no action can be taken"
+        return None, NO_VALID_ACTION
     return valid, None
+
+
+#: the one problem a mask may have where no action follows (an agent's terminated or truncated
+#: observation: PettingZoo's classic games mask every move of a finished board, and RLlib never
+#: acts on an episode's last observation)
+NO_VALID_ACTION = "expected at least one valid action, actual every entry 0: no action can be taken"
 
 
 def mask_message(problem: str, mask: Any, space: Any, step: int, obs_path: str = "obs") -> tuple[str, dict]:

@@ -68,10 +68,12 @@ def _info_snapshot(info: Any) -> Any:
 
 
 class InfoWatch:
-    """INFO_MUTATION_DETECTED: the env hands out one dict twice, or edits one it returned.
+    """INFO_MUTATION_DETECTED: the env edits an info dict it returned (a new one each step, or
+    one dict handed out again with new contents).
 
     Keeps the previous info and a frozen snapshot of it; at the next step the old dict must
-    be a different object and still equal to its snapshot.
+    still equal its snapshot. One dict returned again unchanged is no fault: PettingZoo hands
+    each agent the same (empty) info dict every step, and nothing stored from it ever changes.
     """
 
     __slots__ = ("_prev", "_snap", "_prev_step")
@@ -83,12 +85,13 @@ class InfoWatch:
 
     def observe(self, info: dict, step: int) -> tuple[str, dict] | None:
         prev, problem = self._prev, None
-        if prev is not None:
+        if prev is not None and _info_snapshot(prev) != self._snap:
             if info is prev:
                 problem = ("the same info dict object was returned at steps "
-                           f"{self._prev_step} and {step}; expected a new dict per step",
+                           f"{self._prev_step} and {step} with new contents: the info stored for step "
+                           f"{self._prev_step} changed with it; expected a new dict per step, or one never changed",
                            {"first_step": self._prev_step, "second_step": step, "kind": "reused"})
-            elif _info_snapshot(prev) != self._snap:
+            else:
                 problem = (f"the info dict returned at step {self._prev_step} was modified by the env "
                            f"before step {step}; expected it unchanged after return",
                            {"returned_step": self._prev_step, "seen_changed_step": step, "kind": "modified"})

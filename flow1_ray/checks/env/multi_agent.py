@@ -44,10 +44,9 @@ import numpy as np
 from gymnasium import spaces
 
 from ...common import codes as C
-from . import env_spec as es
 from ..findings import Finding, FindingLog
 from .multi_agent_contract import ALL, COMMON, NO_ACTION, AgentID, MultiAgentContract, agent_name, done_flag, json_id
-from .rollout import RolloutChecker
+from .rollout import RolloutChecker, step_time_findings
 from ..series import Series
 from .space_contract import validate_space
 from ..thresholds import DEFAULT, Thresholds
@@ -184,6 +183,8 @@ class MultiAgentRolloutChecker(MultiAgentContract):
                          "truncateds": known | {ALL}, "infos": known | {COMMON}}
         self.agents: dict[AgentID, _Agent] = {}     # every agent seen: its checker and its waiting action
         self.durations = Series(thresholds.series_max_bytes, window, seed=2)
+        self.waits = Series(thresholds.series_max_bytes, window, seed=2)   # each step's run-queue wait, where measured
+        self.load_probe: Any = None     # live: the stepping thread's run-queue share per window
         self.steps = 0
         self.episodes = 0
         self._ep_len_total = 0
@@ -242,14 +243,17 @@ class MultiAgentRolloutChecker(MultiAgentContract):
         self._to_act[aid] = None
 
     def on_step(self, action_dict: Mapping, obs: Any, rewards: Any, terminateds: Any, truncateds: Any, infos: Any,
-                duration_s: float | None = None) -> bool:
+                duration_s: float | None = None, wait_s: float | None = None) -> bool:
         """After each step, with the action dict sent; True when it ended the episode:
         ``__all__`` was set, or every agent of the episode is done (RLlib's episode ends
-        then too; without ``__all__`` that is MA_ALL_DONE_MISSING)."""
+        then too; without ``__all__`` that is MA_ALL_DONE_MISSING). ``wait_s``: the step's
+        run-queue wait (the machine's share of its duration), as for RolloutChecker."""
         step = self.steps = self.steps + 1
         self._ep_len += 1
         if duration_s is not None:
             self.durations.append(duration_s, self.steps)
+            if wait_s is not None:
+                self.waits.append(wait_s, self.steps)
         obs, rewards, terminateds, truncateds, infos = self._check_step(
             action_dict, obs, rewards, terminateds, truncateds, infos, step)
         joined_before = set(self._joined)
@@ -346,8 +350,7 @@ class MultiAgentRolloutChecker(MultiAgentContract):
 
     def judge(self) -> None:
         """Run every agent's whole-stream rules, and the step-time rule once for the env."""
-        d, d_steps = self.durations.rows()
-        self.log.extend(es.step_time_findings(d, self.th, min_stalls=3 if self.live else 1, steps=d_steps))
+        self.log.extend(step_time_findings(self.durations, self.waits, self.load_probe, self.th, self.live))
         for ag in self.agents.values():
             ag.rc.judge()
 

@@ -27,7 +27,7 @@ from gymnasium import spaces
 
 from ...common import codes as C
 from . import env_spec as es
-from .action_mask import mask_message, mask_of, valid_actions
+from .action_mask import NO_VALID_ACTION, mask_message, mask_of, valid_actions
 from .action_map import ActionMapWatch
 from .action_pipe import action_cast_error, check_action_batch
 from ..findings import Finding, FindingLog
@@ -91,6 +91,18 @@ def _truthy(flag: Any) -> bool:
         return bool(np.any(flag))
     except (TypeError, ValueError):
         return False
+
+
+def step_time_findings(durations: Series, waits: Series, load_probe: Any, th: Thresholds, live: bool) -> list[Finding]:
+    """STEP_DURATION_OUTLIER over a checker's step times, the machine's share told apart: each
+    step's own run-queue wait where the driver measured it (aligned with the durations), else
+    the window's share from ``load_probe`` (live)."""
+    d, d_steps = durations.rows()
+    w, w_steps = waits.rows()
+    aligned = w if len(w) == len(d) and np.array_equal(w_steps, d_steps) else None
+    load = load_probe() if load_probe is not None and aligned is None else None
+    return es.step_time_findings(d, th, min_stalls=3 if live else 1, steps=d_steps, waits_s=aligned,
+                                 window_load=load)
 
 
 class RolloutChecker:
@@ -242,13 +254,14 @@ class RolloutChecker:
                 buf.values, buf.steps = [], []
 
     # -- the stream ----------------------------------------------------------------------
-    def _check_mask(self, obs: Any, step: int) -> None:
-        """ACTION_MASK_INVALID: an observation carrying RLlib's action mask that cannot mask."""
+    def _check_mask(self, obs: Any, step: int, terminated: Any = False, truncated: Any = False) -> None:
+        """ACTION_MASK_INVALID: an observation carrying RLlib's action mask that cannot mask
+        (an episode's last observation, which no action follows, may mask every action)."""
         mask = mask_of(obs)
         if mask is None:
             return
         _, problem = valid_actions(mask, self.action_space)
-        if problem is not None:
+        if problem is not None and not (problem == NO_VALID_ACTION and (_truthy(terminated) or _truthy(truncated))):
             self.log.hit(C.ACTION_MASK_INVALID, problem[:40],
                          lambda: mask_message(problem, mask, self.action_space, step, self.obs_path), env_step=step)
 
@@ -273,7 +286,7 @@ class RolloutChecker:
         self._check_alias(step)
         self._record_action(action, received_action, step)
         self._observe(obs, step, reset=False)
-        self._check_mask(obs, step)
+        self._check_mask(obs, step, terminated, truncated)
         self._record_reward(reward, step)
         if not (es.is_bool(terminated) and es.is_bool(truncated)):
             bad = terminated if not es.is_bool(terminated) else truncated
@@ -369,12 +382,7 @@ class RolloutChecker:
         self.log.extend(reward_findings(r, self.th, r_steps, seen=self.rewards.seen if sampled else None,
                                         non_finite=self.rewards.non_finite if sampled else None,
                                         episodes=self._episodes()))
-        d, d_steps = self.durations.rows()
-        w, w_steps = self.waits.rows()
-        waits = w if len(w) == len(d) and np.array_equal(w_steps, d_steps) else None
-        load = self.load_probe() if self.load_probe is not None and waits is None else None
-        self.log.extend(es.step_time_findings(d, self.th, min_stalls=3 if self.live else 1, steps=d_steps,
-                                              waits_s=waits, window_load=load))
+        self.log.extend(step_time_findings(self.durations, self.waits, self.load_probe, self.th, self.live))
         feats = self.reset_features
         if len(feats) and not feats.ragged:
             f = self._drift(feats.values().reshape(len(feats.values()), -1))
