@@ -31,6 +31,7 @@ RULE_MODULES = (
     ".findings",
     ".env.space_contract",
     ".env.env_spec",
+    ".env.termination",
     ".env.rollout",
     ".env.multi_agent_contract",
     ".env.obs_flow",

@@ -26,9 +26,10 @@ from ..checks.env.import_resolve import old_api_finding
 from ..checks.env.machine_load import gc_pause_s, runqueue_wait_s
 from ..checks.env.reward_logic import RewardLogicAudit
 from ..checks.env.temporal_leak import LeakageWatch
+from ..checks.env.termination import EpisodeEnds, time_limit_finding
 from ..checks.thresholds import Thresholds
 from ..checks.values import values_equal
-from .reset_state import keeps_state_by_design, stateful_layer
+from .reset_state import FirstEpisode, divergence, keeps_state_by_design, kept_fields, snapshot, stateful_layer
 from .watch import NO_WATCH, Watch
 
 MAX_CONSECUTIVE_CRASHES = 3
@@ -63,6 +64,9 @@ class DriverBase:
         self.last_wait: float | None = None     # the last step's run-queue wait (the machine's share)
         self.audit: RewardLogicAudit | None = None  # flow1 check --audit-reward
         self.leak: LeakageWatch | None = None       # OBS_LEAKAGE's steps (single-agent envs)
+        self.replays = False                        # the first episode is recorded and replayed after the run
+        self.first_episode: FirstEpisode | None = None
+        self.ends: EpisodeEnds | None = None        # each episode's length and end (TIME_LIMIT_AS_TERMINATED)
 
     def _reset(self, seed: int | None) -> tuple[Any, Any] | None:
         """Reset, tolerating the old API; None when reset raised (or called sys.exit)."""
@@ -96,39 +100,63 @@ class DriverBase:
         return False
 
     def _determinism(self) -> bool:
+        """reset(seed) twice must give one observation; the first episode starts from the
+        second, recorded for the probes after the run (:meth:`_probe_resets`)."""
         first = self._reset(self.seed)
         if first is None:
             return not self.stopped_early and self._start_episode()
         second = self._reset(self.seed)
         if second is None:
             return not self.stopped_early and self._start_episode()
-        if not values_equal(first[0], second[0]):
-            layer = stateful_layer(self.env, self._layer_reset, values_equal)
-            ev = {"seed": self.seed, "first": repr(first[0])[:200], "second": repr(second[0])[:200]}
-            if layer is None:
-                self.rc.record(Finding(C.NONDETERMINISTIC_RESET,
-                                       f"reset(seed={self.seed}) twice gave different observations: expected equal; "
-                                       f"seed the env's RNG from reset's seed (super().reset(seed=seed), "
-                                       f"self.np_random)", ev))
-            elif keeps_state_by_design(layer):
-                name = type(layer).__name__
-                self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
-                    f"reset(seed={self.seed}) twice gave different observations, but the env inside the wrapper "
-                    f"{name} gives the same ones: {name} keeps state across resets by design (running statistics), "
-                    f"the env's RNG is seeded; runs with one seed differ by that state"),
-                    {**ev, "cause": "wrapper_state", "wrapper": name, "advisory": True}, status=C.PASS))
-            else:
-                name = type(layer).__name__
-                self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
-                    f"reset(seed={self.seed}) twice gave different observations, and the env inside the wrapper "
-                    f"{name} gives the same ones: expected {name}.reset to be deterministic under a seed; pass reset's "
-                    f"seed through (self.env.reset(seed=seed)) and seed any RNG of its own from it"),
-                    {**ev, "cause": "wrapper", "wrapper": name}))
-            second = self._reset(self.seed)   # the probe reset the layers: this episode starts afresh
-            if second is None:
-                return not self.stopped_early and self._start_episode()
+        if values_equal(first[0], second[0]):
+            self.first_episode = FirstEpisode(second[0], snapshot(self.env)) if self.replays else None
+            self._began(*second)
+            return True
+        self._nondeterministic(first[0], second[0])
+        second = self._reset(self.seed)   # the probe reset the layers: this episode starts afresh
+        if second is None:
+            return not self.stopped_early and self._start_episode()
         self._began(*second)
         return True
+
+    def _unseeded_after_seeded(self) -> None:
+        """After the run: reset(seed); reset() twice, the two unseeded observations must agree
+        (gymnasium's own check: an env that rebuilds its RNG from seed=None fails it)."""
+        u1 = self._reset(None) if self._reset(self.seed) is not None else None
+        u2 = self._reset(None) if u1 is not None and self._reset(self.seed) is not None else None
+        if u2 is None:
+            return
+        if not values_equal(u1[0], u2[0]):
+            self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
+                f"reset() after reset(seed={self.seed}) gave different observations in two runs: expected the "
+                f"unseeded reset to continue the seeded RNG; the env builds a new one from seed=None (use "
+                f"self.np_random, seeded by super().reset(seed=seed))"),
+                {"seed": self.seed, "first": repr(u1[0])[:200], "second": repr(u2[0])[:200], "cause": "unseeded_reset"}))
+
+    def _nondeterministic(self, first: Any, second: Any) -> None:
+        """NONDETERMINISTIC_RESET, with the wrapper that keeps state where the env inside it is
+        deterministic (an advisory for a running-statistics wrapper, a WARN for another)."""
+        layer = stateful_layer(self.env, self._layer_reset, values_equal)
+        ev = {"seed": self.seed, "first": repr(first)[:200], "second": repr(second)[:200]}
+        if layer is None:
+            self.rc.record(Finding(C.NONDETERMINISTIC_RESET,
+                                   f"reset(seed={self.seed}) twice gave different observations: expected equal; "
+                                   f"seed the env's RNG from reset's seed (super().reset(seed=seed), "
+                                   f"self.np_random)", ev))
+            return
+        name = type(layer).__name__
+        if keeps_state_by_design(layer):
+            self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
+                f"reset(seed={self.seed}) twice gave different observations, but the env inside the wrapper "
+                f"{name} gives the same ones: {name} keeps state across resets by design (running statistics), "
+                f"the env's RNG is seeded; runs with one seed differ by that state"),
+                {**ev, "cause": "wrapper_state", "wrapper": name, "advisory": True}, status=C.PASS))
+            return
+        self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
+            f"reset(seed={self.seed}) twice gave different observations, and the env inside the wrapper "
+            f"{name} gives the same ones: expected {name}.reset to be deterministic under a seed; pass reset's "
+            f"seed through (self.env.reset(seed=seed)) and seed any RNG of its own from it"),
+            {**ev, "cause": "wrapper", "wrapper": name}))
 
     def _layer_reset(self, layer: Any) -> tuple[bool, Any]:
         """One layer of the env's wrapper chain reset with the check's seed, under the watch."""
@@ -144,6 +172,8 @@ class DriverBase:
     def _began(self, obs: Any, info: Any) -> None:
         """An episode began with this reset: the checker and the audits see it."""
         self.rc.on_reset(obs, info)
+        if self.ends is not None:
+            self.ends.on_reset()
         if self.leak is not None:
             self._guarded("leak", lambda: self.leak.on_reset(obs))
         if self.audit is not None:
@@ -263,8 +293,44 @@ class DriverBase:
                 self._extend()
             if self.masked_steps and not self.stopped_early:
                 self._probe_mask()
+            if self.first_episode is not None and not self.stopped_early:
+                self._probe_resets()
         finally:
             self._cleanup()
+
+    def _probe_resets(self) -> None:
+        """After the judged run (its reset(seed) pair deterministic): reset(seed) again and replay
+        the first episode's actions. A replay that leaves the first episode while attributes of
+        the env kept values of earlier episodes is RESET_KEEPS_STATE (a step counter, a terminal
+        flag, a previous observation that reset() does not restore). Then the unseeded resets
+        after a seeded one. Nothing of it is judged otherwise."""
+        if self.first_episode.steps:
+            self._replay_first_episode()
+        self._unseeded_after_seeded()
+
+    def _replay_first_episode(self) -> None:
+        got = self._layer_reset(self.env)
+        if not got[0]:
+            return
+        now = snapshot(self.env)
+        fe = self.first_episode
+
+        def step(action: Any) -> Any:
+            self.watch.enter("step", self.rc.steps, self.rc.episodes)
+            try:
+                return self.env.step(action)
+            finally:
+                self.watch.leave()
+
+        where = divergence(fe, got[1], step, values_equal)
+        kept = kept_fields(fe.attrs, now, values_equal)
+        if where is None or not kept:
+            return
+        self.rc.record(Finding(C.RESET_KEEPS_STATE, (
+            f"reset(seed={self.seed}) after {self.rc.episodes} episode(s) does not restore a fresh reset(seed="
+            f"{self.seed}): replaying the first episode's actions, {where}; kept from earlier episodes: "
+            f"{'; '.join(kept[:5])}; expected reset() to set every per-episode attribute again"),
+            {"seed": self.seed, "diverges": where, "kept": kept[:20], "episodes": self.rc.episodes}))
 
     def _extend(self) -> None:
         """EPISODE_NEVER_ENDS is about the env, not the budget: step on, every step judged
@@ -287,6 +353,10 @@ class DriverBase:
         """After the judged run: does the env really reject what its mask excludes? A few fresh
         episodes each send one masked-out action; raising is the rejection (RLlib's examples
         raise ValueError). Nothing of it is judged: the episodes are the probe's, not the run's."""
+
+    def time_limit_finding(self) -> Finding | None:
+        """TIME_LIMIT_AS_TERMINATED over the episodes the run drove (single-agent envs)."""
+        return time_limit_finding(self.ends) if self.ends is not None and not self.stopped_early else None
 
     def episode_finding(self) -> Finding | None:
         """EPISODE_NEVER_ENDS: a WARN when none ended even within the extension, an

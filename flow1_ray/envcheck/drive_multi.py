@@ -91,7 +91,7 @@ class _MultiAgentDriver(DriverBase):
 def multi_agent_driver(env: gym.Env, steps: int, seed: int, th: Thresholds, findings: list[Finding],
                         summary: dict) -> _MultiAgentDriver | None:
     """The driver for an RLlib MultiAgentEnv, with each agent's spaces as RLlib finds them."""
-    agents, obs_spaces, act_spaces = agent_spaces(env)
+    agents, obs_spaces, act_spaces = agent_spaces(getattr(env, "unwrapped", env))   # as RLlib reads them
     space_findings = validate_agent_spaces(agents, obs_spaces, act_spaces)
     findings.extend(space_findings)
     summary.update({"multi_agent": True, "possible_agents": agents})

@@ -18,6 +18,7 @@ from ..checks.env.import_resolve import old_api_finding
 from ..checks.env.rollout import RolloutChecker
 from ..checks.env.space_contract import validate_space
 from ..checks.env.temporal_leak import LeakageWatch
+from ..checks.env.termination import EpisodeEnds
 from ..checks.thresholds import Thresholds
 from .drive import DriverBase
 
@@ -74,6 +75,8 @@ class _Driver(DriverBase):
         super().__init__(env, steps, seed, th, RolloutChecker(env.observation_space, env.action_space, th))
         self.probe: _ActionProbe | None = None
         self.rc.action_map.wrappers = action_wrappers(env)
+        self.replays = True
+        self.ends = EpisodeEnds()
 
     def _prepare(self) -> bool:
         """Random actions come from ``action_space.sample()``, for any space that has one."""
@@ -145,6 +148,9 @@ class _Driver(DriverBase):
         else:
             return self._unreadable_step(out)
         received = probe.received if probe is not None and probe.active else None
+        if self.first_episode is not None and self.first_episode.open:
+            self.first_episode.add(action, obs, reward, terminated, truncated)
+        self.ends.on_step(obs, reward, _truthy_flag(terminated), _truthy_flag(truncated))
         self._audited(action, obs, reward, _truthy_flag(terminated) or _truthy_flag(truncated))
         return self._ended(self._judged(
             lambda: rc.on_step(action, obs, reward, terminated, truncated, info, dt, received, self.last_wait),

@@ -206,9 +206,9 @@ def _judge(instance: gym.Env, steps: int, seed: int, th: Thresholds, findings: l
             raise
         msg, ev = internal_error(e, drv.rc.steps)
         findings.append(Finding(C.FLOW1_INTERNAL, msg, ev))
-    ending = drv.episode_finding()
-    if ending is not None:
-        findings.append(ending)
+    for ending in (drv.episode_finding(), drv.time_limit_finding()):
+        if ending is not None:
+            findings.append(ending)
     summary.update({"steps": drv.rc.steps, "episodes": drv.rc.episodes, "crashes": drv.crashes,
                     "stopped_early": drv.stopped_early or None, "modules": drv.rc.summary()})
     _judge_audits(drv, findings, summary["modules"])

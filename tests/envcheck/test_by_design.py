@@ -169,3 +169,20 @@ def test_a_stateful_wrapper_is_named_and_an_unseeded_env_inside_it_is_still_a_wa
     assert not [e for e in report.events if e.code == C.NONDETERMINISTIC_RESET and e.status == C.WARN]
     report = check_env(gym.wrappers.FrameStackObservation(gym.make("Pendulum-v1"), 4), steps=300)
     assert C.NONDETERMINISTIC_RESET not in {e.code for e in report.events}
+
+
+def test_a_fixed_horizon_that_the_agent_sees_coming_is_not_a_time_limit_fault():
+    """The corpus's process task terminated at its horizon of 60 steps is TIME_LIMIT_AS_TERMINATED;
+    the same task with the time in its observation (a finite-horizon task whose end the agent
+    sees) and a game of 30 moves that pays its outcome at the end (WinPays100) are not."""
+    import corpus_env
+
+    class TimeInObs(corpus_env.TimeLimitAsTerminated):
+        def step(self, a):
+            obs, r, term, trunc, info = super().step(a)
+            obs[1] = self.t / self.N
+            return obs, r, term, trunc, info
+
+    assert C.TIME_LIMIT_AS_TERMINATED in check_env(corpus_env.TimeLimitAsTerminated(), steps=1000).codes(C.WARN)
+    for env in (TimeInObs(), WinPays100()):
+        assert C.TIME_LIMIT_AS_TERMINATED not in {e.code for e in check_env(env, steps=1000).events}

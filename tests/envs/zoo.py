@@ -14,7 +14,7 @@ from gymnasium import spaces
 
 
 class Base(gym.Env):
-    """A clean 3-d random walk: 20-step episodes, reward ~ N(1, 0.1)."""
+    """A clean 3-d random walk: 20-step episodes (truncated: a time limit), reward ~ N(1, 0.1)."""
 
     observation_space = spaces.Box(-10.0, 10.0, (3,), np.float32)
     action_space = spaces.Discrete(2)
@@ -52,7 +52,7 @@ class Base(gym.Env):
         self.t += 1
         self.total += 1
         self._move(action)
-        return self._obs(), self._reward(), self.t >= self.horizon, False, self._info()
+        return self._obs(), self._reward(), False, self.t >= self.horizon, self._info()
 
 
 # --- ENV_SPEC ---------------------------------------------------------------------------

@@ -44,7 +44,12 @@ class StepTiming:
 
 
 RULES = (
-    Rule("NONDETERMINISTIC_RESET", C.ENV_SPEC, C.WARN, "reset(seed=s) twice gives different observations"),
+    Rule("NONDETERMINISTIC_RESET", C.ENV_SPEC, C.WARN,
+         "reset(seed=s) twice gives different observations, or reset() after reset(seed=s) does in two runs"),
+    Rule("RESET_KEEPS_STATE", C.ENV_SPEC, C.WARN,
+         "after the run, reset(seed=s) and the first episode's actions replayed leave the first episode (a reset "
+         "observation, a step's observation, reward or end, a step that raises) while attributes of the env kept "
+         "values of earlier episodes", evidence=("seed", "diverges", "kept", "episodes")),
     Rule("EPISODE_NEVER_ENDS", C.ENV_SPEC, C.WARN,
          "no terminated/truncated within the budget extended {episode_extension_factor}x (at most "
          "{episode_extension_max_steps:,} steps, {episode_extension_max_s:g} s); an advisory when one ended after "

@@ -1,6 +1,9 @@
 """SPACE_INVALID: is the env's space a gymnasium space, and a well-formed one? (A Box with
 low > high or NaN bounds, a Discrete with n <= 0, infinite action bounds, a malformed space
-nested inside a Sequence, Graph or OneOf.)"""
+nested inside a Sequence, Graph or OneOf.) And one RLlib can use: a Discrete whose ``start``
+is not 0 is valid gymnasium, but RLlib never reads ``start`` (its action distributions emit
+0..n-1, its one-hot encodings take values 0..n-1), so an action space ``Discrete(2, start=1)``
+receives action 0, which it does not hold (SB3 does the same: DLR-RM/stable-baselines3#1841)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from ..spaces import UnsupportedSpace, leaves
 
 RULES = (
     Rule("SPACE_INVALID", C.ENV_SPEC, C.FAIL,
-         "Discrete n<=0, Box low>high, NaN/infinite bounds where not allowed, not a gymnasium space"),
+         "Discrete n<=0 or start != 0 (RLlib emits and encodes 0..n-1), Box low>high, NaN/infinite bounds where "
+         "not allowed, not a gymnasium space"),
 )
 
 
@@ -52,6 +56,12 @@ def _array_problem(sp: spaces.Space, role: str) -> tuple[str, dict] | None:
     """(why, evidence) when a Box/Discrete/MultiDiscrete/MultiBinary is malformed."""
     if isinstance(sp, spaces.Discrete) and int(sp.n) <= 0:
         return f"expected n > 0, actual n={int(sp.n)}", {"n": int(sp.n)}
+    if isinstance(sp, spaces.Discrete) and int(sp.start) != 0:
+        n, s = int(sp.n), int(sp.start)
+        what = (f"the env receives actions 0..{n - 1}, not {s}..{s + n - 1}" if role == "action"
+                else f"its one-hot encoding takes values 0..{n - 1}, not {s}..{s + n - 1}")
+        return (f"expected start=0, actual Discrete({n}, start={s}): RLlib never reads start, {what}; "
+                f"shift the values in the env (or a wrapper)", {"n": n, "start": s})
     if isinstance(sp, spaces.MultiDiscrete) and np.any(np.asarray(sp.nvec) <= 0):
         return f"expected every nvec > 0, actual nvec={np.asarray(sp.nvec).tolist()}", {}
     if isinstance(sp, spaces.MultiBinary) and np.prod(sp.shape) <= 0:
