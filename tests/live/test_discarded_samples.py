@@ -83,7 +83,9 @@ def test_a_runner_whose_samples_rllib_discards_is_named(ray_session, tmp_path):
     (e,) = [e for e in events if e["code"] == C.RUNNER_SAMPLES_DISCARDED]
     ev = json.loads(e["evidence"])
     assert e["status"] == C.WARN and e["iteration"] <= 3
-    assert list(ev["runners"]) == ["2"] and ev["sample_timeout_s"] == 1.0
+    # runner 2 is slow by design; on a loaded machine runner 1 can miss the 1 s timeout too
+    # (seen twice with a load average of 8 on 2 cores): then both are named, and rightly
+    assert "2" in ev["runners"] and set(ev["runners"]) <= {"1", "2"} and ev["sample_timeout_s"] == 1.0
     assert ev["runners"]["2"]["median_s"] > 1.0 and 0.3 < ev["wasted_share"] < 0.9
     assert "EnvRunner 2:" in e["message"] and "never reached training" in e["message"]
     # an evenly slow env is not a step-time outlier, and no env is blamed for it
