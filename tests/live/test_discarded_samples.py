@@ -88,6 +88,8 @@ def test_a_runner_whose_samples_rllib_discards_is_named(ray_session, tmp_path):
     assert "2" in ev["runners"] and set(ev["runners"]) <= {"1", "2"} and ev["sample_timeout_s"] == 1.0
     assert ev["runners"]["2"]["median_s"] > 1.0 and 0.3 < ev["wasted_share"] < 0.9
     assert "EnvRunner 2:" in e["message"] and "never reached training" in e["message"]
-    # an evenly slow env is not a step-time outlier, and no env is blamed for it
-    assert not [x for x in events if x["code"] == C.STEP_DURATION_OUTLIER], \
-        [(x["code"], x["message"][:150]) for x in events if x["status"] != C.PASS]
+    # an evenly slow env is not a step-time outlier, and no env is blamed for it (a busy
+    # machine's slow steps may be said as the machine's: an advisory with cause machine_load)
+    blamed = [x for x in events if x["code"] == C.STEP_DURATION_OUTLIER
+              and json.loads(x["evidence"]).get("cause") != "machine_load"]
+    assert not blamed, [(x["code"], x["status"], x["message"][:150]) for x in blamed]
