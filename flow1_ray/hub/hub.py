@@ -15,11 +15,11 @@ actor (it may have to live on another node than the hub).
 from __future__ import annotations
 
 import os
-import select
 import threading
 import time
 from typing import Any
 
+from . import lastword
 from ..common import codes as C
 from ..common import schema as S
 from ..common.events import Event
@@ -32,31 +32,6 @@ from .recorder import MIN_FLUSH_GAP_S, RecorderService
 #: Each part's request queue: the Recorder and the clusterer serve one call at a time (in
 #: the order sent), the monitor a few (``wait_probes`` blocks while probes start).
 CONCURRENCY = {"recorder": 1, "monitor": 4, "states": 1}
-
-
-def wait_for_exit(pid: int) -> bool:
-    """Block until process ``pid`` has exited (a pidfd: no polling; polled every 0.2 s where
-    pidfds are missing); False when it cannot be watched at all."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    except (AttributeError, OSError):
-        fd = None
-    if fd is not None:
-        try:
-            select.select([fd], [], [])
-            return True
-        finally:
-            os.close(fd)
-    try:
-        while True:
-            os.kill(pid, 0)
-            time.sleep(0.2)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
 
 
 class HubCore:
@@ -94,6 +69,10 @@ class HubCore:
         if owner_pid:
             threading.Thread(target=self._watch_owner, args=(int(owner_pid),), name="flow1-owner",
                              daemon=True).start()
+            # and, in case Ray ends this process before that thread runs, a process outside it
+            launcher = lastword.start(run_dir, int(owner_pid))
+            if launcher is not None:
+                threading.Thread(target=launcher.wait, name="flow1-lastword", daemon=True).start()
         # the run's live numbers as Ray metrics (Prometheus), refreshed on a thread
         self.metrics = make_run_metrics(run_id)
         if self.metrics is not None:
@@ -134,7 +113,8 @@ class HubCore:
         crash): Ray ends this hub a moment later (measured: its heartbeat went on ~1.4 s),
         time enough to flush and write an unclean stop record, so that the run directory
         says at once how the run ended instead of a silence a reader must interpret."""
-        if not wait_for_exit(pid) or self.closed:
+        lastword.first_to_end([pid])
+        if self.closed:
             return
         try:
             self.recorder.close(f"the Algorithm's process (pid {pid}) died without stopping the run (a SIGKILL, "

@@ -14,7 +14,8 @@ every writer leaves three small JSON files beside its tables:
 - ``stop.json``, once at the end: when, after which iteration, how it stopped, and whether
   cleanly -- ``algo.stop()`` or the end of ``flow1 check`` (``clean: true``), or the
   Algorithm's process dying under the hub that watches it (``clean: false``: a SIGKILLed
-  driver, an OOM kill; the hub outlives it by a second or so, measured).
+  driver, an OOM kill; the hub outlives it by a second or so, measured; when Ray ends the hub
+  first, its last-word process writes it: :mod:`flow1_ray.hub.lastword`).
 
 A run with ``run.json`` and no ``stop.json`` is still running or ended without a word
 (the hub died with its driver); readers tell which by the heartbeat's age (:func:`completeness`). Tracebacks of

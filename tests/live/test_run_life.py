@@ -1,5 +1,6 @@
 """A run directory says how the run ended: a driver SIGKILLed mid-run (really, in its own
-process) leaves an unclean stop record written by its hub as it went down, and the report
+process) leaves an unclean stop record written by its hub as it went down (or, when Ray ends
+the hub before it can, by the hub's last-word process), and the report
 says "ended without a clean stop after iteration N" instead of a PASS of fewer iterations.
 
 The same run starts with the old predictable lock path (``<tmp>/flow1-<uid>``) made first by
@@ -65,7 +66,7 @@ def test_a_sigkilled_driver_leaves_a_run_that_says_it_ended(tmp_path, cli_env, s
     deadline = time.time() + 20   # the hub writes it within a second of the driver's death
     while not stop.exists() and time.time() < deadline:
         time.sleep(0.1)
-    assert stop.exists(), "the hub wrote no stop record as its driver died"
+    assert stop.exists(), "neither the hub nor its last word wrote a stop record as its driver died"
     record = json.loads(stop.read_text())
     assert record["clean"] is False and "died without stopping the run" in record["how"], record
     assert max(load_metrics(run_dir).column("iteration").to_pylist()) >= seen   # every iteration it saw end
@@ -82,3 +83,34 @@ def test_a_sigkilled_driver_leaves_a_run_that_says_it_ended(tmp_path, cli_env, s
     out = json.loads(r.stdout)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert out["completeness"]["state"] == "ended" and any("ended without a clean stop" in g for g in out["gaps"])
+
+
+def test_a_hub_ended_before_it_could_write_leaves_the_last_word(ray_session, tmp_path):
+    """The race the test above can lose on a busy machine, forced: the hub is frozen
+    (SIGSTOP) as its owner dies, then Ray ends it; its last word writes the record."""
+    import ray
+
+    from flow1_ray.hub.hub import make_hub_actor
+    from flow1_ray.options import Flow1Options
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        opts = Flow1Options().with_overrides(flush_interval_s=0.2, print_events=False).as_dict()
+        hub = make_hub_actor().options(max_restarts=0).remote(
+            str(tmp_path), "lastword", ray.get_runtime_context().get_job_id(), opts, False, owner.pid)
+        hub_pid = ray.get(hub.status.remote(), timeout=60)["pid"]
+        time.sleep(1.0)     # its last word started (a process of its own)
+        os.kill(hub_pid, signal.SIGSTOP)
+        owner.kill()
+        owner.wait()
+        ray.kill(hub)       # Ray ends the frozen hub, as it ends one whose owner died
+    finally:
+        owner.kill()
+        owner.wait()
+    stop = tmp_path / "stop.json"
+    deadline = time.time() + 40   # Ray's kill, then the last word's 10 s of grace
+    while not stop.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    record = json.loads(stop.read_text())
+    assert record["clean"] is False and record["written_by"] == "last-word", record
+    assert load_run_report(tmp_path).completeness["state"] == "ended"
