@@ -204,7 +204,8 @@ class DriverBase:
         self._consecutive += 1
         found = crash_finding("step", exc, self.rc.steps + 1, self.rc.episodes)
         if masked:
-            found.message += "; the action was one obs['action_mask'] declared valid: the mask and the env disagree"
+            found.message += ("; the action was one the observation's action mask declared valid: the mask and the env "
+                              "disagree")
             found.evidence["action_valid_by_mask"] = True
         self.rc.record(found, f"step:{type(exc).__name__}")
         if self._consecutive >= MAX_CONSECUTIVE_CRASHES:

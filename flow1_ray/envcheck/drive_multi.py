@@ -11,7 +11,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ..checks.env.action_mask import mask_of, valid_actions
+from ..checks.env.action_mask import MASK_KEY, mask_key, mask_of, valid_actions
 from ..checks.findings import Finding
 from ..checks.env.multi_agent import MultiAgentRolloutChecker, agent_spaces, validate_agent_spaces
 from ..checks.thresholds import Thresholds
@@ -54,6 +54,7 @@ class _MultiAgentDriver(DriverBase):
                  obs_spaces: dict, act_spaces: dict) -> None:
         super().__init__(env, steps, seed, th, MultiAgentRolloutChecker(obs_spaces, act_spaces, agents, th))
         self.act_spaces = act_spaces
+        self.mask_keys = {aid: mask_key(obs_spaces.get(aid), sp) for aid, sp in act_spaces.items()}
 
     def _prepare(self) -> bool:
         # each agent's space seeded by its id's rank, not by the env's order of agents: RLlib's
@@ -69,7 +70,7 @@ class _MultiAgentDriver(DriverBase):
         obs = self.last_obs if isinstance(self.last_obs, dict) else {}
         out = {}
         for aid in self.rc.agents_to_act():
-            space, mask = self.act_spaces[aid], mask_of(obs.get(aid))
+            space, mask = self.act_spaces[aid], mask_of(obs.get(aid), self.mask_keys.get(aid, MASK_KEY))
             valid = valid_actions(mask, space)[0] if mask is not None else None
             if valid is not None:
                 self.masked_steps += 1

@@ -98,7 +98,7 @@ class _Driver(DriverBase):
     def _action(self) -> Any:
         """A random action; from the valid ones where the observation carries RLlib's action
         mask (the env rejects the others by design)."""
-        space, mask = self.env.action_space, mask_of(self.last_obs)
+        space, mask = self.env.action_space, mask_of(self.last_obs, self.rc.mask_key)
         if mask is not None:   # a mask that cannot mask is the checker's ACTION_MASK_INVALID
             valid, _ = valid_actions(mask, space)
             if valid is not None:
@@ -119,7 +119,8 @@ class _Driver(DriverBase):
             finally:
                 self.watch.leave()
             obs = out[0] if isinstance(out, tuple) and out else out
-            valid, _ = valid_actions(mask_of(obs), space) if mask_of(obs) is not None else (None, None)
+            mask = mask_of(obs, self.rc.mask_key)
+            valid, _ = valid_actions(mask, space) if mask is not None else (None, None)
             masked_out = np.flatnonzero(valid == 0) if valid is not None else ()
             if not len(masked_out):
                 continue

@@ -39,7 +39,7 @@ from ..checks.thresholds import DEFAULT
 from ..common.names import NAMESPACE
 from ..options import Flow1Options
 from ..common.schema import DEFAULT_MODULE_ID
-from ..checks.own.watchers import LIVENESS, TRACEBACK, error_line, traceback_text, watcher_off_finding
+from ..checks.own.watchers import LIVENESS, STATE_SAMPLING, TRACEBACK, error_line, traceback_text, watcher_off_finding
 from ..liveness.holder import NoLiveness, WorkerLiveness
 from ..liveness.lockdir import job_lock_dir
 from ..checks.own.budgets import CheckBudget
@@ -254,10 +254,16 @@ class RunnerAgent(EnvWatch):
         module = self.env_runner.module[module_id]
         return module.observation_space, module.action_space, module
 
-    def _maps_off(self, module_id: str, why: str) -> None:
+    def _maps_off(self, module_id: str, why: str | BaseException) -> None:
+        """A module's state maps stop, said once: a space they cannot take is a note
+        (STATE_MAPS_OFF); rows they were built to read and failed on are a watcher off."""
         if module_id in self._maps_off_said:
             return
         self._maps_off_said.add(module_id)
+        if isinstance(why, BaseException):
+            self._send([watcher_off_finding(STATE_SAMPLING, f"module {module_id}", why, "", consequence=(
+                "its state-action maps stop; liveness and contract checks go on"))])
+            return
         self._send([Finding(C.STATE_MAPS_OFF, f"state-action maps are off for module {module_id}: {why[:300]}; "
                                               f"liveness and contract checks go on",
                             {"module": module_id, "why": why[:300]})])
@@ -329,7 +335,7 @@ class RunnerAgent(EnvWatch):
                 self.states.maybe_send()
             except Exception as e:
                 self.report_internal("state sampling", e)
-            for mid, why in list(self.states.unsupported.items()):
+            for mid, why in [*self.states.unsupported.items(), *self.states.failed.items()]:
                 self._maps_off(mid, why)
         now = time.monotonic()
         judged = False

@@ -100,7 +100,7 @@ class LiveRewardAudit:
         if self.off:
             return []
         try:
-            found, _ = self.audit.findings()
+            found, _ = self.audit.findings(final=False)
         except Exception as e:
             self._fail(e)
             return []

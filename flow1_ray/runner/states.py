@@ -45,6 +45,23 @@ from .sender import Sender
 MAX_BUFFERED_ROWS = 8192   # beyond this (the clusterer unreachable) the oldest rows are dropped, counted
 
 
+def _fits(obs: Any, n: int, space: Any) -> bool:
+    """Whether ``n`` rows of observations flatten under ``space`` to its named columns."""
+    try:
+        x = flatten_observations(obs, space)
+        return x.ndim == 2 and x.shape == (n, len(features(space)))
+    except Exception:
+        return False
+
+
+def _has_leaf(space: Any, kind: type) -> bool:
+    if isinstance(space, spaces.Dict):
+        return any(_has_leaf(s, kind) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return any(_has_leaf(s, kind) for s in space.spaces)
+    return isinstance(space, kind)
+
+
 def _concat(parts: list[Any]) -> Any:
     first = parts[0]
     if isinstance(first, dict):
@@ -82,15 +99,42 @@ class _Stream:
         self.obs_space, self.act_space, self.module_of = observation_space, action_space, module_of
         self.labels = action_index(np.asarray([action_space.sample()]), action_space)[1]  # ValueError if unsupported
         self.n_discrete = int(action_space.n) if isinstance(action_space, spaces.Discrete) else 0
-        self.image = is_frame_space(observation_space)
-        try:   # the columns' names, sent with the rows (once computed: a list of short strings)
-            self.features: list[tuple[str, str]] | None = [(f.name, f.kind) for f in features(observation_space)]
-        except ValueError:   # a space take() will refuse too
-            self.features = None
-        self.leaf = frame_leaf(observation_space) if isinstance(observation_space, spaces.Space) else None
+        self._use_space(observation_space)
+        self.fitted = False   # whether the episodes' observations were matched to a space (the first take)
         self.frames = FrameBank(FRAMES_PER_SEND, rng or np.random.default_rng())
         self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # x, action, failed, policy
         self.policy_kind: str | None = None   # "stochastic" (logits seen) or "epsilon_greedy"
+
+    def _use_space(self, space: Any, names: list[tuple[str, str]] | None = None) -> None:
+        self.obs_space = space
+        self.image = is_frame_space(space)
+        try:   # the columns' names, sent with the rows (once computed: a list of short strings)
+            self.features: list[tuple[str, str]] | None = names or [(f.name, f.kind) for f in features(space)]
+        except ValueError:   # a space take() will refuse too
+            self.features = None
+        self.leaf = frame_leaf(space) if isinstance(space, spaces.Space) else None
+
+    def _fit(self, obs: Any, n: int) -> None:
+        """Which space the episodes' observations are in, from the first rows read: the env's,
+        or the RLModule's where an env-to-module connector wrote its output back into the
+        episodes (RLlib's ``FlattenObservations`` does: a Dict observation arrives as one flat
+        vector). A flat vector of the env's flattened width keeps the env's feature names
+        (RLlib flattens a Dict in sorted key order and one-hots its Discrete leaves, as the
+        names are made), unless a MultiDiscrete leaf makes the two layouts differ.
+        ValueError when the rows fit neither space."""
+        self.fitted = True
+        if _fits(obs, n, self.obs_space):
+            return
+        module = self.module_of() if self.module_of is not None else None
+        space = getattr(module, "observation_space", None)
+        if space is None or space is self.obs_space or not _fits(obs, n, space):
+            raise ValueError(f"the episodes' observations fit neither the env's observation space {self.obs_space} "
+                             f"nor the RLModule's {space}")
+        names = None
+        if self.features and not _has_leaf(self.obs_space, spaces.MultiDiscrete) \
+                and isinstance(space, spaces.Box) and len(space.shape) == 1 and space.shape[0] == len(self.features):
+            names = self.features
+        self._use_space(space, names)
 
     @property
     def rows(self) -> int:
@@ -106,6 +150,8 @@ class _Stream:
         if not taken:
             return 0
         obs, acts = parts_rows(taken, "observations"), parts_rows(taken, "actions")
+        if not self.fitted:
+            self._fit(obs[0], taken[0].n)
         fails, logits = [], []
         for p in taken:
             fails.append(np.zeros(p.n, bool))
@@ -210,7 +256,8 @@ class StateSampler:
         self.rng = np.random.default_rng(seed)
         self.resolve = resolve
         self.streams: dict[str, _Stream] = {}
-        self.unsupported: dict[str, str] = {}     # module id -> why it is left out
+        self.unsupported: dict[str, str] = {}     # module id -> why it is left out (its spaces)
+        self.failed: dict[str, BaseException] = {}   # module id -> what stopped its rows being read
         if observation_space is not None:
             self.streams[DEFAULT_MODULE] = _Stream(observation_space, action_space, module_of, self.rng)
         self.buffered = 0
@@ -222,7 +269,8 @@ class StateSampler:
 
     def _stream(self, module_id: str) -> _Stream | None:
         st = self.streams.get(module_id)
-        if st is None and module_id not in self.unsupported and self.resolve is not None:
+        if st is None and module_id not in self.unsupported and module_id not in self.failed \
+                and self.resolve is not None:
             try:
                 obs_space, act_space, module = self.resolve(module_id)
                 st = self.streams[module_id] = _Stream(obs_space, act_space, lambda: module, self.rng)
@@ -248,8 +296,8 @@ class StateSampler:
                 continue
             try:
                 taken += st.take(eps, self.rng, self.rate)
-            except Exception as e:  # e.g. an observation leaf it cannot featurise: this module only
-                self.unsupported[mid] = f"{type(e).__name__}: {e}"[:300]
+            except Exception as e:  # rows it could not read: this module's maps stop, said as a watcher off
+                self.failed[mid] = e
                 del self.streams[mid]
         self.buffered += taken
         while self.buffered > MAX_BUFFERED_ROWS:

@@ -44,6 +44,30 @@ def test_rllibs_parametric_actions_cartpole_is_judged_right():
     assert not [e for e in report.events if e.code in (C.ENV_CRASHED, C.ACTION_MASK_INVALID)], _loud(report)
 
 
+def test_a_mask_under_another_key_is_recognised():
+    """RLlib's ParametricActionsCartPoleNoEmbeddings names its mask ``valid_avail_actions_mask``.
+    Measured before: flow1 drew any of the ten actions, the env raised (ENV_CRASHED FAIL)."""
+    from ray.rllib.examples.envs.classes.parametric_actions_cartpole import (
+        ParametricActionsCartPoleNoEmbeddings)
+
+    report = check_env(ParametricActionsCartPoleNoEmbeddings(10), steps=300)
+    assert report.summary["crashes"] == 0 and report.summary["action_mask_steps"] >= 300, _loud(report)
+    assert not [e for e in report.events if e.code in (C.ENV_CRASHED, C.ACTION_MASK_INVALID)], _loud(report)
+
+
+@pytest.mark.parametrize("mask_space", [
+    gym.spaces.Box(0, 255, (4,), np.uint8),          # not within [0, 1]: not a mask
+    gym.spaces.Box(0, 1, (5,), np.float32),          # not one entry per action
+], ids=["not-0-1", "wrong-size"])
+def test_a_key_that_only_says_mask_is_not_taken_for_one(mask_space):
+    from flow1_ray.checks.env.action_mask import MASK_KEY, mask_key
+
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,)), "segmentation_mask": mask_space})
+    assert mask_key(space, gym.spaces.Discrete(4)) == MASK_KEY
+    ok = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,)), "legal_moves_mask": gym.spaces.MultiBinary(4)})
+    assert mask_key(ok, gym.spaces.Discrete(4)) == "legal_moves_mask"
+
+
 class MaskedEnv(gym.Env):
     """Four actions; the mask allows only actions 1 and 3 and the env rejects the others,
     unless told to publish a broken mask at step 3 (``bad``) or to reject action 3 (``liar``)."""

@@ -225,3 +225,16 @@ def test_rllib_accepts_the_clean_envs_and_loses_no_reward(env):
 
 def test_rllib_silently_drops_a_reward_paid_before_the_first_action():
     assert _rllib_sample(zma.RewardBeforeJoining(), steps=200) == pytest.approx(10 * 1.0 * 10)  # 10 episodes
+
+
+def test_a_hierarchical_agents_sub_task_reward_is_its_turns_outcome_not_a_spike():
+    """RLlib's HierarchicalSixRoomEnv: the low-level agent's +1 for reaching its sub-goal
+    (against -0.01 a step) comes on its turn's last step, as a goal ends an episode. Measured
+    before: REWARD_SPIKES WARN on the low-level agents. The same env with one +5 paid mid-turn
+    still gets it: the rule is not switched off for agents that take turns."""
+    clean = check_env(zma.six_rooms, steps=3000, seed=0)
+    assert clean.codes() == set(), [(e.code, e.message[:200]) for e in clean.events if e.status != C.PASS]
+    planted = check_env(zma.six_rooms_mid_turn_bonus, steps=3000, seed=0)
+    spikes = [e for e in planted.events if e.code == C.REWARD_SPIKES]
+    assert spikes and all("agent low_level_agent_" in e.message for e in spikes), planted.codes()
+    assert "largest 4.99" in spikes[0].message or "largest 5" in spikes[0].message, spikes[0].message

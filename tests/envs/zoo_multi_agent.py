@@ -326,3 +326,32 @@ class JoinAndLeave(MultiAgentEnv):
         terminateds["__all__"] = done
         truncateds["__all__"] = False
         return obs, rewards, terminateds, truncateds, infos
+
+
+def six_rooms():
+    """RLlib's HierarchicalSixRoomEnv (examples/envs/classes/six_room_env.py): a high-level
+    agent picks a sub-goal and a low-level agent, which moves until it reaches it (+1 on
+    its last step, control handed back) or runs out of steps (-0.01 a step)."""
+    from ray.rllib.examples.envs.classes.six_room_env import HierarchicalSixRoomEnv
+
+    return HierarchicalSixRoomEnv({})
+
+
+def six_rooms_mid_turn_bonus():
+    """The same env paying one low-level agent +5 once, in the middle of a sub-task (its
+    turn goes on): an isolated bonus, not the sub-task's outcome."""
+    from ray.rllib.examples.envs.classes.six_room_env import HierarchicalSixRoomEnv
+
+    class MidTurnBonus(HierarchicalSixRoomEnv):
+        low_steps = 0
+
+        def step(self, action_dict):
+            obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+            (aid,) = action_dict
+            if aid != "high_level_agent" and aid in obs:    # the low-level turn goes on
+                self.low_steps += 1
+                if self.low_steps == 60:
+                    rewards[aid] += 5.0
+            return obs, rewards, terminateds, truncateds, infos
+
+    return MidTurnBonus({})

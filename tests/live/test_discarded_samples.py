@@ -58,6 +58,13 @@ def test_the_rule_needs_rlllibs_counter_and_a_runner_to_name():
     assert "EnvRunner 2: 4 of 4 sample() calls took longer than sample_timeout_s=1 s" in e.message
     assert {k["knob"]: k["value"] for k in e.evidence["knobs"]} == {"sample_timeout_s": 3.4,
                                                                    "rollout_fragment_length": 100}
+    assert "the learner trains on the runners that keep the timeout alone" in e.message
+    # one runner, late on every call: no "fast runners" to train on
+    alone = DiscardedSamples()
+    for i, dropped in enumerate([0, 1, 2]):
+        said = alone.add({"fault_tolerance": {"num_env_runners_dropped_lifetime": dropped},
+                          "num_env_steps_sampled_lifetime": 0}, {"2": runners["2"]}, i + 1)
+    assert "no runner keeps the timeout: nothing reached training" in said[0].message
     # RLlib's counter still: nothing was dropped, whatever a runner's timing says
     quiet = DiscardedSamples()
     assert [x for i in range(5) for x in quiet.add(

@@ -1,6 +1,8 @@
 """Action masks: RLlib's convention of an observation dict that carries ``"action_mask"`` (one
 entry per action of a Discrete space, 1 valid, 0 not: ``ActionMaskEnv``,
-``ParametricActionsCartPole``, and the action-masking RLModule that reads them). An env that
+``ParametricActionsCartPole``, and the action-masking RLModule that reads them), or under
+another key whose name says mask and whose space is such a vector (RLlib's
+``ParametricActionsCartPoleNoEmbeddings``: ``valid_avail_actions_mask``). An env that
 publishes one rejects the actions it masks out, by design; so a check that drives it draws its
 random actions from the valid ones, as the masked policy would, and checks the mask itself:
 its shape, its values, and that it leaves at least one action. No Ray.
@@ -27,9 +29,34 @@ RULES = (
 )
 
 
-def mask_of(obs: Any) -> Any | None:
-    """The observation's action mask by RLlib's convention, or None."""
-    return obs.get(MASK_KEY) if isinstance(obs, Mapping) else None
+def mask_key(observation_space: Any, action_space: Any) -> str:
+    """The key of the observation that carries the action mask: ``action_mask`` where the
+    observation space has it (or is not a Dict: the key is then looked for in each
+    observation); else the one key whose name contains "mask" and whose space is a 0/1
+    vector of one entry per action of the Discrete action space (a Box within [0, 1] or a
+    MultiBinary of that size). A key that merely says mask (an image's segmentation mask) is
+    not taken for one; two such keys leave the choice to ``action_mask``, which is absent."""
+    import gymnasium as gym
+
+    if not isinstance(observation_space, gym.spaces.Dict) or MASK_KEY in observation_space.spaces:
+        return MASK_KEY
+    if not isinstance(action_space, gym.spaces.Discrete):
+        return MASK_KEY
+    n = int(action_space.n)
+
+    def shaped(sp: Any) -> bool:
+        if isinstance(sp, gym.spaces.MultiBinary):
+            return tuple(np.shape(sp.n)) in ((), (1,)) and int(np.prod(sp.n)) == n
+        return (isinstance(sp, gym.spaces.Box) and sp.shape == (n,)
+                and bool(np.all(sp.low >= 0)) and bool(np.all(sp.high <= 1)))
+
+    found = [str(k) for k, sp in observation_space.spaces.items() if "mask" in str(k).lower() and shaped(sp)]
+    return found[0] if len(found) == 1 else MASK_KEY
+
+
+def mask_of(obs: Any, key: str = MASK_KEY) -> Any | None:
+    """The observation's action mask under ``key`` (:func:`mask_key`), or None."""
+    return obs.get(key) if isinstance(obs, Mapping) else None
 
 
 def valid_actions(mask: Any, space: Any) -> tuple[np.ndarray | None, str | None]:
@@ -62,10 +89,11 @@ def valid_actions(mask: Any, space: Any) -> tuple[np.ndarray | None, str | None]
 NO_VALID_ACTION = "expected at least one valid action, actual every entry 0: no action can be taken"
 
 
-def mask_message(problem: str, mask: Any, space: Any, step: int, obs_path: str = "obs") -> tuple[str, dict]:
+def mask_message(problem: str, mask: Any, space: Any, step: int, obs_path: str = "obs",
+                 key: str = MASK_KEY) -> tuple[str, dict]:
     """ACTION_MASK_INVALID's message and evidence."""
     shape = list(np.shape(mask)) if mask is not None else None
-    return (f"{obs_path}['{MASK_KEY}'] at step {step}: {problem}; RLlib's action-masking module cannot pick an "
+    return (f"{obs_path}['{key}'] at step {step}: {problem}; RLlib's action-masking module cannot pick an "
             f"action from it",
             {"problem": problem, "shape": shape, "expected_shape": [int(getattr(space, "n", 0))],
-             "step": step, "mask": repr(mask)[:200]})
+             "step": step, "mask": repr(mask)[:200], "key": key})

@@ -148,13 +148,15 @@ class _Agent:
     gathered since that action, and its last observation (repeated, as RLlib does, when
     it terminates without a new one)."""
 
-    __slots__ = ("rc", "action", "reward", "last_obs")
+    __slots__ = ("rc", "action", "reward", "last_obs", "sent_at", "takes_turns")
 
     def __init__(self, rc: RolloutChecker) -> None:
         self.rc = rc
         self.action: Any = NO_ACTION
         self.reward = 0.0
         self.last_obs: Any = None
+        self.sent_at = 0             # the env step its waiting action was sent in
+        self.takes_turns = False     # it has acted on consecutive env steps (observed in the step it acted)
 
 
 class MultiAgentRolloutChecker(MultiAgentContract):
@@ -293,7 +295,7 @@ class MultiAgentRolloutChecker(MultiAgentContract):
         for aid, action in action_dict.items():
             ag = self.agents.get(aid)
             if ag is not None and aid in self._to_act:
-                ag.action, ag.reward = action, 0.0
+                ag.action, ag.reward, ag.sent_at = action, 0.0, self.steps
         self._to_act.clear()
         for aid, ag in self.agents.items():
             if ag.action is not NO_ACTION and aid in rewards:
@@ -328,6 +330,14 @@ class MultiAgentRolloutChecker(MultiAgentContract):
     def _complete(self, aid: AgentID, ag: _Agent, obs: Any, term: bool, trunc: bool, info: Any, step: int) -> None:
         """The agent's step: its waiting action, the rewards since, this observation."""
         ag.rc.on_step(ag.action, obs, ag.reward, term, trunc, info if isinstance(info, dict) else {})
+        # observed in the very step it acted: its turns last several steps; observed later
+        # (another agent acted meanwhile), the step it waited on closed one of those turns.
+        # Agents that alternate step by step (a board game's players) are never observed in
+        # the step they acted: no turns
+        if step == ag.sent_at:
+            ag.takes_turns = True
+        elif ag.takes_turns and not (term or trunc):
+            ag.rc.end_turn()
         ag.action, ag.reward, ag.last_obs = NO_ACTION, 0.0, obs
         if term or trunc:
             self._done[aid] = (step, "terminated" if term else "truncated")

@@ -58,10 +58,14 @@ def usual_magnitude(rewards: np.ndarray) -> float:
 class Episodes:
     """Where the episodes of a reward stream ended: ``end_steps`` ascending, ``terminated``
     beside them (False: truncated). A reward at step s belongs to the first episode whose end
-    step is >= s; one at a terminated end step is that episode's outcome (goal, win, loss)."""
+    step is >= s; one at a terminated end step is that episode's outcome (goal, win, loss).
+    ``turn_ends``: in a multi-agent env, the steps after which the agent handed control on
+    having acted several steps in a row (a hierarchical env's sub-task: the low-level agent's
+    reward for reaching its sub-goal comes on its last step): outcomes too."""
 
     end_steps: np.ndarray
     terminated: np.ndarray
+    turn_ends: np.ndarray | None = None
 
     def of(self, steps: np.ndarray) -> np.ndarray:
         """Each step's episode index (len(end_steps): the episode still running)."""
@@ -73,6 +77,8 @@ class Episodes:
         inside = i < len(self.end_steps)
         out = np.zeros(steps.shape, bool)
         out[inside] = (self.end_steps[i[inside]] == steps[inside]) & self.terminated[i[inside]]
+        if self.turn_ends is not None and len(self.turn_ends):
+            out |= np.isin(steps, self.turn_ends)
         return out
 
 

@@ -200,6 +200,9 @@ class RewardLogicAudit:
             a.changes.pop(t, None)
 
     # -- counterfactuals ------------------------------------------------------------------
+    def _can_copy(self) -> bool:
+        return not self.copy_error and self.copies < AUDIT_MAX_COPIES
+
     def _wants_copy(self) -> bool:
         if not self._candidates or self.copy_error or self.copies >= AUDIT_MAX_COPIES:
             return False
@@ -307,8 +310,11 @@ class RewardLogicAudit:
                 out.append((k, ev, best))
         return out
 
-    def findings(self) -> tuple[list[Finding], dict]:
-        """(REWARD_UNEARNED findings, what the audit read)."""
+    def findings(self, final: bool = True) -> tuple[list[Finding], dict]:
+        """(REWARD_UNEARNED findings, what the audit read). ``final=False`` (a live look with
+        steps still to come): an attribute whose counterfactual tries are still being taken
+        is not yet judged, so that a WARN from its period alone never comes before the FAIL
+        its copies establish (the verdict would depend on when the look falls)."""
         found: list[Finding] = []
         suspects = self._suspects()
         for k, ev, j in suspects:
@@ -320,7 +326,7 @@ class RewardLogicAudit:
                     continue    # the action prevents it: the agent earns the change
                 status, how = C.FAIL, (f"a copy of the env stepped with another action changed it too "
                                        f"({a.independent} of {tries} tries)")
-            elif period is not None:
+            elif period is not None and (final or not self._can_copy()):
                 status, how = C.WARN, f"every {period} steps, a timer" + (
                     f" (no copy to test the action: {self.copy_error})" if self.copy_error else "")
             else:

@@ -27,7 +27,7 @@ from gymnasium import spaces
 
 from ...common import codes as C
 from . import env_spec as es
-from .action_mask import NO_VALID_ACTION, mask_message, mask_of, valid_actions
+from .action_mask import NO_VALID_ACTION, mask_key, mask_message, mask_of, valid_actions
 from .action_map import ActionMapWatch
 from .action_pipe import action_cast_error, check_action_batch
 from ..findings import Finding, FindingLog
@@ -131,6 +131,7 @@ class RolloutChecker:
         self._next_drift_at = 2 * thresholds.drift_min_episodes
         self.obs_space = observation_space
         self.action_space = action_space
+        self.mask_key = mask_key(observation_space, action_space)
         self.flush_every = flush_every
         self.log = log if log is not None else FindingLog()
         self.obs_path = obs_path
@@ -160,9 +161,10 @@ class RolloutChecker:
         self.durations = Series(cap, window, seed=2)
         self.reset_features = Series(cap, window, seed=3)
         self.action_map = ActionMapWatch()        # actions whose values a wrapper changed: a map or a loss
-        self.ends = Series(cap, window, seed=4)
+        self.ends = Series(cap, window, seed=4)        # each episode's end: 1.0 terminated, 0.0 truncated, at its step
+        self.turn_ends = Series(cap, window, seed=5)   # a multi-agent env's agent handing control on: its turn's last step
         self.waits = Series(cap, window, seed=2)       # each step's run-queue wait, where the driver measured it
-        self.load_probe: Any = None                    # live: the stepping thread's run-queue share per window   # each episode's end: 1.0 terminated, 0.0 truncated, at its step
+        self.load_probe: Any = None                    # live: the stepping thread's run-queue share per window
         self.steps = 0
         self.episodes = 0
         self._ep_len_total = 0
@@ -257,13 +259,13 @@ class RolloutChecker:
     def _check_mask(self, obs: Any, step: int, terminated: Any = False, truncated: Any = False) -> None:
         """ACTION_MASK_INVALID: an observation carrying RLlib's action mask that cannot mask
         (an episode's last observation, which no action follows, may mask every action)."""
-        mask = mask_of(obs)
+        mask = mask_of(obs, self.mask_key)
         if mask is None:
             return
         _, problem = valid_actions(mask, self.action_space)
         if problem is not None and not (problem == NO_VALID_ACTION and (_truthy(terminated) or _truthy(truncated))):
-            self.log.hit(C.ACTION_MASK_INVALID, problem[:40],
-                         lambda: mask_message(problem, mask, self.action_space, step, self.obs_path), env_step=step)
+            self.log.hit(C.ACTION_MASK_INVALID, problem[:40], lambda: mask_message(
+                problem, mask, self.action_space, step, self.obs_path, self.mask_key), env_step=step)
 
     def on_reset(self, obs: Any, info: Any) -> None:
         """After each reset: the reset observation and info."""
@@ -370,6 +372,11 @@ class RolloutChecker:
         self._ep_return, self._ep_len = 0.0, 0
         self._flush()
 
+    def end_turn(self) -> None:
+        """The step just taken ended the agent's turn (a multi-agent env handed control to
+        another agent: a hierarchical env's sub-task done): its reward is that turn's outcome."""
+        self.turn_ends.append(1.0, self.steps)
+
     def record(self, finding: Finding, key: str = "") -> None:
         """A finding made by the driver (a crash, an API mismatch)."""
         self.log.add(finding, key)
@@ -400,7 +407,8 @@ class RolloutChecker:
         if self.ends.sampled:
             return None
         v, e_steps = self.ends.rows()
-        return Episodes(e_steps, v > 0.5)
+        turns = None if self.turn_ends.sampled else self.turn_ends.rows()[1]
+        return Episodes(e_steps, v > 0.5, turns)
 
     def _drift(self, feats: np.ndarray) -> Finding | None:
         """OBS_DISTRIBUTION_DRIFT: once over the whole stream (``flow1 check``), or, live, at

@@ -2,7 +2,7 @@
 
 A diagnostics tool that goes blind and still says PASS is worse than none. Every part that
 watches something -- a runner's liveness, a node's probe, the contention judgement, the
-state clusterer, the Recorder, a Learner's tracing, the driver watchdog -- turns a failure
+state clusterer and a runner's state sampling, the Recorder, a Learner's tracing, the driver watchdog -- turns a failure
 that switches it off into one WATCHER_OFF event: which watcher, what is no longer seen (a
 worker, a node, a module), and the error in one line. The traceback travels in the
 evidence as ``traceback`` and the Recorder moves it into a file under ``internal/`` of the
@@ -24,8 +24,8 @@ RULES = (
     Rule("FLOW1_INTERNAL", C.FLOW1, C.WARN, "flow1's own error, caught so that training goes on"),
     Rule("SAMPLES_DROPPED", C.FLOW1, C.WARN, "diagnostic batches dropped under back-pressure"),
     Rule("WATCHER_OFF", C.FLOW1, C.WARN,
-         "a part of flow1 stopped watching (liveness, a probe, contention, the clusterer, the Recorder, learner "
-         "tracing, the driver watchdog): what is no longer seen is named; a run with a watcher off is never a "
+         "a part of flow1 stopped watching (liveness, a probe, contention, a runner's state sampling, the "
+         "clusterer, the Recorder, learner tracing, the driver watchdog): what is no longer seen is named; a run with a watcher off is never a "
          "plain PASS"),
     Rule("HUB_RESTARTED", C.FLOW1, C.PASS,
          "Ray restarted flow1's hub; it rebuilt its workers and open incidents from the run directory (how long "
@@ -36,6 +36,7 @@ LIVENESS = "liveness"
 PROBE = "probe"
 CONTENTION = "contention"
 CLUSTERER = "clusterer"
+STATE_SAMPLING = "state sampling"
 RECORDER = "recorder"
 LEARNER_TRACING = "learner tracing"
 LEARNER_LIVENESS = "learner liveness"

@@ -119,11 +119,17 @@ class DiscardedSamples:
             knobs.append({"knob": "rollout_fragment_length", "current": self.fragment or int(steps_per_call),
                           "value": fit, "why": "a fragment the slow runner finishes within the timeout"})
         reached = (f"; {int(trained):,} steps reached training in all" if trained is not None else "")
+        # which runners the learner trains on: the others' (those on time), or, when every runner
+        # it heard of was late, the few late calls that did make it (none at all where none did)
+        on_time = [k for k, v in (runners or {}).items() if isinstance(v, dict) and not v.get("late")]
+        trains_on = ("the learner trains on the runners that keep the timeout alone" if on_time else
+                     "no runner keeps the timeout: nothing reached training" if trained == 0 else
+                     "no runner keeps the timeout: the learner trains on the calls that happened to finish in time")
         return Event(C.RUNNER_SAMPLES_DISCARDED, (
             "RLlib discarded late sample() results (fault_tolerance/num_env_runners_dropped_lifetime "
             f"{int(dropped)}, up to iteration {iteration}): " + "; ".join(parts)
             + (f": {share:.0%} of the {int(whole):,} steps sampled never reached training" if share is not None
-               else "") + reached + "; the learner trains on the fast runners alone; try "
+               else "") + reached + f"; {trains_on}; try "
             + " or ".join(f"config.env_runners({k['knob']}={k['value']})" for k in knobs)),
             {"runners": {str(k): v for k, v in late.items()}, "sample_timeout_s": timeout, "wasted_share": share,
              "steps_sampled": sampled, "steps_thrown_away": thrown, "steps_trained_lifetime": trained,
