@@ -16,6 +16,13 @@ from pathlib import Path
 
 import pytest
 
+# one OpenMP/MKL thread per process: the suite runs two pytest workers, their Ray workers and
+# CLI subprocesses on two cores, and torch's default of a thread per core made each process's
+# threads spin against the others' (measured: test_matrix + test_learner_live, two workers,
+# 171-178 s -> 159 s); Ray's own workers get one already. Set before anything imports torch.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 #: the folders whose modules tests, CLI subprocesses and Ray's workers import by name

@@ -54,6 +54,7 @@ class Thresholds:
     drift_bins: int = 5
     drift_permutations: int = 2000
     image_min_side: int = 8
+    obs_scale_max: float = 100.0
     # flow1_ray.checks.env.reward.RewardThresholds
     reward_min_steps: int = 100
     reward_sparse_ratio: float = 0.01
@@ -61,6 +62,8 @@ class Thresholds:
     reward_spike_ratio: float = 10.0
     reward_spike_mass: float = 0.5
     reward_level_min_recurrences: int = 3
+    reward_level_min_pays: int = 30
+    reward_level_max_auc: float = 0.6
     reward_scale_min: float = 0.001
     # flow1_ray.checks.learner.reward_drop.RewardDropThresholds
     reward_drop_ratio: float = 0.7

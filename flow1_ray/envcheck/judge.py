@@ -20,6 +20,7 @@ import gymnasium as gym
 from ..checks.env.env_spec import crash_finding
 from ..checks.env.import_resolve import gym_alias_findings
 from ..checks.env.reward_logic import RewardLogicAudit
+from ..checks.env.reward_random_level import random_level_findings
 from ..checks.findings import Finding
 from ..checks.thresholds import Thresholds
 from ..common import codes as C
@@ -237,6 +238,16 @@ def _judge_audits(drv: Any, findings: list[Finding], modules: dict) -> None:
         findings.extend(found)
         stats = modules.setdefault(module, {})
         stats.setdefault("notes", []).extend(f"{v}" for v in said.values())
+    if drv.leak is not None and not drv.leak.not_run:   # the same steps: a reward level paid at random
+        try:
+            found, note = random_level_findings(drv.leak.rows, drv.th)
+        except Exception as e:
+            msg, ev = internal_error(e, drv.rc.steps)
+            findings.append(Finding(C.FLOW1_INTERNAL, msg, ev))
+            return
+        findings.extend(found)
+        if note:
+            modules.setdefault(C.REWARD_STATS, {}).setdefault("notes", []).append(note)
 
 
 def _mask_probe_note(tried: int, rejected: int) -> str:

@@ -24,6 +24,26 @@ from ..liveness.lockfile import STEP_EMA
 from .reward_audit import LiveRewardAudit, audits_here
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
+#: env-to-module connectors that normalise observations (OBS_UNSCALED stays silent behind one)
+NORMALIZING_CONNECTORS = ("MeanStdFilter",)
+
+
+def pipeline_scaling(env_runner: Any) -> tuple[bool, str] | None:
+    """(whether the runner's env-to-module pipeline normalises observations, its connectors'
+    names, nested pipelines walked), None before RLlib has built it (after the env)."""
+    pipe = getattr(env_runner, "_env_to_module", None)
+    if pipe is None:
+        return None
+    names: list[str] = []
+
+    def walk(p: Any, depth: int = 0) -> None:
+        for c in list(getattr(p, "connectors", None) or ())[:64]:
+            names.append(type(c).__name__)
+            if depth < 4:
+                walk(c, depth + 1)
+
+    walk(pipe)
+    return any(n in NORMALIZING_CONNECTORS for n in names), ", ".join(names)
 
 
 class EnvWatch:
@@ -92,8 +112,12 @@ class EnvWatch:
         else:
             rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, live=True)
         rc.load_probe = WaitShare()   # judged in on_sample_end, on the stepping thread
+        rc.pipeline_of = self._pipeline   # built after the env: read when an observation's scale asks
         self.checkers.append(rc)
         return rc
+
+    def _pipeline(self) -> tuple[bool, str] | None:
+        return pipeline_scaling(self.env_runner)
 
     def _wrap_sub_env(self, sub: Any, index: int, rc: Any, resets_in_step: bool) -> None:
         """Each reset draws whether the new episode is checked (a sub-env's first always is).

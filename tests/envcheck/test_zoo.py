@@ -45,6 +45,7 @@ FAULTS = [
                                                     "step 250)"),
     (zoo.IsolatedBonus, C.REWARD_SPIKES, C.WARN, "1 isolated reward(s) in 1 episode(s) beyond 10x the usual "
                                                  "magnitude 0.997"),
+    (zoo.RandomBonusLevel, C.REWARD_SPIKES, C.WARN, "of the |reward|, and nothing the step shows predicts it"),
     (zoo.TinyReward, C.REWARD_SCALE, C.WARN, "expected >= 0.001"),
     (zoo.RewardDecaysAcrossEpisodes, C.REWARD_DROP, C.WARN, "episode return mean of the last 10 episodes"),
     (zoo.cast_actions_env, C.ACTION_CAST_WARNING, C.WARN, "dtype changed on the way to env.step: expected float32, "
@@ -106,7 +107,7 @@ def test_gym_import_aliased_to_gymnasium(monkeypatch):
 
 CLEAN = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0", zoo.CleanNestedDict, zoo.CleanImage,
          zoo.Base, zoo.TextObservation, zoo.CleanDictWithText, zoo.CleanExoticSpaces, zoo.LongEpisodes,
-         zoo.AtariLikeReward, zoo.CollisionPenalty, zoo.SpikyReward]
+         zoo.AtariLikeReward, zoo.CollisionPenalty, zoo.ActionBonusLevel]
 
 
 @pytest.mark.parametrize("env", CLEAN, ids=lambda e: e if isinstance(e, str) else e.__name__)
@@ -125,7 +126,15 @@ ADVISORY_CASES = [
     (zoo.CleanImage, C.OBS_UNNORMALIZED_IMAGE, "obs is a uint8 image with values up to 255"),
     (zoo.LongEpisodes, C.EPISODE_NEVER_ENDS, "the first ended at step 3000, and the checks judged all 3000 steps; "
                                              "pass --steps 30000"),
+    (zoo.LargeScaleObs, C.OBS_UNSCALED, "3 field(s) of obs reach the model far from unit scale: RMS up to 3"),
 ]
+
+
+def test_observations_normalised_by_a_wrapper_are_not_unscaled():
+    """The twin of LargeScaleObs: gymnasium's NormalizeObservation around the same env."""
+    report = check_env(zoo.large_scale_obs_normalized, steps=1000, seed=0)
+    assert C.OBS_UNSCALED not in {e.code for e in report.events}
+    assert report.codes(C.WARN) == set(), [e.log_line() for e in report.events if e.status != C.PASS]
 
 
 @pytest.mark.parametrize("env,code,fragment", ADVISORY_CASES, ids=[a[0].__name__ for a in ADVISORY_CASES])

@@ -312,16 +312,29 @@ class RarePenaltySpike(Base):
 
 
 class CollisionPenalty(Base):
-    """-0.1 per step and a -100 collision on about 1 % of the steps: a recurring level of the
-    env, its design (the agent learns to avoid it), not a spike."""
+    """-0.1 per step and a -100 collision where the walker is past the wall at x = 1: a
+    recurring level of the env, its design (the agent learns to avoid it), not a spike."""
 
     def _reward(self):
-        return -100.0 if self.np_random.random() < 0.01 else -0.1
+        return -100.0 if self.state[0] > 1.0 else -0.1
 
 
-class SpikyReward(Base):
-    """A +50 bonus on about 20 % of the steps: a level the env pays again and again (a bandit's
-    best arm), not a spike."""
+class ActionBonusLevel(Base):
+    """A +50 bonus for action 1 where x > 0 (a bandit's best arm in half of the states): a level
+    the env pays for a state and an action, again and again, not a spike."""
+
+    def step(self, action):
+        self._last_action = int(action)
+        return super().step(action)
+
+    def _reward(self):
+        bonus = 50.0 if self._last_action == 1 and self.state[0] > 0 else 0.0
+        return super()._reward() + bonus
+
+
+class RandomBonusLevel(Base):
+    """A +50 bonus on a random fifth of the steps, whatever the state and the action: it carries
+    ~90 % of the return, and the policy can do nothing about it."""
 
     def _reward(self):
         return super()._reward() + (50.0 if self.np_random.random() < 0.2 else 0.0)
@@ -686,3 +699,22 @@ class RunsSlowly(Base):
             _marker("running")
         time.sleep(0.001)
         return super().step(action)
+
+
+class LargeScaleObs(Base):
+    """Observations around 3,000 (raw prices, sensor counts): the model gets them unscaled."""
+
+    observation_space = spaces.Box(0.0, 1e4, (3,), np.float32)
+
+    def _initial_state(self) -> np.ndarray:
+        return self.np_random.uniform(2500, 3500, 3).astype(np.float32)
+
+    def _move(self, action) -> None:
+        self.state = np.clip(self.state + self.np_random.normal(0, 20, 3), 0, 1e4).astype(np.float32)
+
+
+def large_scale_obs_normalized():
+    """The same env behind gymnasium's NormalizeObservation: the model gets unit scale."""
+    import gymnasium as gym
+
+    return gym.wrappers.NormalizeObservation(LargeScaleObs())

@@ -180,6 +180,7 @@ class MultiAgentRolloutChecker(MultiAgentContract):
         self.possible_agents = list(possible_agents if possible_agents is not None else self.obs_spaces)
         self.log = log if log is not None else FindingLog()
         self.flush_every, self.window = flush_every, window
+        self.pipeline_of: Any = None   # live: the runner's env-to-module pipeline (OBS_UNSCALED), for each agent
         known = frozenset(self.possible_agents)
         self._allowed = {"obs": known, "rewards": known, "terminateds": known | {ALL},
                          "truncateds": known | {ALL}, "infos": known | {COMMON}}
@@ -213,6 +214,7 @@ class MultiAgentRolloutChecker(MultiAgentContract):
                 obs_space, act_space, self.th, flush_every=self.flush_every, window=self.window,
                 live=self.live,
                 log=_AgentLog(self.log, aid), obs_path=f"obs[{name}]", action_path=f"action[{name}]"))
+            ag.rc.pipeline_of = self.pipeline_of
         return ag
 
     def agents_to_act(self) -> list[AgentID]:

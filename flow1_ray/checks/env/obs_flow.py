@@ -8,9 +8,10 @@ batch rather than Python work per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+from gymnasium import spaces
 
 from ...common import codes as C
 from ..findings import Finding, advisory
@@ -31,6 +32,7 @@ class ObsFlowThresholds:
     drift_bins: int = 5
     drift_permutations: int = 2000
     image_min_side: int = 8
+    obs_scale_max: float = 100.0             # a vector field's RMS beyond this reaches the model far from unit scale
 
 
 RULES = (
@@ -40,6 +42,10 @@ RULES = (
     Rule("OBS_UNNORMALIZED_IMAGE", C.OBS_FLOW, C.PASS,
          "advisory: uint8 image observations (sides >= {image_min_side}) in [0, 255] reach the model unscaled",
          ObsFlowThresholds),
+    Rule("OBS_UNSCALED", C.OBS_FLOW, C.PASS,
+         "advisory: a vector observation field's RMS > {obs_scale_max:g} reaches the model far from unit scale, "
+         "and (live) no normalising connector (MeanStdFilter) is in the runner's env-to-module pipeline",
+         ObsFlowThresholds, evidence=("path", "fields", "rms_max", "threshold", "pipeline")),
     Rule("PRECISION_LOSS", C.OBS_FLOW, C.WARN,
          "float64 -> float32 round trip loses more than {precision_rel_error:g} relative error per value, or "
          "more than {precision_delta_rel_error:.0%} of the step-to-step change", ObsFlowThresholds),
@@ -77,11 +83,14 @@ def _clean(leaf: Leaf, batch: np.ndarray) -> bool:
 
 
 def check_obs_batch(leaf: Leaf, batch: np.ndarray, steps: np.ndarray, th: Thresholds,
-                    contiguous: bool = True) -> list[Finding]:
-    """OBS_NAN_INF, OBS_OUT_OF_BOUNDS, OBS_UNNORMALIZED_IMAGE and PRECISION_LOSS.
+                    contiguous: bool = True, pipeline_of: Callable[[], tuple[bool, str] | None] | None = None,
+                    ) -> list[Finding]:
+    """OBS_NAN_INF, OBS_OUT_OF_BOUNDS, OBS_UNNORMALIZED_IMAGE, OBS_UNSCALED and PRECISION_LOSS.
 
     ``steps`` holds the env step of each row; ``contiguous`` says consecutive rows are
     consecutive steps of one episode (needed by the step-to-step precision rule).
+    ``pipeline_of()``: live, (whether the runner's env-to-module pipeline normalises, its
+    connectors' names); None where the pipeline is not known (``flow1 check``).
     """
     out: list[Finding] = []
     n = int(batch.shape[0])
@@ -121,9 +130,45 @@ def check_obs_batch(leaf: Leaf, batch: np.ndarray, steps: np.ndarray, th: Thresh
                 f"{leaf.path} is a uint8 image with values up to {top}: scale it to [0, 1] (divide by 255) "
                 f"before the model; RLlib's default encoders take it as is",
                 {"path": leaf.path, "max_value": top, "threshold": 1}))
+    elif not leaf.opaque and isinstance(leaf.space, spaces.Box) and np.issubdtype(leaf.dtype, np.number):
+        found = _unscaled(leaf, batch, th, finite_rows, pipeline_of)
+        if found is not None:
+            out.append(found)
     if leaf.dtype == np.float64:
         out.extend(_precision(leaf, batch, steps, th, contiguous, finite_rows))
     return out
+
+
+def _unscaled(leaf: Leaf, batch: np.ndarray, th: Thresholds, finite_rows: np.ndarray | None,
+              pipeline_of: Callable[[], tuple[bool, str] | None] | None) -> Finding | None:
+    """OBS_UNSCALED: a vector field whose values sit far from unit scale (RMS beyond
+    ``obs_scale_max``: prices in the thousands, positions in metres of a large map, raw
+    sensor counts) reaches the model as is, unless the pipeline normalises it."""
+    x = batch.reshape(batch.shape[0], -1)
+    if finite_rows is not None:
+        x = x[finite_rows]
+    if not x.size:
+        return None
+    rms = np.sqrt(np.mean(np.square(x, dtype=np.float64), axis=0))
+    big = np.flatnonzero(rms > th.obs_scale_max)
+    if not big.size:
+        return None
+    pipeline = pipeline_of() if pipeline_of is not None else None
+    if pipeline is not None and pipeline[0]:
+        return None   # the runner's pipeline normalises what the env gives
+    order = big[np.argsort(-rms[big])]
+    names = [f"{leaf.path}[{int(i)}]" if x.shape[1] > 1 else leaf.path for i in order[:5]]
+    fix = ("add one: config.env_runners(env_to_module_connector=lambda env, spaces, device: MeanStdFilter()) "
+           "(ray.rllib.connectors.env_to_module), or gymnasium's NormalizeObservation around the env")
+    where = (f"no normalising connector in this runner's env-to-module pipeline ({pipeline[1] or 'empty'}): {fix}"
+             if pipeline is not None else
+             f"unless your RLlib pipeline normalises it (flow1 check does not see the pipeline), {fix}")
+    return advisory(C.OBS_UNSCALED, (
+        f"{len(big)} field(s) of {leaf.path} reach the model far from unit scale: RMS up to {rms[order[0]]:.4g} "
+        f"({', '.join(names)}{' ...' if len(big) > 5 else ''}), expected <= {th.obs_scale_max:g}; a network's "
+        f"first layer saturates or learns slowly on such inputs; {where}"),
+        {"path": leaf.path, "fields": names, "rms_max": float(rms[order[0]]), "threshold": th.obs_scale_max,
+         "pipeline": pipeline[1] if pipeline is not None else None})
 
 
 def _precision(leaf: Leaf, batch: np.ndarray, steps: np.ndarray, th: Thresholds, contiguous: bool,

@@ -28,6 +28,8 @@ class RewardThresholds:
     reward_spike_ratio: float = 10.0         # ... rewards beyond 10x the median |non-zero reward| ...
     reward_spike_mass: float = 0.5           # ... isolated, carrying more than this share of their episodes' |reward|
     reward_level_min_recurrences: int = 3    # an outsized value paid on this many occasions is a level of the env
+    reward_level_min_pays: int = 30          # a level paid mid-episode on this many steps ...
+    reward_level_max_auc: float = 0.6        # ... that the step predicts no better than this AUC (flow1 check)
     reward_scale_min: float = 1e-3
 
 
@@ -39,7 +41,10 @@ RULES = (
     Rule("REWARD_SPIKES", C.REWARD_STATS, C.WARN,
          "CV > {reward_spike_cv:g} and isolated rewards beyond {reward_spike_ratio:g}x the median |non-zero reward| "
          "(paid on < {reward_level_min_recurrences} separate occasions and not an episode's outcome: not a level "
-         "of the env) carry > {reward_spike_mass:.0%} of the |reward| of their episodes", RewardThresholds,
+         "of the env) carry > {reward_spike_mass:.0%} of the |reward| of their episodes; or (flow1 check) a level paid "
+         "mid-episode on >= {reward_level_min_pays} steps carries > {reward_spike_mass:.0%} of the |reward| and the "
+         "step (observation, action, next observation) predicts it no better than nearest-neighbour AUC "
+         "{reward_level_max_auc:g}", RewardThresholds,
          evidence=("largest", "largest_step", "isolated", "isolated_mass", "levels", "usual_magnitude", "cv")),
     Rule("REWARD_SCALE", C.REWARD_STATS, C.WARN, "max |reward| < {reward_scale_min:g}", RewardThresholds),
 )

@@ -127,6 +127,7 @@ class RolloutChecker:
         the run as a whole keeps it, and a single long step is not a stall (3 must repeat)."""
         self.th = thresholds
         self.live = live
+        self.pipeline_of: Any = None   # live: () -> (the runner's pipeline normalises, its connectors): OBS_UNSCALED
         self._drift_looks = 0            # live: reset-drift tests taken so far
         self._next_drift_at = 2 * thresholds.drift_min_episodes
         self.obs_space = observation_space
@@ -165,8 +166,7 @@ class RolloutChecker:
         self.turn_ends = Series(cap, window, seed=5)   # a multi-agent env's agent handing control on: its turn's last step
         self.waits = Series(cap, window, seed=2)       # each step's run-queue wait, where the driver measured it
         self.load_probe: Any = None                    # live: the stepping thread's run-queue share per window
-        self.steps = 0
-        self.episodes = 0
+        self.steps = self.episodes = 0
         self._ep_len_total = 0
         self._ep_return = 0.0
         self._ep_len = 0
@@ -243,7 +243,8 @@ class RolloutChecker:
                 batch = np.asarray(buf.values) if leaf.shape == () else _stack(buf.values)
                 if i == self._counted_leaf:
                     self.batch_judged += batch.shape[0]
-                self.log.extend(check_obs_batch(leaf, batch, np.asarray(buf.steps), self.th, contiguous))
+                self.log.extend(check_obs_batch(leaf, batch, np.asarray(buf.steps), self.th, contiguous,
+                                                self.pipeline_of))
                 buf.values, buf.steps = [], []
         for leaf, buf in zip(self.act_leaves, self._abuf):
             if buf.values:

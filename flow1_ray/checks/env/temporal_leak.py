@@ -137,6 +137,11 @@ class LeakageWatch:
     def active(self) -> bool:
         return not self.not_run and len(self._rows) < self.max_rows
 
+    @property
+    def rows(self) -> list[tuple[int, np.ndarray, np.ndarray, float, np.ndarray]]:
+        """The kept steps: (episode, observation, action, reward, next observation)."""
+        return self._rows
+
     def on_reset(self, obs: Any) -> None:
         if self.not_run:
             return
