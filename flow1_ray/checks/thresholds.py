@@ -49,7 +49,7 @@ class Thresholds:
     precision_rel_error: float = 1e-05
     precision_delta_rel_error: float = 0.1
     drift_kl: float = 0.5
-    drift_p_value: float = 0.003
+    drift_p_value: float = 0.0005
     drift_min_episodes: int = 16
     drift_bins: int = 5
     drift_permutations: int = 2000

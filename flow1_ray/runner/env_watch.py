@@ -113,6 +113,9 @@ class EnvWatch:
             rc = RolloutChecker(*self.spaces, self.thresholds, window=LIVE_WINDOW, log=self.log, live=True)
         rc.load_probe = WaitShare()   # judged in on_sample_end, on the stepping thread
         rc.pipeline_of = self._pipeline   # built after the env: read when an observation's scale asks
+        # the reset-drift test on sub-env 0 alone: each checker's false alarms (1 in 2,000) would add up
+        # over a runner's sub-envs; the resets of one sub-env are the env's
+        rc.drift_judged = not self.checkers
         self.checkers.append(rc)
         return rc
 

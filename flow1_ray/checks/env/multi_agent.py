@@ -181,6 +181,7 @@ class MultiAgentRolloutChecker(MultiAgentContract):
         self.log = log if log is not None else FindingLog()
         self.flush_every, self.window = flush_every, window
         self.pipeline_of: Any = None   # live: the runner's env-to-module pipeline (OBS_UNSCALED), for each agent
+        self.drift_judged = True       # live: whether this sub-env's agents test their resets' drift
         known = frozenset(self.possible_agents)
         self._allowed = {"obs": known, "rewards": known, "terminateds": known | {ALL},
                          "truncateds": known | {ALL}, "infos": known | {COMMON}}
@@ -214,7 +215,7 @@ class MultiAgentRolloutChecker(MultiAgentContract):
                 obs_space, act_space, self.th, flush_every=self.flush_every, window=self.window,
                 live=self.live,
                 log=_AgentLog(self.log, aid), obs_path=f"obs[{name}]", action_path=f"action[{name}]"))
-            ag.rc.pipeline_of = self.pipeline_of
+            ag.rc.pipeline_of, ag.rc.drift_judged = self.pipeline_of, self.drift_judged
         return ag
 
     def agents_to_act(self) -> list[AgentID]:

@@ -27,7 +27,7 @@ class ObsFlowThresholds:
     precision_rel_error: float = 1e-5        # per value, float64 -> float32 -> float64
     precision_delta_rel_error: float = 0.1   # share of the step-to-step change lost in float32
     drift_kl: float = 0.5                    # KL(recent || early) of reset-observation histograms
-    drift_p_value: float = 0.003             # permutation test, Bonferroni over dimensions (0.01: 1 % of iid resets flagged)
+    drift_p_value: float = 0.0005            # permutation test, Bonferroni over dimensions: 1 check in 2,000 of iid resets flagged
     drift_min_episodes: int = 16             # per half
     drift_bins: int = 5
     drift_permutations: int = 2000
@@ -55,6 +55,9 @@ RULES = (
          "per half)", ObsFlowThresholds),
 )
 
+#: the reset-drift test's permutations at most, and the cells of one chunk of them (float32)
+DRIFT_MAX_PERMUTATIONS = 100_000
+DRIFT_CHUNK_CELLS = 2_000_000
 #: Leaves larger than this enter the reset-drift test as (mean, std), not value by value.
 DRIFT_MAX_DIMS_PER_LEAF = 64
 
@@ -280,19 +283,24 @@ def _most_drifted(onehots: dict, kls: dict, candidates: list[int], n_dims: int, 
                   seed: int) -> tuple[int, float, float] | None:
     """(dimension, KL, Bonferroni-adjusted p) of the candidate with the largest KL whose
     permutation test rejects "same distribution" at ``drift_p_value``; None if none does."""
-    # enough permutations that the Bonferroni-adjusted p can reach the threshold
-    n_perm = min(20000, max(th.drift_permutations, int(4 * n_dims / th.drift_p_value)))
+    # enough permutations that the Bonferroni-adjusted p can reach the threshold, drawn in
+    # chunks of at most DRIFT_CHUNK_CELLS cells (memory bounded whatever the episodes)
+    n_perm = min(DRIFT_MAX_PERMUTATIONS, max(th.drift_permutations, int(4 * n_dims / th.drift_p_value)))
     rng = np.random.default_rng(seed)
-    perms = rng.permuted(np.tile(np.arange(2 * half), (n_perm, 1)), axis=1)
-    recent = np.zeros((n_perm, 2 * half))
-    np.put_along_axis(recent, perms[:, :half], 1.0, axis=1)
+    exceed = {d: 0 for d in candidates}
+    chunk = max(64, DRIFT_CHUNK_CELLS // (2 * half))
+    for start in range(0, n_perm, chunk):
+        m = min(chunk, n_perm - start)
+        perms = rng.permuted(np.tile(np.arange(2 * half), (m, 1)), axis=1)
+        recent = np.zeros((m, 2 * half), np.float32)
+        np.put_along_axis(recent, perms[:, :half], 1.0, axis=1)
+        for d in candidates:
+            oh = onehots[d]
+            c_recent = recent @ oh
+            exceed[d] += int(np.sum(_kl(c_recent, oh.sum(0) - c_recent) >= kls[d]))
     best = None
     for d in candidates:
-        oh = onehots[d]
-        c_recent = recent @ oh
-        c_early = oh.sum(0) - c_recent
-        null = _kl(c_recent, c_early)
-        p = (1 + int(np.sum(null >= kls[d]))) / (1 + n_perm)
+        p = (1 + exceed[d]) / (1 + n_perm)
         p_adj = min(1.0, p * n_dims)
         if p_adj <= th.drift_p_value and (best is None or kls[d] > best[1]):
             best = (d, kls[d], p_adj)

@@ -128,6 +128,7 @@ class RolloutChecker:
         self.th = thresholds
         self.live = live
         self.pipeline_of: Any = None   # live: () -> (the runner's pipeline normalises, its connectors): OBS_UNSCALED
+        self.drift_judged = True       # live: one checker per runner tests its resets' drift (its false alarms add up)
         self._drift_looks = 0            # live: reset-drift tests taken so far
         self._next_drift_at = 2 * thresholds.drift_min_episodes
         self.obs_space = observation_space
@@ -417,7 +418,7 @@ class RolloutChecker:
         (alpha spending: the looks of a whole run together keep ``drift_p_value``)."""
         if not self.live:
             return reset_drift(feats, self.th)
-        if len(feats) < self._next_drift_at:
+        if not self.drift_judged or len(feats) < self._next_drift_at:
             return None
         self._drift_looks += 1
         self._next_drift_at = 2 * len(feats)
