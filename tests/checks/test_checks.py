@@ -346,9 +346,16 @@ def test_a_runner_slow_to_give_its_first_steps_is_no_streak_until_rllib_would_ca
     assert [e.iteration for e in never] == [13] and "3 iterations in a row" in never[0].message
     # RLlib's default timeout (60 s) when the config does not say
     assert [e.iteration for e in _no_samples_run(NoSamples(), [0] * 40)] == [33]
-    # steps sampled in the first iteration: the run has started, a stall right after is counted
-    first = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [500, 500, 500, 500], sampled=[500, 0, 0, 0])
-    assert [e.iteration for e in first] == [4]
+    # steps sampled in the first iteration: the run has started, a stall right after is counted,
+    # and named once it has lasted sample_timeout_s (2 s iterations: the 10th empty one)
+    first = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [500] * 14, sampled=[500] + [0] * 13)
+    assert [e.iteration for e in first] == [11] and "10 iterations in a row" in first[0].message
+    # a synchronous algorithm's empty iteration lasts the timeout itself: the 3rd is named
+    sync = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [500] * 4, iter_s=21.0, sampled=[500, 0, 0, 0])
+    assert [e.iteration for e in sync] == [4]
+    # IMPALA on a busy machine: 3 empty 2 s iterations, then steps again: no streak to name
+    assert _no_samples_run(NoSamples({"sample_timeout_s": 20}), [500, 500, 500, 500, 900],
+                           sampled=[500, 0, 0, 0, 400]) == []
     # a restored run: its first lifetime count is the checkpoint's, its own steps none yet
     restored = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [10**6] * 6, sampled=[0] * 6)
     assert restored == []

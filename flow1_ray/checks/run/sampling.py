@@ -28,8 +28,9 @@ DISCARD_MIN_ITERS = 2
 
 RULES = (
     Rule("NO_SAMPLES", C.WORKER, C.WARN,
-         "training iterations sampled 0 env steps several times in a row (runners dropped or late); "
-         "before a run's first steps, only once its iterations outlast sample_timeout_s (a runner's start)"),
+         "training iterations sampled 0 env steps several times in a row (runners dropped or late), the "
+         "streak lasting sample_timeout_s (an asynchronous algorithm's short iterations may return empty a few "
+         "times); before a run's first steps, only once its iterations outlast sample_timeout_s (a runner's start)"),
     Rule("RUNNER_SAMPLES_DISCARDED", C.WORKER, C.WARN,
          "RLlib left out late sample() calls (fault_tolerance/num_env_runners_dropped_lifetime rose) on "
          f"{DISCARD_MIN_ITERS} iterations and EnvRunners' own timing shows calls longer than sample_timeout_s: "
@@ -195,7 +196,11 @@ class NoSamples:
     algorithm with short iterations (APPO's ``min_time_s_per_iteration=2``) returns several
     empty ones while its first runner builds its env and module on a busy machine; a runner
     that never samples is still named, once RLlib itself would call its call late. A
-    restored run (lifetime steps > 0 from its checkpoint) starts the same way."""
+    restored run (lifetime steps > 0 from its checkpoint) starts the same way. A streak, too,
+    is named once its iterations have lasted ``sample_timeout_s``: a synchronous algorithm's
+    empty iteration waits that long by itself, while an asynchronous one's 2 s iterations may
+    return empty a few times in a row while its runner syncs weights on a busy machine
+    (measured: IMPALA, 3 empty iterations of 2 s, sampling again at the next)."""
 
     def __init__(self, config: Any = None, iters: int = NO_SAMPLES_ITERS) -> None:
         self.iters = iters
@@ -204,6 +209,7 @@ class NoSamples:
         self.elapsed_s = 0.0      # this run's iterations' time so far
         self.last: int | None = None
         self.streak = 0
+        self.streak_s: float | None = 0.0   # the streak's iterations' time (None: a result without it)
         self.dropped_at_start: float | None = None
         self.prev_dropped: float | None = None    # the count before this iteration
         self.reported = False
@@ -215,9 +221,10 @@ class NoSamples:
         ft = result.get("fault_tolerance") or {}
         dropped = ft.get("num_env_runners_dropped_lifetime")
         try:
-            self.elapsed_s += max(0.0, float(result.get("time_this_iter_s") or 0.0))
-        except (TypeError, ValueError):
-            pass
+            took: float | None = max(0.0, float(result["time_this_iter_s"]))
+        except (KeyError, TypeError, ValueError):
+            took = None      # a result without its time: the streak is judged by its length alone
+        self.elapsed_s += took or 0.0
         if steps is None:
             return []
         empty = self.last is not None and steps <= self.last
@@ -225,12 +232,16 @@ class NoSamples:
             self.started = True
         if empty and (self.started or self.elapsed_s > self.timeout_s):
             if self.streak == 0:   # the drops of this iteration count: from the count before it
+                # a run that never sampled: its whole time so far is the streak's
                 self.dropped_at_start = self.prev_dropped
+                self.streak_s = 0.0 if self.started else self.elapsed_s - (took or 0.0)
             self.streak += 1
+            self.streak_s = self.streak_s + took if took is not None and self.streak_s is not None else None
         elif not empty:
             self.streak, self.reported = 0, False
         self.last, self.prev_dropped = steps, dropped
-        if self.streak < self.iters or self.reported:
+        if self.streak < self.iters or (self.streak_s is not None and self.streak_s < self.timeout_s) \
+                or self.reported:
             return []
         self.reported = True
         return [self._finding(iteration, dropped, ft, runners or {})]
