@@ -11,7 +11,10 @@ from __future__ import annotations
 import mmap
 
 #: what the child is doing, as the shared page says it
-CALLS = ("checks", "start", "import", "make", "reset", "step", "close")
+CALLS = ("checks", "start", "import", "make", "reset", "step", "close", "audit_read", "audit_copy", "audit_try")
+#: the reward audit's calls (``flow1 check --audit-reward``): reading the env's attributes, copying
+#: the env, stepping a copy; under the step timeout, and a hang or death there is the audit's
+AUDIT_CALLS = frozenset(("audit_read", "audit_copy", "audit_try"))
 PHASE = {c: i for i, c in enumerate(CALLS)}
 ENV_CALLS = frozenset(PHASE[c] for c in ("import", "make", "reset", "step"))
 SLOT_SEQ, SLOT_CALL, SLOT_STEPS, SLOT_EPISODES, SLOT_THREAD = range(5)

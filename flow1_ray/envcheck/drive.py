@@ -176,15 +176,28 @@ class DriverBase:
             self.ends.on_reset()
         if self.leak is not None:
             self._guarded("leak", lambda: self.leak.on_reset(obs))
-        if self.audit is not None:
-            self._guarded("audit", lambda: self.audit.on_reset(self.env))
+        self._audit_call(lambda: self.audit.on_reset(self.env))
 
     def _audited(self, action: Any, obs: Any, reward: Any, ended: bool) -> None:
         """One step to the audits (bounded, never raising into the drive)."""
         if self.leak is not None:
             self._guarded("leak", lambda: self.leak.on_step(action, obs, reward))
-        if self.audit is not None:
-            self._guarded("audit", lambda: self.audit.after_step(self.env, action, reward, ended))
+        self._audit_call(lambda: self.audit.after_step(self.env, action, reward, ended))
+
+    def _audit_call(self, call: Callable[[], Any]) -> None:
+        """A call of the reward audit (if on), under the watch's audit calls: the check's step
+        timeout bounds its reads, copies and copies' steps, and a hang or a death there is
+        named as the audit's, not the env's (:mod:`flow1_ray.envcheck.supervise`)."""
+        if self.audit is None:
+            return
+        self.audit.phase = self._audit_phase
+        try:
+            self._guarded("audit", call)
+        finally:
+            self.watch.leave()
+
+    def _audit_phase(self, what: str) -> None:
+        self.watch.enter(f"audit_{what}", self.rc.steps, self.rc.episodes)
 
     def _guarded(self, which: str, call: Callable[[], Any]) -> None:
         """An audit's call; a failure of flow1's own is FLOW1_INTERNAL and that audit stops,
@@ -245,11 +258,10 @@ class DriverBase:
         """One random-action step, timed and fed to the checker; False when the run must stop.
         The watch's "step" call covers the action's sampling too (a custom space's code)."""
         w = self.watch
+        self._audit_call(lambda: self.audit.before_step(self.env))
         w.enter("step", self.rc.steps, self.rc.episodes)
         before = self.masked_steps
         action = self._action()
-        if self.audit is not None:
-            self._guarded("audit", lambda: self.audit.before_step(self.env))
         q0, g0 = runqueue_wait_s(), gc_pause_s()
         t0 = time.perf_counter()
         try:

@@ -82,9 +82,8 @@ class _MultiAgentDriver(DriverBase):
         if not (type(out) is tuple and len(out) == 5):
             return self._unreadable_step(out)
         self.last_obs = out[0]
-        if self.audit is not None:
-            self._guarded("audit", lambda: self.audit.after_step(self.env, actions, _reward_sum(out[1]),
-                                                                 _all_done(out[2], out[3])))
+        self._audit_call(lambda: self.audit.after_step(self.env, actions, _reward_sum(out[1]),
+                                                       _all_done(out[2], out[3])))
         return self._ended(self._judged(lambda: rc.on_step(actions, *out, duration_s=dt, wait_s=self.last_wait),
                                         lambda: _all_done(out[2], out[3])))
 

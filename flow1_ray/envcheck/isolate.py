@@ -49,8 +49,9 @@ from typing import Any
 
 from ..checks.findings import Finding
 from ..checks.thresholds import Thresholds
+from ..common import codes as C
 from ..common.errors import Flow1InputError
-from .board import PHASE, SLOT_CALL, Board
+from .board import AUDIT_CALLS, PHASE, SLOT_CALL, Board
 from .child import child_main
 from .supervise import CtrlC, Supervisor
 
@@ -95,12 +96,18 @@ def run_isolated(env: Any, steps: int, seed: int, th: Thresholds, timeouts: dict
                                           f"at a module's top level") from None
                 send.close()
                 try:
-                    return sup.run()
+                    name, findings, summary = sup.run()
                 finally:
                     sup.reap()
         finally:
             recv.close()
             board.close()
+    if audit_reward and summary.get("audit_failed"):   # the audit's own hang or crash: the env judged without it
+        off = [f for f in findings if f.code == C.WATCHER_OFF and f.evidence.get("call") in AUDIT_CALLS]
+        name, findings, summary = run_isolated(env, steps, seed, th, timeouts, start_method, False)
+        findings = findings + off
+        summary["reward_audit_off"] = off[0].message if off else "the reward-logic audit failed"
+    return name, findings, summary
 
 
 def _limits(timeouts: dict[str, float | None]) -> dict[str, float]:
@@ -114,6 +121,8 @@ def _limits(timeouts: dict[str, float | None]) -> dict[str, float]:
             raise Flow1InputError(f"the {k} timeout must be >= 0 seconds (0: no limit), got {v:g}")
         out[k] = v
     out["start"] = out["import"] = out["make"]
+    for call in AUDIT_CALLS:   # the reward audit's reads and copies: bounded as a step is
+        out[call] = out["step"]
     return out
 
 

@@ -193,7 +193,7 @@ def _judge(instance: gym.Env, steps: int, seed: int, th: Thresholds, findings: l
         return
     drv.watch = watch
     if audit_reward:
-        drv.audit = RewardLogicAudit(getattr(instance.unwrapped, "action_space", instance.action_space), seed=seed)
+        drv.audit = RewardLogicAudit(getattr(instance.unwrapped, "action_space", instance.action_space))
     watch.started(findings, drv)
     try:
         drv.run()

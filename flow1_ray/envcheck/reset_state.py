@@ -75,12 +75,16 @@ _SIMPLE = (int, float, bool, str, bytes, type(None))
 def snapshot(env: Any) -> dict[str, Any]:
     """The innermost env's simple attributes right after a reset: numbers, flags, strings,
     small arrays (by value), and the lengths of lists, dicts and sets (a list that grows across
-    episodes); the RNG and everything else is left out."""
+    episodes); the RNG and everything else is left out. Runs in every check, between env calls
+    (no timeout there), so no code of the env's runs: the instance dict is read as it is, and
+    only built-in containers are measured (a subclass's ``len()`` could block)."""
+    from itertools import islice
+
     import numpy as np
 
     base = getattr(env, "unwrapped", env)
     try:
-        items = list(vars(base).items())[:MAX_ATTRS]
+        items = list(islice(vars(base).items(), MAX_ATTRS))
     except TypeError:
         return {}
     out: dict[str, Any] = {}
@@ -91,7 +95,7 @@ def snapshot(env: Any) -> dict[str, Any]:
             out[k] = v.item() if isinstance(v, np.generic) else v
         elif isinstance(v, np.ndarray) and v.size <= 64 and v.dtype != object:
             out[k] = ("array", v.dtype.str, v.shape, v.tobytes())
-        elif isinstance(v, (list, dict, set, tuple)):
+        elif type(v) in (list, dict, set, tuple):
             out[k] = ("len", len(v))
     return out
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import signal
 
+from ..checks.env.reward_logic import AUDIT_WATCHER
 from ..checks.findings import Finding
+from ..checks.own.watchers import watcher_off_finding
 from ..common import codes as C
 from .dumps import env_frame, main_thread_stack
+
+#: what the reward audit was doing in each of its calls on the call board
+AUDIT_DOING = {"audit_read": "reading the env's attributes", "audit_copy": "copying the env (copy.deepcopy)",
+               "audit_try": "stepping its copy of the env with another action"}
 
 
 def at_phrase(call: str, steps: int, episodes: int) -> str:
@@ -45,15 +51,7 @@ def death_finding(exitcode: int | None, call: str, steps: int, episodes: int, fa
     """ENV_CRASHED for a child that died: the signal or exit code, the call, the env's frame."""
     block, frames = main_thread_stack(fatal, thread_id) if fatal.strip() else ("", [])
     where = env_frame(frames, env_file)
-    sig = None
-    if exitcode is not None and exitcode < 0:
-        try:
-            sig = signal.Signals(-exitcode).name
-        except ValueError:
-            sig = f"signal {-exitcode}"
-        how = f"was killed by {sig}"
-    else:
-        how = f"exited with code {exitcode}"
+    sig, how = died_how(exitcode)
     step = steps + 1 if call == "step" else steps
     if call in ("import", "make", "reset", "step", "close"):
         what = "the import of the env module" if call == "import" else f"{call}()"
@@ -72,3 +70,30 @@ def death_finding(exitcode: int | None, call: str, steps: int, episodes: int, fa
                    {"call": call, "signal": sig, "exit_code": None if sig else exitcode, "first_step": step,
                     "episode": episodes, "frame": where, "traceback_tail": block or None,
                     "stopped": f"the env's process {how} {inside}"}, env_step=step)
+
+
+def died_how(exitcode: int | None) -> tuple[str | None, str]:
+    """(the signal's name or None, "was killed by SIGSEGV" / "exited with code 3")."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode).name
+        except ValueError:
+            sig = f"signal {-exitcode}"
+        return sig, f"was killed by {sig}"
+    return None, f"exited with code {exitcode}"
+
+
+def audit_off_finding(call: str, how: str, steps: int, episodes: int, dump: str, env_file: str | None,
+                      thread_id: int) -> Finding:
+    """WATCHER_OFF for the reward audit whose own call (a read of the env's attributes, a copy
+    of the env, a step of that copy) hung or killed the check's process: flow1's doing, not
+    the env's, so never ENV_HUNG or ENV_CRASHED; the check runs again without the audit."""
+    block, frames = main_thread_stack(dump, thread_id) if dump.strip() else ("", [])
+    where = env_frame(frames, env_file)
+    what = (f"{AUDIT_DOING.get(call, call)} {how} after step {steps} (episode {episodes})"
+            + (f", in {where}" if where else ""))
+    f = watcher_off_finding(AUDIT_WATCHER, "a reward the env pays for a change it made itself", what, "",
+                            "this is the audit's call, not one training makes: the env was checked again without "
+                            "the audit, and REWARD_UNEARNED is not judged on it")
+    f.evidence.update({"call": call, "frame": where, "stack": block or None, "after_step": steps})
+    return f

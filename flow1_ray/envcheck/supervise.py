@@ -19,9 +19,9 @@ from typing import Any, Callable
 from ..checks.findings import Finding
 from ..common import codes as C
 from ..common.errors import Flow1InputError
-from .board import CALLS, SLOT_CALL, SLOT_EPISODES, SLOT_SEQ, SLOT_STEPS, SLOT_THREAD, Board
+from .board import AUDIT_CALLS, CALLS, SLOT_CALL, SLOT_EPISODES, SLOT_SEQ, SLOT_STEPS, SLOT_THREAD, Board
 from .dumps import STACK_CHARS, read_text
-from .stop_findings import at_phrase, death_finding, hung_finding
+from .stop_findings import at_phrase, audit_off_finding, death_finding, died_how, hung_finding
 
 POLL_S = 0.1            # how often the parent looks at the child's call
 STOP_GRACE_S = 3.0      # after SIGUSR2, the child's time to stop, judge and report
@@ -174,15 +174,20 @@ class Supervisor:
             self.proc.join()
             killed = f"; it did not stop within {STOP_GRACE_S:g} s and was killed"
         extra = []
-        if hung:
-            extra.append(hung_finding(hung, limit or 0.0, steps, episodes, stack, self.env_file,
-                                      int(self.board.v[SLOT_THREAD])))
+        thread = int(self.board.v[SLOT_THREAD])
+        if hung in AUDIT_CALLS:
+            extra.append(audit_off_finding(hung, f"did not return within {limit:g} s (the step timeout)", steps,
+                                           episodes, stack, self.env_file, thread))
+        elif hung:
+            extra.append(hung_finding(hung, limit or 0.0, steps, episodes, stack, self.env_file, thread))
         if self.result is not None and self.result[0] == "done":
             name, findings, summary = self._outcome()
         else:
             name, findings, summary = self._partial()
         findings = findings + extra
         step = steps + 1 if call == "step" else steps
+        if hung in AUDIT_CALLS:
+            summary["audit_failed"] = extra[0].message
         if hung:
             summary.pop("interrupted", None)
             summary["stopped_early"] = (f"{hung}() did not return within {limit:g} s "
@@ -199,6 +204,12 @@ class Supervisor:
         self.proc.join()
         call, steps, episodes = self._where()
         fatal = read_text(self.dir / "fatal.txt")
+        if call in AUDIT_CALLS:   # flow1's copy or read killed the process, not the env's own call
+            off = audit_off_finding(call, died_how(self.proc.exitcode)[1], steps, episodes, fatal, self.env_file,
+                                    int(self.board.v[SLOT_THREAD]))
+            name, findings, summary = self._partial()
+            summary["audit_failed"] = summary["stopped_early"] = off.message
+            return name, findings + [off], summary
         finding = death_finding(self.proc.exitcode, call, steps, episodes, fatal, self.env_file,
                                 int(self.board.v[SLOT_THREAD]))
         name, findings, summary = self._partial()

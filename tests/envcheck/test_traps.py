@@ -280,8 +280,8 @@ def _copy_computing(env, memo, cpu_s: float):
 
 
 def test_a_copy_that_waits_is_not_a_slow_copy_and_the_fail_stands():
-    """Deepcopies that wait 80 ms (blocked, as on a busy machine: a CPU or the GIL taken by
-    others) cost no CPU: the copies go on and the action test makes the FAIL; a copy over the
+    """Deepcopies that wait (blocked, as on a busy machine: a CPU or the GIL taken by others)
+    cost no CPU: the copies go on and the action test makes the FAIL; a copy over the CPU
     limit once (a collector's pass) does not stop them either."""
     import time
 
@@ -292,7 +292,7 @@ def test_a_copy_that_waits_is_not_a_slow_copy_and_the_fail_stands():
             WaitingGoal.copies += 1
             if WaitingGoal.copies <= 5:   # the first copies wait (each over the limit in wall time)
                 time.sleep(0.08)
-            return _copy_computing(self, memo, 0.06 if WaitingGoal.copies == 2 else 0.0)   # one copy past the limit
+            return _copy_computing(self, memo, 1.05 if WaitingGoal.copies == 2 else 0.0)   # one copy past the limit
 
     report = check_env(WaitingGoal(), steps=1000, audit_reward=True)
     (f,) = _found(report, C.REWARD_UNEARNED)
@@ -300,14 +300,16 @@ def test_a_copy_that_waits_is_not_a_slow_copy_and_the_fail_stands():
 
 
 def test_an_env_whose_copies_compute_too_long_is_judged_by_its_period():
+    """A copy small in objects that computes over a second of CPU (state a C extension copies
+    itself, which a deepcopy's memo does not count): the one clock-based stop, twice in a row."""
     class HeavyGoal(traps.MovingGoal):
         def __deepcopy__(self, memo):
-            return _copy_computing(self, memo, 0.06)
+            return _copy_computing(self, memo, 1.05)
 
     report = check_env(HeavyGoal(), steps=1000, audit_reward=True)
     (f,) = _found(report, C.REWARD_UNEARNED)
     assert f.status == C.WARN and f.evidence["period"] == 100
-    assert re.search(r"copying the env took \d+ ms of CPU \(2 copies in a row over the limit of 50 ms\)", f.message)
+    assert re.search(r"copying the env took 1\.\d s of CPU \(2 copies in a row over the limit of 1 s\)", f.message)
 
 
 def test_a_copy_that_shares_the_env_state_voids_the_counterfactuals():
@@ -332,21 +334,3 @@ def test_a_copy_that_shares_the_env_state_voids_the_counterfactuals():
     (f,) = _found(report, C.REWARD_UNEARNED)
     assert f.status == C.WARN and f.evidence["period"] == 100
     assert "the copy shares its state" in f.message
-
-
-def test_an_audit_that_fails_is_flow1_internal_and_the_check_goes_on():
-    class Hostile(np.ndarray):
-        def copy(self, *args, **kwargs):
-            raise RuntimeError("no copies of me")
-
-    class HostileGoal(traps.MovingGoal):
-        def reset(self, *, seed=None, options=None):
-            out = super().reset(seed=seed, options=options)
-            self.weird = np.zeros(3).view(Hostile)
-            return out
-
-    report = check_env(HostileGoal(), steps=300, audit_reward=True)
-    (f,) = _found(report, C.FLOW1_INTERNAL)
-    assert "no copies of me" in f.message
-    assert report.summary["steps"] >= 300 and not _found(report, C.REWARD_UNEARNED)
-    assert any(e.code == C.CHECKS_PASSED and e.module == C.REWARD_STATS for e in report.events)

@@ -9,8 +9,8 @@ reward's jumps coincide with changes that no action caused.
 :class:`RewardLogicAudit` does that on a stream of steps of one env (``flow1 check
 --audit-reward``, or one sub-env of one EnvRunner in a training run):
 
-1. *What changes inside step()*: the numeric attributes of ``env.unwrapped`` (numbers,
-   small arrays, lists, tuples and dicts of them; :func:`attribute_snapshot`) are read after
+1. *What changes inside step()*: the numbers inside ``env.unwrapped`` (its attributes and
+   what they hold: objects, inner envs, containers; :class:`AttributeReader`) are read after
    every reset and step. Per attribute, each step's change (the difference of a number,
    "changed" for an array) has a usual value: +1 for a step counter, none for a target that
    stays put. An *event* is a step whose change is not the usual one -- the target moved,
@@ -23,34 +23,32 @@ reward's jumps coincide with changes that no action caused.
    direction, and unlikely by chance (binomial tail at 1 % per event < ``AUDIT_P_VALUE``).
    Steps that end an episode are no events (a goal's reward ends it by design).
 3. *Whether an action caused them*: once an attribute looks like that, a copy of the env
-   (``copy.deepcopy`` of ``env.unwrapped``, taken before a step) is stepped with a
-   different action: an event that happens in the copy too happened whatever the action.
-   An env that cannot be copied is judged by its schedule instead: events at a constant
-   period of steps are a timer, not the agent. A copy whose step changes the env itself
-   (a deepcopy that shares a simulator handle) voids the tries and ends the copying; a
-   handle whose state shows in no attribute cannot be told apart, the one risk of a copy.
+   (:class:`EnvCopier`, taken before a step) is stepped with a different action: an event
+   that happens in the copy too happened whatever the action. An env that cannot be copied
+   is judged by its schedule instead: events at a constant period are a timer. A copy whose
+   step changes the env itself (a shared simulator handle) voids the tries.
 
 A FAIL needs the copies (an event no action prevented, in at least
-``AUDIT_MIN_COUNTERFACTUALS`` tries); a period alone is a WARN. A reward that jumps *down*
-with such changes is a penalty no action caused: an advisory. Everything is bounded: the
-snapshot's size, the steps kept, the copies taken.
+``AUDIT_MIN_COUNTERFACTUALS`` tries); a period alone is a WARN; a reward that jumps *down*: an
+advisory. An audit that read nothing that moved, or too few steps, says so (WATCHER_OFF: never
+a PASS). Everything is bounded: the snapshot, the steps kept, the copies (by size, not time).
 """
 
 from __future__ import annotations
 
-import copy
-import time
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ...common import codes as C
 from ..findings import Finding, advisory
+from ..own.watchers import watcher_off_finding
 from ..rule import Rule
-from .attributes import AUDIT_MAX_LEAVES, attribute_snapshot, change, diff_lines, moved, same
-from .machine_load import gc_pause_s
+from .attributes import AUDIT_MAX_LEAVES, AUDIT_MAX_VISITS, AttributeReader, change, diff_lines, moved, skipped_text
+from .env_copy import EnvCopier, other_action
 
 AUDIT_MAX_STEPS = 20_000          # steps kept (a live audit keeps the newest)
 AUDIT_USUAL_SHARE = 0.75          # the usual change covers at least this share of the steps
@@ -62,10 +60,9 @@ AUDIT_MIN_SHARE = 0.5             # ... which are at least this share of the eve
 AUDIT_DIRECTION_SHARE = 0.8       # ... and go this much one way
 AUDIT_MIN_BACKGROUND = 100        # reward changes at non-event steps needed for the quantile
 AUDIT_MIN_COUNTERFACTUALS = 3     # copies stepped with another action, per attribute
-AUDIT_MAX_COPY_S = 0.05           # copies slower than this (CPU, twice running) are not taken again
-AUDIT_SLOW_COPIES = 2             # ... that many in a row: one slow copy may be a collector's pass
-AUDIT_MAX_COPIES = 2000           # copies taken in all
-AUDIT_JUDGE_EVERY = 64            # steps between looks for candidate attributes
+AUDIT_MIN_STEPS = 200             # fewer steps read: too few to judge (said, never a PASS)
+AUDIT_JUDGE_EVERY = 64
+AUDIT_WATCHER = "the reward-logic audit"            # steps between looks for candidate attributes
 PERIOD_SHARE = 0.8                # events at a period: this share of the gaps equal
 
 RULES = (
@@ -98,16 +95,14 @@ class RewardLogicAudit:
     """The audit of one env's steps (module docstring). Feed :meth:`on_reset` after each
     reset, :meth:`before_step` before each step (it takes the copy when one is wanted; a
     live runner calls it right after :meth:`after_step`, which is the same moment) and
-    :meth:`after_step` after it; :meth:`findings` at the end. An attribute that cannot be
-    read is not read; the callers guard the rest (flow1 check's driver: FLOW1_INTERNAL and
-    the audit off; a live runner: the same, said once)."""
+    :meth:`after_step` after it; :meth:`findings` at the end. A value that cannot be read is
+    skipped and named; the callers guard the rest (FLOW1_INTERNAL and the audit off)."""
 
-    def __init__(self, action_space: Any, max_steps: int = AUDIT_MAX_STEPS, seed: int = 0,
+    def __init__(self, action_space: Any, max_steps: int = AUDIT_MAX_STEPS,
                  judge_every: int = AUDIT_JUDGE_EVERY) -> None:
         self.action_space = action_space
         self.max_steps = max_steps
         self.judge_every = judge_every
-        self.rng = np.random.default_rng(seed)
         self.steps = 0
         self._last: dict[str, Any] | None = None
         self._rewards: dict[int, float] = {}
@@ -118,45 +113,34 @@ class RewardLogicAudit:
         self._attrs: dict[str, _Attr] = {}
         self._episodes = 0
         self._candidates: set[str] = set()
+        self._moving: set[str] = set()         # attributes seen changing inside a step
         self._copy: Any = None
-        self.copies = 0
-        self.copy_error = ""
-        self.copy_s = 0.0
-        self._slow_copies = 0   # copies in a row over AUDIT_MAX_COPY_S
+        self.reader = AttributeReader()
+        self.copier = EnvCopier()
+        #: told what the audit is about to do to the env ("read", "copy", "try": step a copy),
+        #: so that whoever watches the drive can tell the audit's hang or crash from the env's
+        self.phase: Callable[[str], None] = lambda what: None
 
     # -- the stream --------------------------------------------------------------------
     def on_reset(self, env: Any) -> None:
         self._episodes += 1
         self._ep_steps = 0
-        self._last = attribute_snapshot(env)
+        self.phase("read")
+        self._last = self.reader.snapshot(env, discover=True)
         self._copy = None
 
     def before_step(self, env: Any) -> None:
         """Copy the env when a candidate attribute still needs counterfactual tries."""
         self._copy = None
-        if not self._wants_copy():
-            return
-        # the copy's cost is this thread's CPU time without the garbage collector's passes: a
-        # deepcopy computes, and the time it waited for a CPU or the GIL on a busy machine, or
-        # a pass over the whole heap, is not the env's (the verdict must not flip with the load)
-        t0, c0, g0 = time.perf_counter(), time.thread_time(), gc_pause_s()
-        try:
-            self._copy = copy.deepcopy(getattr(env, "unwrapped", env))
-        except Exception as e:   # an env holding a lock, a socket, a simulator handle
-            self.copy_error = f"copy.deepcopy(env.unwrapped) raised {type(e).__name__}: {e}"[:300]
-            self._copy = None
-        cost = max(0.0, time.thread_time() - c0 - (gc_pause_s() - g0))
-        self.copies += 1
-        self.copy_s += time.perf_counter() - t0
-        self._slow_copies = self._slow_copies + 1 if cost > AUDIT_MAX_COPY_S else 0
-        if self._slow_copies >= AUDIT_SLOW_COPIES and not self.copy_error:
-            self.copy_error = (f"copying the env took {cost * 1e3:.0f} ms of CPU ({AUDIT_SLOW_COPIES} copies in a "
-                               f"row over the limit of {AUDIT_MAX_COPY_S * 1e3:.0f} ms)")
+        if self._wants_copy():
+            self.phase("copy")
+            self._copy = self.copier.take(env)
 
     def after_step(self, env: Any, action: Any, reward: Any, ended: bool) -> None:
         """One step: its attribute changes, its reward, and the counterfactual of a copy."""
         t = self.steps = self.steps + 1
-        now = attribute_snapshot(env)
+        self.phase("read")
+        now = self.reader.snapshot(env)
         before = self._last
         self._last = now
         try:
@@ -176,13 +160,16 @@ class RewardLogicAudit:
                     a = self._attrs[k] = _Attr()
                 ch = change(before[k], now[k])
                 a.changes[t] = ch
+                if ch not in ("same", 0.0):
+                    self._moving.add(k)
                 if a.example is None and k in self._candidates and ch != self._usual(a)[0]:
                     a.example = (t, diff_lines(before, now))
             if self._copy is not None and not ended:
                 self._counterfactual(action, before, now)
-                if moved(now, attribute_snapshot(env)):   # the copy shares the env's state: no more copies
-                    self.copy_error = ("stepping a copy of the env changed the env itself (the copy shares its "
-                                       "state, a simulator handle): its counterfactual tries are void")
+                self.phase("read")
+                if moved(now, self.reader.snapshot(env)):   # the copy shares the env's state: no more copies
+                    self.copier.void("stepping a copy of the env changed the env itself (the copy shares its "
+                                     "state, a simulator handle): its counterfactual tries are void")
                     for a in self._attrs.values():
                         a.independent = a.dependent = 0
         self._copy = None
@@ -200,25 +187,11 @@ class RewardLogicAudit:
             a.changes.pop(t, None)
 
     # -- counterfactuals ------------------------------------------------------------------
-    def _can_copy(self) -> bool:
-        return not self.copy_error and self.copies < AUDIT_MAX_COPIES
-
     def _wants_copy(self) -> bool:
-        if not self._candidates or self.copy_error or self.copies >= AUDIT_MAX_COPIES:
+        if not self._candidates or not self.copier.able:
             return False
         return any(self._attrs[k].independent + self._attrs[k].dependent < AUDIT_MIN_COUNTERFACTUALS
                    for k in self._candidates if k in self._attrs)
-
-    def _other_action(self, action: Any) -> Any:
-        space = getattr(self._copy, "action_space", None) or self.action_space
-        for _ in range(16):
-            try:
-                alt = space.sample()
-            except Exception:
-                return None
-            if not same(alt, action):
-                return alt
-        return None
 
     def _counterfactual(self, action: Any, before: dict[str, Any], now: dict[str, Any]) -> None:
         """The step's candidates that had an event: did the copy, stepped with another action,
@@ -227,12 +200,14 @@ class RewardLogicAudit:
         events = [k for k, u in usual.items() if k in now and k in before and change(before[k], now[k]) != u]
         if not events:
             return
-        alt = self._other_action(action)
+        alt = other_action(self._copy, self.action_space, action)
         if alt is None:
             return
         try:   # the class's own step: an instance-level wrapper (flow1's probe) would step the original env
+            self.phase("try")
             type(self._copy).step(self._copy, alt)
-            alt_now = attribute_snapshot(self._copy)
+            self.phase("read")
+            alt_now = self.reader.snapshot(self._copy)
         except Exception:
             return
         for k in events:
@@ -326,12 +301,16 @@ class RewardLogicAudit:
                     continue    # the action prevents it: the agent earns the change
                 status, how = C.FAIL, (f"a copy of the env stepped with another action changed it too "
                                        f"({a.independent} of {tries} tries)")
-            elif period is not None and (final or not self._can_copy()):
+            elif period is not None and (final or not self.copier.able):
                 status, how = C.WARN, f"every {period} steps, a timer" + (
-                    f" (no copy to test the action: {self.copy_error})" if self.copy_error else "")
+                    f" (no copy to test the action: {self.copier.error})" if self.copier.error else "")
             else:
                 continue    # not established that no action caused it: say nothing
             found.append(self._finding(k, ev, j, period, how, status, a))
+        blind = "" if found else self._blind(final)
+        if blind:
+            found.append(watcher_off_finding(AUDIT_WATCHER, "a reward the env pays for a change it made itself", blind,
+                                             "", "REWARD_UNEARNED is not judged on this env"))
         return found, {"reward_audit": self._summary(len(suspects))}
 
     def _finding(self, k: str, ev: list[int], j: dict, period: int | None, how: str, status: str,
@@ -343,7 +322,8 @@ class RewardLogicAudit:
                    "period": period, "counterfactual": {"independent": a.independent, "dependent": a.dependent},
                    "reward_jump": round(j["jump_median"], 6), "background_q99": round(j["background_q99"], 6),
                    "beyond": j["beyond"], "judged": j["judged"], "p_value": j["p_value"], "lag": j["lag"],
-                   "diff": "\n".join(diff), "diff_step": a.example[0] if a.example else None}
+                   "diff": "\n".join(diff), "diff_step": a.example[0] if a.example else None,
+                   "skipped": dict(self.reader.skipped)}
         own = [ln[2:] for ln in diff if ln[2:].startswith(f"{k} = ")]
         example = (f"; at step {a.example[0]}: {own[0]} -> {own[1].split(' = ', 1)[1]}"
                    if a.example and len(own) == 2 else "")
@@ -357,15 +337,38 @@ class RewardLogicAudit:
                 f"compute the reward from the state the action produced, before moving targets or resetting counters")
         return Finding(C.REWARD_UNEARNED, head + tail, ev_text, status=status)
 
+    def _blind(self, final: bool) -> str:
+        """Why the audit could not judge this env ("" when it could): it stopped reading, read
+        nothing, read nothing that moved, or read too few steps (said only at the end)."""
+        r = self.reader
+        if r.off:
+            return r.off
+        if not final and self.steps < AUDIT_MIN_STEPS:
+            return ""
+        skipped = skipped_text(r.skipped)
+        if not self._attrs:
+            return f"it read no numbers in the env's attributes on {self.steps} steps{skipped}"
+        if not self._moving:
+            return (f"none of the {len(self._attrs)} numbers it read in the env's attributes changed inside step() "
+                    f"on {self.steps} steps: the env keeps its state where the audit cannot read it (a simulator's "
+                    f"memory, a C extension){skipped}")
+        if final and self.steps < AUDIT_MIN_STEPS:
+            return f"it read {self.steps} steps, fewer than the {AUDIT_MIN_STEPS} it needs to judge"
+        return ""
+
     def _summary(self, suspects: int) -> str:
-        n = len(self._attrs)
-        s = f"{n} env attributes read on {self.steps} steps"
+        s = f"{len(self._attrs)} env attributes read on {self.steps} steps"
         if suspects:
             s += f"; {suspects} with reward jumps at their changes"
-        if self.copies:
-            s += f"; {self.copies} copies of the env for counterfactual steps ({self.copy_s:.2f} s)"
-        if self.copy_error:
-            s += f"; {self.copy_error}"
+        if self.reader.truncated:   # a discovery stopped at the visit budget
+            s += f"; only the first {AUDIT_MAX_VISITS:,} values of the env's attributes are read"
+        if self.reader.skipped:
+            s += f"; skipped{skipped_text(self.reader.skipped)}"
+        cp = self.copier
+        if cp.copies:
+            s += f"; {cp.copies} copies of the env for counterfactual steps ({cp.seconds:.2f} s)"
+        if cp.error:
+            s += f"; {cp.error}"
         return s
 
 
@@ -389,9 +392,9 @@ def _period(steps: list[int], episode: dict[int, int], ep_step: dict[int, int]) 
 
 
 def _binom_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space (no scipy: its import is a second)."""
     if k <= 0:
         return 1.0
-    from scipy.stats import binom
-
-    return float(binom.sf(k - 1, n, p))
+    lp, lq, ln = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    return min(1.0, sum(math.exp(ln - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
+                        for i in range(k, n + 1)))
