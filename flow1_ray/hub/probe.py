@@ -1,6 +1,7 @@
 """The node probe: one per node, reads every lock file of its node, reports changes at once.
 
-:class:`ProbeLoop` runs scans every ``probe_interval_s`` on a thread and hands transitions
+:class:`ProbeLoop` runs scans every ``probe_interval_s`` on a thread (and at once when a tracked
+process exits: :mod:`flow1_ray.hub.exit_wake`) and hands transitions
 (``new``, ``restarted``, ``died``, ``stopped``, ``stalled``, ``recovered``) to the monitor as
 soon as a scan finds one; otherwise one summary per ``heartbeat_interval_s``: one report per
 node per period, never per worker. The hub's own node is scanned by a loop inside the hub;
@@ -18,6 +19,7 @@ import time
 from typing import Any, Callable
 
 from ..liveness.lockdir import job_lock_dir, sweep_stale
+from .exit_wake import ExitWake
 from .lockscan import LockScanner
 
 MAX_BUSY = 5.0  # scan interval >= 5x the last scan's duration
@@ -33,9 +35,11 @@ class ProbeLoop:
 
     def __init__(self, job_id: str, node_id: str, stall_timeout_s: float, probe_interval_s: float,
                  heartbeat_interval_s: float, stall_action: str, report: Callable[[str, list, dict], Any],
-                 error: Callable[[str, str], Any], off: Callable[[str, str], Any] | None = None) -> None:
+                 error: Callable[[str, str], Any], off: Callable[[str, str], Any] | None = None,
+                 lock_dir: Any = None) -> None:
         """``off(node_id, error)`` is told once when scans keep failing (the node is then
-        not watched); raises when the node's lock directory cannot be used."""
+        not watched); raises when the node's lock directory cannot be used. ``lock_dir``: the
+        directory to scan (default: the job's on this node, from Ray's KV)."""
         from ..checks.run.contention import node_load
 
         self._node_load = node_load
@@ -45,11 +49,11 @@ class ProbeLoop:
         self.keys: set[str] = set()
         self.local_prefixes: tuple[str, ...] = ()
         sweep_stale()
-        self.scanner = LockScanner(job_lock_dir(job_id, node_id), stall_timeout_s, key_filter=self._ours,
+        self.scanner = LockScanner(lock_dir or job_lock_dir(job_id, node_id), stall_timeout_s, key_filter=self._ours,
                                    stall_action=stall_action)
         self.interval = probe_interval_s
         self.summary_every = heartbeat_interval_s
-        self._stop = threading.Event()
+        self._wake = ExitWake()   # a tracked process's exit starts the next scan at once
         self._thread = threading.Thread(target=self._loop, daemon=True, name="flow1-probe")
         self._thread.start()
 
@@ -59,6 +63,7 @@ class ProbeLoop:
     def set_keys(self, keys: list[str], local_prefixes: list[str]) -> int:
         self.keys = set(keys)
         self.local_prefixes = tuple(local_prefixes)
+        self._wake.poke()   # scan for them now, not at the next interval
         return len(self.keys)
 
     def seed(self, known: dict[str, dict]) -> int:
@@ -68,10 +73,12 @@ class ProbeLoop:
     def _loop(self) -> None:
         last_summary = 0.0
         # at thousands of lock files a scan takes tens of ms: keep the probe under
-        # ~1/MAX_BUSY of a core by spacing scans, detection stays well under 0.5 s
-        while not self._stop.wait(max(self.interval, MAX_BUSY * self.scanner.last_scan_s)):
+        # ~1/MAX_BUSY of a core by spacing scans, detection stays well under 0.5 s; a death
+        # does not wait for the next scan (a pidfd per tracked process wakes the loop)
+        while not self._wake.wait(max(self.interval, MAX_BUSY * self.scanner.last_scan_s)):
             try:
                 changes = self.scanner.scan()
+                self._wake.watch({t.pid for t in self.scanner.tracked.values()})
                 now = time.monotonic()
                 if changes or now - last_summary >= self.summary_every:
                     summary = self.scanner.summary()
@@ -90,12 +97,14 @@ class ProbeLoop:
 
     def stop(self) -> bool:
         """End of the run: one last scan clears the files of runners that stopped."""
-        self._stop.set()
+        self._wake.stop()
         self._thread.join(timeout=2.0)
         try:
             self.scanner.scan()
         finally:
             self.scanner.close()
+            if not self._thread.is_alive():
+                self._wake.close()
         try:   # the job's directory on this node, when no lock file is left in it
             self.scanner.dir.rmdir()
         except OSError:

@@ -1,0 +1,93 @@
+"""A death does not wait for the probe's next scan: real processes holding real lock files, a
+real SIGSEGV and SIGKILL, the probe's loop on its thread (no Ray: the lock directory given)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from flow1_ray.hub.exit_wake import ExitWake
+from flow1_ray.hub.probe import ProbeLoop
+from flow1_ray.liveness.holder import WorkerLiveness
+from flow1_ray.liveness.lockdir import private_dir
+
+#: the probe's scan interval in these tests: a death reported well before it came from the wake
+INTERVAL_S = 30.0
+
+
+def _holder(directory, key: str) -> int:
+    """A forked child holding a lock file under ``key`` (sleeps until killed)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            WorkerLiveness(directory, f"{key}.{os.getpid()}", {"worker_index": 1}, heartbeat_interval_s=0.05,
+                           stall_timeout_s=30)
+            os.write(w, b"x")
+            time.sleep(120)
+        finally:
+            os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"x"
+    os.close(r)
+    return pid
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
+def test_a_killed_holder_is_reported_at_once_not_at_the_next_scan(tmp_path, sig):
+    """The loop scans every 30 s; the death arrives within a few seconds of the kill (a
+    busy-machine margin: the scan and faulthandler's report take milliseconds), so only the
+    exit's wake can have started that scan."""
+    lock_dir = private_dir(tmp_path / "locks")
+    pid = _holder(lock_dir, "runnerA")
+    reports: list[tuple[float, list]] = []
+    got = threading.Event()
+
+    def report(node, changes, summary):
+        reports.append((time.monotonic(), changes))
+        if any(c["kind"] == "died" for c in changes):
+            got.set()
+
+    loop = ProbeLoop("job", "node", 60.0, INTERVAL_S, 3600.0, "report", report, error=lambda *a: None,
+                     lock_dir=lock_dir)
+    try:
+        loop.set_keys(["runnerA"], [])    # a scan at once for the new key: the runner is tracked
+        deadline = time.monotonic() + 10.0
+        while not any(c["kind"] == "new" for _, cs in reports for c in cs) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reports, "the new key was not scanned for"
+        time.sleep(0.05)                  # the loop is back in its wait, holding the runner's pidfd
+        t0 = time.monotonic()
+        os.kill(pid, sig)
+        assert got.wait(10.0), reports
+        os.waitpid(pid, 0)
+        (died,) = [c for _, cs in reports for c in cs if c["kind"] == "died"]
+        assert died["pid"] == pid and died["exit_signal"] == signal.Signals(sig).name
+        assert reports[-1][0] - t0 < 5.0 < INTERVAL_S
+    finally:
+        loop.stop()
+
+
+def test_the_wake_ends_at_a_process_exit_at_stop_and_never_spins_on_a_zombie():
+    w = ExitWake()
+    try:
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+        w.watch({p.pid})
+        t0 = time.monotonic()
+        assert w.wait(30.0) is False and time.monotonic() - t0 < 20.0
+        w.watch({p.pid})                      # exited, not reaped yet: not watched again
+        t0 = time.monotonic()
+        assert w.wait(0.3) is False and time.monotonic() - t0 >= 0.25
+        p.wait()
+        threading.Timer(0.1, w.stop).start()
+        t0 = time.monotonic()
+        assert w.wait(30.0) is True and time.monotonic() - t0 < 20.0
+    finally:
+        w.close()
