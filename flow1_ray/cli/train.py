@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any
 
 from ..common import codes as C
@@ -149,8 +150,12 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
         raise Flow1InputError("--iterations must be >= 1, --env-runners and --learner-gpus >= 0")
     env_spec, env_config = _env_for_rllib(env, inject)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from ..driver.run import new_run_id
-    from ..callbacks import Flow1Callbacks
+    # RLlib's import warns of what it finds installed (dm_control without a display: a GLFW
+    # warning): Ray's words, held here and replayed into ray.log once it is open
+    with warnings.catch_warnings(record=True) as early:
+        warnings.simplefilter("always")
+        from ..driver.run import new_run_id
+        from ..callbacks import Flow1Callbacks
     from ..rundir.raylog import RayLog
     from ..report.render import console, plain, print_run_report
     from ..report.rundir import load_run_report
@@ -165,6 +170,8 @@ def run_training(env: str, iterations: int, env_runners: int, inject: str, outpu
     con.print(plain(f"flow1 train: PPO on {env}{'' if inject == 'none' else f' with an injected {inject}'}, "
                     f"{env_runners} EnvRunner(s), {iterations} iterations; Ray's log: {planned / 'ray.log'}"))
     with RayLog(log_path, verbose=verbose) as log:
+        for w in early:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         import ray
 
         _start_ray(env_runners)

@@ -24,7 +24,7 @@ from ..checks.thresholds import Thresholds
 from ..common.errors import Flow1InputError
 from ..common.events import jsonable
 from .board import ENV_CALLS, PHASE, SLOT_CALL, SLOT_EPISODES, SLOT_SEQ, SLOT_STEPS, SLOT_THREAD, Board
-from .dumps import STACK_CHARS
+from ..common.stacks import STACK_CHARS
 from .judge import drive
 from .watch import Watch
 

@@ -33,7 +33,7 @@ This module starts the child and hands it to the supervisor (:func:`run_isolated
 parts live beside it: the call board both processes map (:mod:`~flow1_ray.envcheck.board`),
 the child's entry point and its watch (:mod:`~flow1_ray.envcheck.child`), the parent's
 supervisor with its timeouts, Ctrl-C and results (:mod:`~flow1_ray.envcheck.supervise`), the
-reading of faulthandler's dumps (:mod:`~flow1_ray.envcheck.dumps`) and the ENV_HUNG /
+reading of faulthandler's dumps (:mod:`~flow1_ray.envcheck.dumps`, :mod:`~flow1_ray.common.stacks`) and the ENV_HUNG /
 ENV_CRASHED builders (:mod:`~flow1_ray.envcheck.stop_findings`).
 """
 

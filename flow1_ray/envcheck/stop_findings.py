@@ -1,6 +1,6 @@
 """ENV_HUNG and ENV_CRASHED: the findings of an isolated check whose child process hung past a
 call's timeout (:func:`hung_finding`) or died (:func:`death_finding`), built from the call board's
-call and step and the faulthandler dump read by :mod:`flow1_ray.envcheck.dumps`. Used by
+call and step and the faulthandler dump read by :mod:`flow1_ray.common.stacks`. Used by
 :mod:`flow1_ray.envcheck.supervise`.
 """
 
@@ -12,7 +12,7 @@ from ..checks.env.reward_logic import AUDIT_WATCHER
 from ..checks.findings import Finding
 from ..checks.own.watchers import watcher_off_finding
 from ..common import codes as C
-from .dumps import env_frame, main_thread_stack
+from ..common.stacks import env_frame, main_thread_stack
 
 #: what the reward audit was doing in each of its calls on the call board
 AUDIT_DOING = {"audit_read": "reading the env's attributes", "audit_copy": "copying the env (copy.deepcopy)",

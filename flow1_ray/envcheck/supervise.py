@@ -20,7 +20,8 @@ from ..checks.findings import Finding
 from ..common import codes as C
 from ..common.errors import Flow1InputError
 from .board import AUDIT_CALLS, CALLS, SLOT_CALL, SLOT_EPISODES, SLOT_SEQ, SLOT_STEPS, SLOT_THREAD, Board
-from .dumps import STACK_CHARS, read_text
+from ..common.stacks import STACK_CHARS
+from .dumps import read_text
 from .stop_findings import at_phrase, audit_off_finding, death_finding, died_how, hung_finding
 
 POLL_S = 0.1            # how often the parent looks at the child's call

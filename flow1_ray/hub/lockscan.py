@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..common import schema as S
+from ..common.stacks import current_thread, env_frame, main_thread_stack
 from ..liveness.lockfile import BUSY, EXITING, STOPPED, Header, probe_fd, probe_lock, read_head, read_lock, read_tail
 from ..liveness.lockdir import SUFFIXES
 
@@ -55,6 +56,21 @@ class Tracked:
     killed: bool = False
     tb_size: int = 0
 
+
+
+#: how much of a fatal signal's dump (all threads) is read for the crashing thread's frames
+CRASH_DUMP_BYTES = 256 * 1024
+
+
+def _crash_frame(dump: str) -> dict[str, Any]:
+    """The thread a fatal signal's dump marks as current (the one that crashed): the frame to
+    name (the innermost outside flow1 and the standard library: the env's ``step`` over its C
+    extension, torch's function under the RLModule) and its innermost frames; {} for no dump."""
+    tid = current_thread(dump)
+    if tid is None:
+        return {}
+    block, frames = main_thread_stack(dump, tid)
+    return {"crash_frame": env_frame(frames, None), "crash_stack": block[:1500]}
 
 
 class LockScanner:
@@ -245,6 +261,7 @@ class LockScanner:
         ev = self._event("died", t, now)
         tb = read_head(self.dir / f"{t.name}.tb", 200) + read_tail(self.dir / f"{t.name}.tb", 3000)
         ev["traceback_tail"] = tb
+        ev.update(_crash_frame(read_head(self.dir / f"{t.name}.tb", CRASH_DUMP_BYTES)))
         try:
             ev["exception"] = json.loads((self.dir / f"{t.name}.exc").read_text())
         except (OSError, ValueError):

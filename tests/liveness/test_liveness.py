@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from flow1_ray.common import codes as C
 from flow1_ray.hub.lockscan import LockScanner
 from flow1_ray.liveness.holder import WorkerLiveness
 from flow1_ray.liveness.lockfile import holder_pid
@@ -30,6 +31,13 @@ def _stuck_in_here(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def step(action: int) -> None:
+    """An env's step over a C call that dereferences NULL (a native crash, SIGSEGV)."""
+    import ctypes
+
+    ctypes.string_at(0)
+
+
 def _child(directory: Path, key: str, behaviour: str, ready_w: int) -> None:
     """Runs in a forked child: hold a lock, then behave."""
     try:
@@ -46,6 +54,9 @@ def _child(directory: Path, key: str, behaviour: str, ready_w: int) -> None:
         elif behaviour == "stop":
             lv.close()
             os._exit(0)
+        elif behaviour == "native":
+            time.sleep(0.2)
+            step(0)
         time.sleep(60)
     finally:
         os._exit(0)
@@ -92,6 +103,23 @@ def test_sigsegv_is_named_from_faulthandlers_report(lock_dir):
     assert died["exit_signal"] == "SIGSEGV" and died["signal_inferred"] is False
     assert "Fatal Python error: Segmentation fault" in died["traceback_tail"]
     assert not list(lock_dir.iterdir()), "a reported death leaves no files behind"
+
+
+def test_a_native_crash_names_the_frame_its_crashing_thread_was_in(lock_dir):
+    """SIGSEGV inside a C call under a Python function: the WORKER_DIED names that function
+    (the innermost frame outside flow1 and the standard library: ctypes is skipped)."""
+    from flow1_ray.checks.run.incidents import MonitorCore
+
+    pid = _spawn(lock_dir, "runnerN", "native")
+    sc = LockScanner(lock_dir, stall_timeout_s=5)
+    sc.scan()
+    os.waitpid(pid, 0)
+    (died,) = [e for e in _wait(sc, "died") if e["kind"] == "died"]
+    assert died["exit_signal"] == "SIGSEGV" and died["crash_frame"].startswith("step (test_liveness.py:"), died
+    ev = MonitorCore("run", 5.0, "none").died_event(died, {"worker_index": 1, "pid": pid})
+    assert "signal SIGSEGV (a native crash, no Python exception): its crashing thread was in step (test_liveness.py:" \
+        in ev.message, ev.message
+    assert "ctypes" in ev.evidence["crash_stack"] and ev.status == C.FAIL
 
 
 def test_hang_gives_a_stall_with_the_stuck_function_then_kill(lock_dir):

@@ -167,7 +167,7 @@ class MonitorCore:
         ev = {k: ch.get(k) for k in ("key", "worker_index", "pid", "node_id", "actor_id", "exit_signal",
                                      "signal_inferred", "exit", "last_heartbeat_age_s", "last_step_age_s",
                                      "state_at_death", "killed_by_flow1", "traceback_tail", "node_lost", "confirms_node_lost",
-                                     "role")}
+                                     "role", "crash_frame", "crash_stack")}
         if exc:
             ev["exception"] = exc
         if origin:
@@ -210,6 +210,9 @@ class MonitorCore:
             how = f"signal {sig}" if sig else str(ch.get("exit", "exited"))
         if exc:
             return how, f"; {cause_clause(exc, ch.get('ts'))}"
+        if sig and not ch.get("signal_inferred") and ch.get("crash_frame") and not ch.get("killed_by_flow1"):
+            return how, (f" (a native crash, no Python exception): its crashing thread was in "
+                         f"{str(ch['crash_frame'])[:200]}")
         if ch.get("killed_by_flow1") or ch.get("confirms_node_lost") or (sig and not ch.get("signal_inferred")):
             return how, ""
         return how, "; cause not seen by flow1 (nothing left sample() or called an exit from Python)"
