@@ -29,7 +29,8 @@ from ..checks.env.temporal_leak import LeakageWatch
 from ..checks.env.termination import EpisodeEnds, time_limit_finding
 from ..checks.thresholds import Thresholds
 from ..checks.values import values_equal
-from .reset_state import FirstEpisode, divergence, keeps_state_by_design, kept_fields, snapshot, stateful_layer
+from .reset_probes import ResetProbes
+from .reset_state import FirstEpisode, snapshot
 from .watch import NO_WATCH, Watch
 
 MAX_CONSECUTIVE_CRASHES = 3
@@ -43,7 +44,7 @@ def internal_error(exc: BaseException, step: int) -> tuple[str, dict]:
             {"exception": type(exc).__name__, "error": str(exc), "first_step": step, "traceback_tail": tail})
 
 
-class DriverBase:
+class DriverBase(ResetProbes):
     """What every check run shares: the env, the budget, the checker, resets and crashes.
 
     ``rc`` is a :class:`RolloutChecker` or a :class:`MultiAgentRolloutChecker`; both take
@@ -58,6 +59,8 @@ class DriverBase:
         self.first_end: int | None = None  # the step at which the first episode ended
         self.extension_stop = ""           # "steps" or "time": which cap ended the extension
         self._consecutive = 0               # step() crashes in a row
+        self._fresh = False                 # the episode has taken no step yet
+        self.first_step_streak = 0          # crashes in a row at the first step of an episode after the first
         self.last_obs: Any = None           # the observation the next action answers (its action mask)
         self.masked_steps = 0               # actions drawn from the observation's action mask
         self.mask_probe: dict[str, int] = {}  # masked-out actions sent after the run: tried, rejected
@@ -119,58 +122,9 @@ class DriverBase:
         self._began(*second)
         return True
 
-    def _unseeded_after_seeded(self) -> None:
-        """After the run: reset(seed); reset() twice, the two unseeded observations must agree
-        (gymnasium's own check: an env that rebuilds its RNG from seed=None fails it)."""
-        u1 = self._reset(None) if self._reset(self.seed) is not None else None
-        u2 = self._reset(None) if u1 is not None and self._reset(self.seed) is not None else None
-        if u2 is None:
-            return
-        if not values_equal(u1[0], u2[0]):
-            self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
-                f"reset() after reset(seed={self.seed}) gave different observations in two runs: expected the "
-                f"unseeded reset to continue the seeded RNG; the env builds a new one from seed=None (use "
-                f"self.np_random, seeded by super().reset(seed=seed))"),
-                {"seed": self.seed, "first": repr(u1[0])[:200], "second": repr(u2[0])[:200], "cause": "unseeded_reset"}))
-
-    def _nondeterministic(self, first: Any, second: Any) -> None:
-        """NONDETERMINISTIC_RESET, with the wrapper that keeps state where the env inside it is
-        deterministic (an advisory for a running-statistics wrapper, a WARN for another)."""
-        layer = stateful_layer(self.env, self._layer_reset, values_equal)
-        ev = {"seed": self.seed, "first": repr(first)[:200], "second": repr(second)[:200]}
-        if layer is None:
-            self.rc.record(Finding(C.NONDETERMINISTIC_RESET,
-                                   f"reset(seed={self.seed}) twice gave different observations: expected equal; "
-                                   f"seed the env's RNG from reset's seed (super().reset(seed=seed), "
-                                   f"self.np_random)", ev))
-            return
-        name = type(layer).__name__
-        if keeps_state_by_design(layer):
-            self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
-                f"reset(seed={self.seed}) twice gave different observations, but the env inside the wrapper "
-                f"{name} gives the same ones: {name} keeps state across resets by design (running statistics), "
-                f"the env's RNG is seeded; runs with one seed differ by that state"),
-                {**ev, "cause": "wrapper_state", "wrapper": name, "advisory": True}, status=C.PASS))
-            return
-        self.rc.record(Finding(C.NONDETERMINISTIC_RESET, (
-            f"reset(seed={self.seed}) twice gave different observations, and the env inside the wrapper "
-            f"{name} gives the same ones: expected {name}.reset to be deterministic under a seed; pass reset's "
-            f"seed through (self.env.reset(seed=seed)) and seed any RNG of its own from it"),
-            {**ev, "cause": "wrapper", "wrapper": name}))
-
-    def _layer_reset(self, layer: Any) -> tuple[bool, Any]:
-        """One layer of the env's wrapper chain reset with the check's seed, under the watch."""
-        self.watch.enter("reset", self.rc.steps, self.rc.episodes)
-        try:
-            out = layer.reset(seed=self.seed)
-        except Exception:   # noqa: BLE001 -- the layer cannot be compared; the env's own reset says the rest
-            return False, None
-        finally:
-            self.watch.leave()
-        return True, out[0] if isinstance(out, tuple) and out else out
-
     def _began(self, obs: Any, info: Any) -> None:
         """An episode began with this reset: the checker and the audits see it."""
+        self._fresh = True
         self.rc.on_reset(obs, info)
         if self.ends is not None:
             self.ends.on_reset()
@@ -215,6 +169,7 @@ class DriverBase:
         ``masked``: the action was one the observation's action mask declared valid."""
         self.crashes += 1
         self._consecutive += 1
+        self.first_step_streak = self.first_step_streak + 1 if self._fresh and self.rc.episodes >= 1 else 0
         found = crash_finding("step", exc, self.rc.steps + 1, self.rc.episodes)
         if masked:
             found.message += ("; the action was one the observation's action mask declared valid: the mask and the env "
@@ -279,7 +234,8 @@ class DriverBase:
         q1 = runqueue_wait_s()
         self.last_wait = q1 - q0 if q0 is not None and q1 is not None else None
         w.leave()
-        self._consecutive = 0
+        self._consecutive = self.first_step_streak = 0
+        self._fresh = False
         return self._judge_step(action, out, dt)
 
     def _action(self) -> Any:
@@ -299,51 +255,18 @@ class DriverBase:
             if not self._prepare() or not self._determinism():
                 return
             self._consecutive = 0
-            for _ in range(self.budget):
-                if not self._step():
-                    return
-            if self.first_end is None:
+            stopped = not all(self._step() for _ in range(self.budget))
+            if not stopped and self.first_end is None:
                 self._extend()
-            if self.masked_steps and not self.stopped_early:
+            if self.masked_steps and not stopped and not self.stopped_early:
                 self._probe_mask()
-            if self.first_episode is not None and not self.stopped_early:
+            # a run stopped by crashes at the first step of each later episode: what reset() left
+            # behind is the likely cause, and the replay of the first episode tells
+            if self.first_episode is not None and ((not stopped and not self.stopped_early)
+                                                   or self.first_step_streak >= MAX_CONSECUTIVE_CRASHES):
                 self._probe_resets()
         finally:
             self._cleanup()
-
-    def _probe_resets(self) -> None:
-        """After the judged run (its reset(seed) pair deterministic): reset(seed) again and replay
-        the first episode's actions. A replay that leaves the first episode while attributes of
-        the env kept values of earlier episodes is RESET_KEEPS_STATE (a step counter, a terminal
-        flag, a previous observation that reset() does not restore). Then the unseeded resets
-        after a seeded one. Nothing of it is judged otherwise."""
-        if self.first_episode.steps:
-            self._replay_first_episode()
-        self._unseeded_after_seeded()
-
-    def _replay_first_episode(self) -> None:
-        got = self._layer_reset(self.env)
-        if not got[0]:
-            return
-        now = snapshot(self.env)
-        fe = self.first_episode
-
-        def step(action: Any) -> Any:
-            self.watch.enter("step", self.rc.steps, self.rc.episodes)
-            try:
-                return self.env.step(action)
-            finally:
-                self.watch.leave()
-
-        where = divergence(fe, got[1], step, values_equal)
-        kept = kept_fields(fe.attrs, now, values_equal)
-        if where is None or not kept:
-            return
-        self.rc.record(Finding(C.RESET_KEEPS_STATE, (
-            f"reset(seed={self.seed}) after {self.rc.episodes} episode(s) does not restore a fresh reset(seed="
-            f"{self.seed}): replaying the first episode's actions, {where}; kept from earlier episodes: "
-            f"{'; '.join(kept[:5])}; expected reset() to set every per-episode attribute again"),
-            {"seed": self.seed, "diverges": where, "kept": kept[:20], "episodes": self.rc.episodes}))
 
     def _extend(self) -> None:
         """EPISODE_NEVER_ENDS is about the env, not the budget: step on, every step judged
