@@ -356,6 +356,10 @@ def test_a_runner_slow_to_give_its_first_steps_is_no_streak_until_rllib_would_ca
     # IMPALA on a busy machine: 3 empty 2 s iterations, then steps again: no streak to name
     assert _no_samples_run(NoSamples({"sample_timeout_s": 20}), [500, 500, 500, 500, 900],
                            sampled=[500, 0, 0, 0, 400]) == []
+    # a synchronous run whose only runner hangs from its start (sample_timeout_s 1 s): its
+    # first three iterations sampled nothing, the first of them included
+    hung = _no_samples_run(NoSamples({"sample_timeout_s": 1}), [0, 0, 0], iter_s=1.1)
+    assert [e.iteration for e in hung] == [3] and "3 iterations in a row" in hung[0].message
     # a restored run: its first lifetime count is the checkpoint's, its own steps none yet
     restored = _no_samples_run(NoSamples({"sample_timeout_s": 20}), [10**6] * 6, sampled=[0] * 6)
     assert restored == []

@@ -227,7 +227,9 @@ class NoSamples:
         self.elapsed_s += took or 0.0
         if steps is None:
             return []
-        empty = self.last is not None and steps <= self.last
+        # the first result counts too when it holds no step at all (a runner hung from its start:
+        # RLlib's first three empty iterations were not a streak of three)
+        empty = steps <= self.last if self.last is not None else (steps == 0 and not _sampled_now(result))
         if (self.last is not None and not empty) or _sampled_now(result):
             self.started = True
         if empty and (self.started or self.elapsed_s > self.timeout_s):
