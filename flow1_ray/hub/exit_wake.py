@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import select
+import time
 
 
 class ExitWake:
@@ -51,8 +52,6 @@ class ExitWake:
         """Wait up to ``timeout`` s; earlier when a watched process exits (its pidfd is then
         dropped) or on :meth:`stop`. True when stopped."""
         if self._poll is None:
-            import time
-
             time.sleep(timeout)
             return self.stopped
         try:
