@@ -168,9 +168,11 @@ class Flow1Callbacks(RLlibCallback):
 
             run.hub.add_events.remote([watcher_off(DRIVER_WATCH, "the driver", self._watch_error,
                                                    "a build, train() or stop() that never returns").to_dict()])
+        from .checks.run.incidents import WAIT_HOLD_FACTOR
         from .checks.run.sampling import DiscardedSamples, NoSamples
 
-        self._no_samples = NoSamples(getattr(algorithm, "config", None))
+        self._no_samples = NoSamples(getattr(algorithm, "config", None),
+                                     first_call_s=WAIT_HOLD_FACTOR * self.OPTIONS.stall_timeout_s)
         self._discarded = DiscardedSamples(getattr(algorithm, "config", None))
         logger.info("flow1: run %s writing to %s", run.run_id, run.run_dir)
 

@@ -78,3 +78,45 @@ def env_frame(frames: list[tuple[str, int, str]], env_file: str | None) -> str |
     pick = next((f for f in frames if same(f[0])), None) or next((f for f in frames if not _is_library(f[0])),
                                                                   frames[0])
     return f"{pick[2]} ({Path(pick[0]).name}:{pick[1]})"
+
+
+#: Ray's own plumbing between a caller and the wait inside Ray's core worker
+_RAY_PLUMBING = ("/ray/_private/", "/ray/_raylet", "/ray/util/tracing/", "/ray/_common/")
+#: Ray's blocking calls, by the function of ``ray/_private/worker.py`` the stack ends in
+_RAY_WAITS = {"get": "ray.get", "get_objects": "ray.get", "wait": "ray.wait"}
+_ANY_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+
+
+def ray_wait(stack: str) -> dict | None:
+    """Where a stalled thread waits on another Ray process: None unless its innermost frames
+    are Ray's ``ray.get`` / ``ray.wait``; else the call, the first frame outside Ray's
+    plumbing that made it ("single_agent_env_runner.py:218 in sample"), that frame's source
+    line when the stack holds it, and whether that frame is RLlib's own code or the user's.
+    Reads a Python traceback (most recent call last) or a faulthandler block (most recent
+    call first)."""
+    first = "most recent call first" in stack
+    if first:   # faulthandler: the sampling thread's block (the one in RLlib's sample())
+        blocks = [b for b in stack.split("hread 0x") if "File " in b]
+        stack = next((b for b in blocks if "env_runner" in b or "sample" in b), blocks[0] if blocks else "")
+    lines = stack.splitlines()
+    frames: list[tuple[str, int, str, str]] = []
+    for i, ln in enumerate(lines):
+        m = _ANY_FRAME.search(ln)
+        if m:
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            code = "" if first or not nxt or _ANY_FRAME.search(nxt) else nxt
+            frames.append((m["file"], int(m["line"]), m["func"], code))
+    if not first:
+        frames = frames[::-1]   # most recent first
+    if not frames:
+        return None
+    i = 0
+    while i < len(frames) and any(p in frames[i][0].replace("\\", "/") for p in _RAY_PLUMBING):
+        i += 1
+    waits = [_RAY_WAITS[f[2]] for f in frames[:i] if f[0].replace("\\", "/").endswith("/ray/_private/worker.py")
+             and f[2] in _RAY_WAITS]
+    if not waits or i >= len(frames):
+        return None
+    file, line, func, code = frames[i]
+    return {"call": waits[-1], "frame": f"{Path(file).name}:{line} in {func}", "file": file, "code": code[:160],
+            "by": "rllib" if "/ray/rllib/" in file.replace("\\", "/") else "user"}

@@ -33,32 +33,13 @@ from typing import Any, Callable
 from ..checks.run.driver import SLOW_START_FACTOR, config_needs, explain_constructing, explain_pending
 from ..common import codes as C
 from ..common.events import Event
+from ..hub.actors import job_actors
 
 
 #: the driver's CPU share (of one core) over a quiet train() that counts as working
 BUSY_CPU_SHARE = 0.2
 
 logger = logging.getLogger("flow1_ray")
-
-
-def job_actors(job_id_hex: str) -> list[dict]:
-    """The job's actors from the GCS: class, state, required resources, node."""
-    from ray._private import state as st
-    from ray.core.generated import gcs_pb2
-
-    acc = st.state._connect_and_get_accessor()
-    out = []
-    for raw in acc.get_actor_table(None, None):
-        a = gcs_pb2.ActorTableData.FromString(raw)
-        if a.job_id.hex() != job_id_hex:
-            continue
-        out.append({"class": a.class_name, "state": gcs_pb2.ActorTableData.ActorState.Name(a.state),
-                    "resources": {k: float(v) for k, v in a.required_resources.items()},
-                    "node_id": a.address.node_id.hex(), "actor_id": a.actor_id.hex(),
-                    # a pending actor with a worker process is placed and inside its constructor
-                    # (measured: pid and worker id set; an unplaced one has neither)
-                    "pid": int(a.pid), "constructing": bool(a.address.worker_id) and a.pid > 0})
-    return out
 
 
 def _cpu_seconds() -> float | None:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..checks.run.incidents import WAIT_HOLD_FACTOR
 from ..common import schema as S
-from ..common.stacks import current_thread, env_frame, main_thread_stack
+from ..common.stacks import current_thread, env_frame, main_thread_stack, ray_wait
 from ..liveness.lockfile import BUSY, EXITING, STOPPED, Header, probe_fd, probe_lock, read_head, read_lock, read_tail
 from ..liveness.lockdir import SUFFIXES
 
@@ -54,6 +55,7 @@ class Tracked:
     header: Header | None = None
     stalled: bool = False
     killed: bool = False
+    kill_at: float | None = None   # stall_action='kill' of a wait in ray.get: deferred to then
     tb_size: int = 0
 
 
@@ -176,11 +178,17 @@ class LockScanner:
             if stack or late:
                 t.stalled = True
                 ev = self._event("stalled", t, now, stalled_s=round(stalled_for, 3), **stack)
-                if self.stall_action == "kill":
+                if self.stall_action == "kill" and ray_wait(stack.get("stack") or ""):
+                    # a wait on another actor may be its slow start (waits.py): killed at the hold's end
+                    t.kill_at = now - stalled_for + WAIT_HOLD_FACTOR * self.stall_timeout
+                    ev["kill_at_s"] = WAIT_HOLD_FACTOR * self.stall_timeout
+                elif self.stall_action == "kill":
                     ev["killed"] = self._kill(t, holder)
                 out.append(ev)
+        elif stalled_for is not None and t.kill_at is not None and now >= t.kill_at and not t.killed:
+            self._kill(t, holder)
         elif stalled_for is None and t.stalled:
-            t.stalled = False
+            t.stalled, t.kill_at = False, None
             out.append(self._event("recovered", t, now))
         return out
 

@@ -20,8 +20,10 @@ from ..common import schema as S
 from ..common.events import Event
 from ..checks.own.watchers import CONTENTION, PROBE, error_line, watcher_off
 from ..checks.run.incidents import MonitorCore, _who
+from .actors import starting_actors
 from .exits import GCS_LOOKUP_DEADLINE_S, ExitLookup
-from .nodes import NodeWatch
+from .nodes import NodeWatch, memory_of
+from .waits import WaitHolds
 
 #: how often the monitor compares the probed nodes with the cluster's alive nodes
 NODE_CHECK_S = 2.0
@@ -70,6 +72,7 @@ class MonitorService(MonitorCore):
         self._deaths: queue.Queue = queue.Queue()
         self._details: queue.Queue = queue.Queue(maxsize=DETAIL_QUEUE)   # deaths awaiting Ray's words
         self._exits = ExitLookup()             # Ray's exit detail of the deaths (exits.py)
+        self.waits = WaitHolds(stall_timeout_s, lambda: starting_actors(job_id))   # stalls in ray.get (waits.py)
         self._probes_lock = threading.Lock()
         threading.Thread(target=self._death_loop, daemon=True, name="flow1-deaths").start()
         threading.Thread(target=self._detail_loop, daemon=True, name="flow1-exit-details").start()
@@ -204,6 +207,8 @@ class MonitorService(MonitorCore):
         while True:
             time.sleep(NODE_TICK_S)
             try:
+                for node_id, ch in self.waits.due(time.time()):   # held stalls that are findings now
+                    self._send(self.events_for(node_id, [ch]))
                 self.suspect_nodes(time.monotonic())
                 if time.monotonic() - last_nodes < NODE_CHECK_S:
                     continue
@@ -318,10 +323,17 @@ class MonitorService(MonitorCore):
                                 node_id=node_id))
         for ch in map(self.graceful, changes):   # in the scan's order: a start, a death, a successor
             try:
+                if ch["kind"] == "stalled" and self.waits.hold(node_id, ch):
+                    continue   # waits in ray.get while an actor of the run starts: held (waits.py)
+                advisory, stall = self.waits.end(ch) if ch["kind"] != "stalled" else (None, None)
+                events += self.events_for(node_id, [stall]) if stall else []   # before the death that ends it
                 if ch["kind"] == "died":   # reported on the deaths thread, Ray's detail after it
                     self._deaths.put((node_id, ch, self.update(node_id, ch)))
                 else:
                     events += self.events_for(node_id, [ch])
+                if advisory:   # the held stall ended: a slow start, not a hang
+                    events.append(Event(C.SLOW_START, advisory, {"key": ch["key"], **ch["held"]}, status=C.PASS,
+                                        **self.update(node_id, ch)))
             except Exception as e:  # a fire-and-forget call would lose this silently: keep it
                 self.probe_errors.append(f"events: {type(e).__name__}: {e}")
         try:   # judged on its own thread: a slow judgement never delays the next scan
@@ -359,23 +371,9 @@ class MonitorService(MonitorCore):
         st = self.status()
         st["probes"] = len(self.probes)
         st["scan_ms"] = {n[:8]: s.get("last_scan_ms") for n, s in self.summaries.items()}
-        st["memory"] = self.memory()
+        st["memory"] = memory_of(list(self.summaries.values()))
         st["nodes_suspected"] = sorted(self.nodes.suspected)
         return st
-
-    def memory(self) -> dict:
-        """The EnvRunners' resident memory (sum of the last RSS each wrote into its lock
-        file, MB) and the fullest node's memory use (%), from the probes' last summaries."""
-        rss = [w["rss"] for s in list(self.summaries.values()) for w in s.get("workers", [])
-               if w.get("rss") and w.get("role", "env_runner") == "env_runner"]
-        node = [s["load"]["mem_usage_percent"] for s in list(self.summaries.values())
-                if s.get("load", {}).get("mem_usage_percent") is not None]
-        out: dict = {}
-        if rss:
-            out["runners_rss_mb"] = round(sum(rss) / 1e6, 1)
-        if node:
-            out["node_percent"] = max(node)
-        return out
 
     def probe_pids(self) -> list[int]:
         import ray

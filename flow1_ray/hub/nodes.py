@@ -78,3 +78,17 @@ class NodeWatch:
                     f"(the machine is gone or cut off)")
         except OSError as e:
             return f"its raylet at {addr[0]}:{addr[1]} is unreachable ({e.strerror or e})"
+
+
+def memory_of(summaries: list[dict]) -> dict:
+    """The EnvRunners' resident memory (sum of the last RSS each wrote into its lock file, MB)
+    and the fullest node's memory use (%), from the probes' last summaries."""
+    rss = [w["rss"] for s in summaries for w in s.get("workers", [])
+           if w.get("rss") and w.get("role", "env_runner") == "env_runner"]
+    node = [s["load"]["mem_usage_percent"] for s in summaries if s.get("load", {}).get("mem_usage_percent") is not None]
+    out: dict = {}
+    if rss:
+        out["runners_rss_mb"] = round(sum(rss) / 1e6, 1)
+    if node:
+        out["node_percent"] = max(node)
+    return out

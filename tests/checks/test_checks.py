@@ -323,15 +323,36 @@ def test_live_checks_need_repeated_stalls_and_spend_the_drift_alpha():
 
 
 # --- NO_SAMPLES: iterations that train on nothing ------------------------------------------
-def _no_samples_run(rule, steps, iter_s=2.0, sampled=None):
+def _no_samples_run(rule, steps, iter_s=2.0, sampled=None, dropped=None, runners=None):
     found = []
     for i, s in enumerate(steps, 1):
         result = {"num_env_steps_sampled_lifetime": s, "time_this_iter_s": iter_s,
-                  "fault_tolerance": {"num_env_runners_dropped_lifetime": 0, "num_healthy_workers": 1}}
+                  "fault_tolerance": {"num_env_runners_dropped_lifetime": dropped[i - 1] if dropped else 0,
+                                      "num_healthy_workers": 1}}
         if sampled is not None:
             result["env_runners"] = {"num_env_steps_sampled": sampled[i - 1]}
-        found += rule.add(result, i)
+        found += rule.add(result, i, runners[i - 1] if runners else None)
     return found
+
+
+def test_a_run_whose_runners_are_all_inside_their_first_sample_waits_for_the_liveness_watch():
+    """APPO on a loaded machine: its runner waits ~40 s in its first sample() for RLlib's
+    EnvRunnerStateServer to start (2 s iterations, none left out, no sample() returned): the
+    start's grace is then first_call_s (the stall hold's limit), not sample_timeout_s; a
+    runner that returned a call, or a call RLlib left out, brings back the short grace."""
+    from flow1_ray.checks.run.sampling import NoSamples
+
+    slow = _no_samples_run(NoSamples({"sample_timeout_s": 20}, first_call_s=150.0), [0] * 22 + [500])
+    assert slow == []
+    never = _no_samples_run(NoSamples({"sample_timeout_s": 20}, first_call_s=150.0), [0] * 80)
+    assert [e.iteration for e in never] == [78], [e.iteration for e in never]
+    assert "no EnvRunner has returned from a sample() call yet" in never[0].message
+    returned = [{}] * 5 + [{"1": {"calls": 1, "late": 0}}] * 9
+    early = _no_samples_run(NoSamples({"sample_timeout_s": 20}, first_call_s=150.0), [0] * 14, runners=returned)
+    assert [e.iteration for e in early] == [13] and "no EnvRunner has returned" not in early[0].message
+    dropped = _no_samples_run(NoSamples({"sample_timeout_s": 20}, first_call_s=150.0), [0] * 14,
+                              dropped=list(range(14)))
+    assert [e.iteration for e in dropped] == [13]
 
 
 def test_a_runner_slow_to_give_its_first_steps_is_no_streak_until_rllib_would_call_it_late():

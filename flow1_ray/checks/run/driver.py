@@ -23,7 +23,8 @@ RULES = (
     Rule("SLOW_START", C.RESOURCE, C.PASS,
          "advisory: the build waited > startup_timeout_s for actors that are placed and still in their "
          "constructor (an env with a long init, a busy machine); a WARN once that lasts "
-         "10x startup_timeout_s", evidence=("waited_s", "constructing")),
+         "10x startup_timeout_s; or a runner that waited > stall_timeout_s in ray.get while an actor of the run "
+         "was starting, and steps again", evidence=("waited_s", "constructing", "starting")),
 )
 
 #: a build whose placed actors are still constructing after this x startup_timeout_s is a WARN

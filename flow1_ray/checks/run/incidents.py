@@ -18,9 +18,16 @@ from ..rule import Rule
 from .death_cause import ENV, cause_clause, death_component, likely_origin, origin_clause
 from ...common.events import Event
 
+#: a stall inside ray.get held for an actor's start (hub/waits.py) is a WORKER_STALLED after this
+#: x stall_timeout_s (150 s with the defaults, as the build's own slow start is a WARN after 150 s);
+#: stall_action='kill' kills such a runner then, and NO_SAMPLES waits as long for a run's first sample()
+WAIT_HOLD_FACTOR = 5
+
 RULES = (
     Rule("WORKER_DIED", C.WORKER, C.FAIL, "an EnvRunner's lock was released: its process is gone"),
-    Rule("WORKER_STALLED", C.WORKER, C.FAIL, "lock held but no heartbeat for stall_timeout_s"),
+    Rule("WORKER_STALLED", C.WORKER, C.FAIL, "lock held but no heartbeat for stall_timeout_s; a wait in ray.get "
+         "while an actor of the run starts is held until the actors are up plus stall_timeout_s, at most "
+         f"{WAIT_HOLD_FACTOR}x stall_timeout_s"),
     Rule("LEARNER_DIED", C.WORKER, C.FAIL, "a Learner actor's lock was released: its process is gone"),
     Rule("LEARNER_STALLED", C.WORKER, C.FAIL, "a Learner actor inside update() made no gradient step for stall_timeout_s"),
     Rule("WORKER_RESTARTED", C.WORKER, C.WARN, "a new process took over a worker index"),
@@ -38,6 +45,29 @@ def _who(ch: dict) -> str:
         return f"learner {ch.get('worker_index')} (pid {ch.get('pid')})"
     kind = "eval" if ch.get("eval") else "train"
     return f"{kind} worker {ch.get('worker_index')} (pid {ch.get('pid')})"
+
+
+def wait_clause(wait: dict) -> str:
+    """"in ray.get at single_agent_env_runner.py:218 in sample (RLlib's code: `...`)": where a
+    stalled runner waits on another Ray process (:func:`flow1_ray.common.stacks.ray_wait`)."""
+    whose = "RLlib's code" if wait.get("by") == "rllib" else "its code"
+    code = f": `{wait['code']}`" if wait.get("code") else ""
+    return f"in {wait['call']} at {wait['frame']} ({whose}{code})"
+
+
+def _waiting(ch: dict) -> str:
+    """A stall inside ray.get / ray.wait: the wait, and what the run's actors were doing
+    (:mod:`flow1_ray.hub.waits` held it while one of them started)."""
+    text = f"stuck {wait_clause(ch['ray_wait'])}: it waits on another Ray actor or task"
+    held = ch.get("held") or {}
+    if held and ch.get("actors_up"):
+        return text + (f"; it waited {held.get('held_s', 0):.0f} s for {', '.join(held.get('starting', []))} to "
+                       f"start, and still no step now that the run's actors are up")
+    if held:
+        return text + f"; {', '.join(held.get('starting', []))} still not up after {held.get('held_s', 0):.0f} s"
+    if ch.get("actors_up"):
+        return text + "; every actor of the run is up: the one it waits on does not answer"
+    return text
 
 
 def _is_learner(ch: dict) -> bool:
@@ -220,20 +250,24 @@ class MonitorCore:
     def _stalled(self, ch: dict, where: dict) -> Event:
         stack = ch.get("stack", "")
         top = _last_line(stack)
-        action = ("; flow1 killed it (stall_action='kill') so that Ray restarts it" if ch.get("killed")
-                  else f"; stall_action='{self.stall_action}'")
+        action = ("; flow1 killed it (stall_action='kill') so that Ray restarts it" if ch.get("killed") else
+                  f"; stall_action='kill': flow1 kills it if it still makes no step {ch['kill_at_s']:g} s after its "
+                  f"last (a wait on another actor may be that actor's slow start)" if ch.get("kill_at_s") else
+                  f"; stall_action='{self.stall_action}'")
         place = f" {ch['where']}" if ch.get("where") else ""
         unit = "no gradient step" if _is_learner(ch) else "no step"
         if _is_learner(ch):
             place = " inside update()"
         msg = (f"{_who(ch)} stalled: {unit} for {ch.get('stalled_s', 0):.1f} s{place} "
-               f"(stall_timeout_s {self.stall_timeout:g}); stuck at {top or 'unknown frame'}{action}")
+               f"(stall_timeout_s {self.stall_timeout:g}); "
+               + (_waiting(ch) if ch.get("ray_wait") else f"stuck at {top or 'unknown frame'}") + action)
         return Event(C.LEARNER_STALLED if _is_learner(ch) else C.WORKER_STALLED, msg,
                      {"key": ch.get("key"), "role": ch.get("role", "env_runner"), "eval": ch.get("eval"),
                       "stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
                       "top_frame": top,
                       "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
-                      "steps": ch.get("steps")}, **where)
+                      "steps": ch.get("steps"), "ray_wait": ch.get("ray_wait"), "held": ch.get("held"),
+                      "kill_at_s": ch.get("kill_at_s")}, **where)
 
     def rebuild(self, events: list[Event]) -> dict[str, dict]:
         """A restarted hub's worker table from the run's recorded events (in time order):

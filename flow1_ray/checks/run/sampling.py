@@ -22,6 +22,7 @@ from typing import Any
 from ...common import codes as C
 from ...common.events import Event
 from ..rule import Rule
+from .incidents import WAIT_HOLD_FACTOR
 
 #: iterations on which RLlib's drop counter rose before RUNNER_SAMPLES_DISCARDED
 DISCARD_MIN_ITERS = 2
@@ -30,7 +31,8 @@ RULES = (
     Rule("NO_SAMPLES", C.WORKER, C.WARN,
          "training iterations sampled 0 env steps several times in a row (runners dropped or late), the "
          "streak lasting sample_timeout_s (an asynchronous algorithm's short iterations may return empty a few "
-         "times); before a run's first steps, only once its iterations outlast sample_timeout_s (a runner's start)"),
+         "times); before a run's first steps, only once its iterations outlast sample_timeout_s (a runner's start), "
+         f"and {WAIT_HOLD_FACTOR}x stall_timeout_s while no runner has returned from a sample() call"),
     Rule("RUNNER_SAMPLES_DISCARDED", C.WORKER, C.WARN,
          "RLlib left out late sample() calls (fault_tolerance/num_env_runners_dropped_lifetime rose) on "
          f"{DISCARD_MIN_ITERS} iterations and EnvRunners' own timing shows calls longer than sample_timeout_s: "
@@ -202,9 +204,11 @@ class NoSamples:
     return empty a few times in a row while its runner syncs weights on a busy machine
     (measured: IMPALA, 3 empty iterations of 2 s, sampling again at the next)."""
 
-    def __init__(self, config: Any = None, iters: int = NO_SAMPLES_ITERS) -> None:
+    def __init__(self, config: Any = None, iters: int = NO_SAMPLES_ITERS, first_call_s: float = 0.0) -> None:
         self.iters = iters
         self.timeout_s = _sample_timeout(config)
+        self.first_call_s = first_call_s   # the start's grace while no runner has returned a sample()
+        self.dropped_first: Any = None     # RLlib's drop counter at the first result
         self.started = False      # steps arrived in this run
         self.elapsed_s = 0.0      # this run's iterations' time so far
         self.last: int | None = None
@@ -232,7 +236,9 @@ class NoSamples:
         empty = steps <= self.last if self.last is not None else (steps == 0 and not _sampled_now(result))
         if (self.last is not None and not empty) or _sampled_now(result):
             self.started = True
-        if empty and (self.started or self.elapsed_s > self.timeout_s):
+        if self.dropped_first is None:   # a fresh run's counter starts at 0, a restored one's where it was
+            self.dropped_first = 0 if steps == 0 else dropped
+        if empty and (self.started or self.elapsed_s > self._start_grace(runners, dropped)):
             if self.streak == 0:   # the drops of this iteration count: from the count before it
                 # a run that never sampled: its whole time so far is the streak's
                 self.dropped_at_start = self.prev_dropped
@@ -248,8 +254,25 @@ class NoSamples:
         self.reported = True
         return [self._finding(iteration, dropped, ft, runners or {})]
 
+    def _start_grace(self, runners: dict | None, dropped: Any) -> float:
+        """Before a run's first steps: ``sample_timeout_s``; ``first_call_s`` when longer, no
+        runner has returned from a sample() call yet and RLlib has left none out -- each
+        runner is still inside its first call, where the liveness watch names a hang
+        (WORKER_STALLED) or an actor's slow start (SLOW_START: IMPALA's runners wait for
+        RLlib's EnvRunnerStateServer, 108 s measured on a loaded 2-core machine). A call RLlib
+        left out (a synchronous algorithm's sample_timeout_s) is the empty iterations' cause:
+        the short grace then."""
+        returned = any(isinstance(v, dict) and (v.get("calls") or 0) > 0 for v in (runners or {}).values())
+        try:
+            left_out = float(dropped) > float(self.dropped_first)
+        except (TypeError, ValueError):
+            left_out = False
+        return self.timeout_s if returned or left_out else max(self.timeout_s, self.first_call_s)
+
     def _finding(self, iteration: int, dropped: Any, ft: dict, runners: dict) -> Event:
         why = []
+        if not self.started and not any(isinstance(v, dict) and (v.get("calls") or 0) > 0 for v in runners.values()):
+            why.append("no EnvRunner has returned from a sample() call yet")
         late = sorted((int(k), v) for k, v in runners.items() if isinstance(v, dict) and v.get("late"))
         if late:
             why.append("every late runner's sample() outlasts sample_timeout_s: " + ", ".join(
