@@ -2,7 +2,12 @@
 fault against the cause its thread established, each fixed twin's silence, and the same envs
 through gymnasium's and SB3's ``check_env`` for comparison.
 
-    python scripts/corpus.py [--json PATH] [--only ID ...]
+    python scripts/corpus.py [--json PATH] [--only ID ...] [--live]
+
+``--live`` adds the live half (``tests/envs/corpus_live.py``): learning pathologies of PPO, DQN
+and SAC reproduced as real RLlib trainings, each fault and its fixed twin trained with flow1 on
+a local Ray of 2 CPUs (minutes; the time of each case is printed). The peers have no verdict on
+a training run.
 
 A peer checker "flags" an env when it raises or warns on it (whatever it says: a generous
 count); flow1 "names" a fault when a WARN or FAIL carries a code that names the established
@@ -66,6 +71,46 @@ def run_case(c) -> dict:
             "seconds": round(time.perf_counter() - t0, 2), **peers(c)}
 
 
+def run_live_case(c, out: Path) -> dict:
+    """A live case: its fault and its twin trained with flow1 (``corpus_live.train``)."""
+    from corpus_live import loud_codes, train
+
+    fault, fault_s = train(c.fault, c.iterations, out / c.id / "fault")
+    twin, twin_s = train(c.twin, c.iterations, out / c.id / "twin")
+    codes = loud_codes(fault)
+    named = NAMED if codes & c.names else (MISNAMED if codes else MISSED)
+    return {"id": c.id, "category": c.category, "address": c.address, "cause": c.cause, "names": sorted(c.names),
+            "flow1": named, "flow1_codes": sorted(codes), "twin_loud": sorted(loud_codes(twin)), "gap": c.gap,
+            "seconds": round(fault_s + twin_s, 1), "gymnasium": "n/a (a training run)",
+            "gymnasium_twin": "n/a", "sb3": "n/a (a training run)", "sb3_twin": "n/a"}
+
+
+def live_rows(only: list[str] | None) -> list[dict]:
+    import os
+    import tempfile
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from corpus_live import LIVE_CASES
+
+    todo = [c for c in LIVE_CASES if not only or c.id in only]
+    if not todo:
+        return []
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
+             log_to_driver=False, configure_logging=False)
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            rows = []
+            for c in todo:
+                rows.append(run_live_case(c, Path(out)))
+                print(f"{c.id}: {rows[-1]['flow1']} {rows[-1]['flow1_codes']}, twin "
+                      f"{rows[-1]['twin_loud'] or 'silent'} ({rows[-1]['seconds']} s)", flush=True)
+            return rows
+    finally:
+        ray.shutdown()
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| case | category | flow1 | flow1's codes | twin | gymnasium | SB3 |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -93,10 +138,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", metavar="PATH", help="write every row as JSON to PATH")
     ap.add_argument("--only", nargs="+", metavar="ID", help="run these cases only")
+    ap.add_argument("--live", action="store_true", help="add the live half: real RLlib trainings (minutes)")
     args = ap.parse_args()
     todo = [c for c in cases() if not args.only or c.id in args.only]
     t0 = time.perf_counter()
     rows = [run_case(c) for c in todo]
+    if args.live:
+        rows += live_rows(args.only)
     print(table(rows))
     print()
     for r in rows:
