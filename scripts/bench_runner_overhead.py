@@ -132,10 +132,14 @@ def main() -> int:
                 prof.disable()
             wall[name].append((time.perf_counter() - t0) / steps)
             cpu[name].append((time.process_time() - c0) / steps)
+    from flow1_ray.runner.cost import account
+
     own = {}   # each flow1 runner's own accounting (RunnerAgent.cost): what it measures of itself
+    accounts = {}   # ... and its CPU account per feature (flow1_ray/runner/cost.py)
     for name, r in runners.items():
         for agent in (ag for c in getattr(r, "_callbacks", []) for ag in getattr(c, "_agents", {}).values()):
             own[name] = (agent.budget.checks_s, agent.hooks_s, agent.sample_s, agent.budget.rate)
+            accounts[name] = account([agent.cost()["cost"]])
     for r in runners.values():
         r.stop()
     ray.shutdown()
@@ -153,6 +157,14 @@ def main() -> int:
     for name, (checks, hooks, total, rate) in own.items():
         print(f"{name:14s} its own accounting: checks {checks / total:.2%} (rate now {rate:.3f}), per-sample() hooks "
               f"{hooks / total:.2%} of its sample() time (warm-up included; the vector step's wrapper not counted)")
+    for name, acc in accounts.items():
+        if not acc:
+            continue
+        print(f"{name:14s} its CPU account (thread CPU, warm-up included): runner {acc['runner_us_per_step']:.1f} us "
+              f"per step without flow1, flow1 {acc['flow1_share']:.2%} of it"
+              + (f"; over budget: {', '.join(acc['over_budget'])}" if acc["over_budget"] else ""))
+        for feature, f in acc["features"].items():
+            print(f"{'':14s}   {feature:9s} {f['us_per_step']:8.3f} us/step  {f['share']:7.3%}  (budget {f['budget']:.1%})")
     if prof is not None and profiled is not None:
         print(f"profiled: {profiled} (its timings above include cProfile's overhead)")
         print_flow1_share(prof)

@@ -118,12 +118,17 @@ def check_rate(sampling: dict) -> dict | None:
 
 
 def runner_cost(sampling: dict) -> dict | None:
-    """flow1's own time in all runners so far and its share of their sample() time."""
+    """flow1's own time in all runners so far and its share of their sample() time (wall), and
+    the CPU account (``cpu``: per feature, CPU per env step as a share of the runners' own,
+    :func:`flow1_ray.runner.cost.account`)."""
+    from ..runner.cost import account
+
     parts = [v for v in sampling.values() if isinstance(v, dict) and v.get("sample_s")]
     if not parts:
         return None
     own, total = sum(float(v.get("flow1_s", 0.0)) for v in parts), sum(float(v["sample_s"]) for v in parts)
-    return {"share": round(own / total, 5) if total > 0 else None, "flow1_s": round(own, 3), "sample_s": round(total, 2)}
+    return {"share": round(own / total, 5) if total > 0 else None, "flow1_s": round(own, 3), "sample_s": round(total, 2),
+            "cpu": account([v["cost"] for v in parts if isinstance(v.get("cost"), dict)])}
 
 
 def as_float(x: Any) -> float | None:

@@ -34,6 +34,10 @@ FINDINGS_PER_PID = 4
 PIDS_KEPT = 2048
 HEATMAP_DRAIN_S = 20.0       # close() waits at most this long for queued heatmaps
 MIN_FLUSH_GAP_S = 0.5        # a WARN/FAIL or a metric row is written within this, not flush_interval_s
+#: a death or a lost node is written at once: at most one such flush per this gap (a node's
+#: runners dying together are one flush, not one file part each)
+URGENT_FLUSH_GAP_S = 0.02
+URGENT_CODES = frozenset({C.WORKER_DIED, C.LEARNER_DIED, C.NODE_LOST})
 
 
 class RecorderCore:
@@ -75,6 +79,7 @@ class RecorderCore:
         self.write_failures = 0               # flushes that could not write everything (rows kept)
         self._writing_off = False             # a WATCHER_OFF for the Recorder is out (until a write works)
         self._soon = threading.Event()        # a WARN/FAIL or a metric row: flush without waiting the interval
+        self._urgent = False                  # ... a death among them: without the gap either
         self._internal_n = 0
         self.sampling: dict[int, dict] = {}     # worker index -> its sample() timing (SampleTimes.as_dict)
         self.events_written = 0               # rows in events/ (the heartbeat says it: a reader can tell parts missing)
@@ -91,6 +96,7 @@ class RecorderCore:
                 self._events.append(e)
                 self._count(e)
                 if e.status != C.PASS:
+                    self._urgent = self._urgent or e.code in URGENT_CODES
                     self._soon.set()
                 self._seq += 1
                 self._lines.append((self._seq, e.log_line()))
@@ -284,8 +290,19 @@ class RecorderCore:
         """The end: the last rows, then the stop record (a run without one ended without a
         word); ``clean=False`` when the Algorithm's process died under the hub."""
         self.flush()
-        write_stop(self.run_dir, self.last_iteration, how, clean, events_written=self.events_written)
+        write_stop(self.run_dir, self.last_iteration, how, clean, events_written=self.events_written,
+                   cost=self.cost())
         return self.status()
+
+    def cost(self) -> dict | None:
+        """flow1's CPU account over the runners last heard (flow1_ray/runner/cost.py); None
+        when none has sent it or it cannot be made."""
+        from ..runner.cost import account
+
+        try:
+            return account([v["cost"] for v in list(self.sampling.values()) if isinstance(v.get("cost"), dict)])
+        except Exception:
+            return None
 
     def crash_recorded(self, pid: int) -> bool:
         """Whether an ENV_CRASHED of this process has been recorded (the monitor asks before
@@ -334,12 +351,14 @@ class RecorderService(RecorderCore):
     def _loop(self) -> None:
         """Flush every ``flush_interval_s``, and soon after a WARN/FAIL or an iteration's
         metric row (at most one flush per MIN_FLUSH_GAP_S): what a SIGKILLed driver takes
-        with it (its hub dies with it) is bounded by that gap, not by the interval."""
+        with it (its hub dies with it) is bounded by that gap, not by the interval. A death
+        (URGENT_CODES) is written at once: the gap is then URGENT_FLUSH_GAP_S."""
         last = time.monotonic()
         while not self._stop.is_set():
             self._soon.wait(self.flush_interval)
             self._soon.clear()
-            gap = MIN_FLUSH_GAP_S - (time.monotonic() - last)
+            urgent, self._urgent = self._urgent, False
+            gap = (URGENT_FLUSH_GAP_S if urgent else MIN_FLUSH_GAP_S) - (time.monotonic() - last)
             if gap > 0 and self._stop.wait(gap):
                 return
             last = time.monotonic()

@@ -54,6 +54,7 @@ class NoLiveness:
     failure is reported as WATCHER_OFF): the step wrappers run unchanged, nothing is written."""
 
     cause_recorded = False
+    watchdog_cpu_s = 0.0
 
     def __init__(self) -> None:
         self.state, self.steps, self.in_step_since, self.step_time_ema = IDLE, 0, 0.0, 0.0
@@ -108,6 +109,7 @@ class WorkerLiveness:
         self.stack_path = directory / f"{name}.stack"
         self.exc_path = directory / f"{name}.exc"
         self.interval = heartbeat_interval_s
+        self.watchdog_cpu_s = 0.0   # the watchdog thread's own CPU
         self.stall_timeout = stall_timeout_s
         self.worker_index = int(meta.get("worker_index", -1))
         self.state = IDLE
@@ -227,6 +229,7 @@ class WorkerLiveness:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
+            c0 = time.thread_time()
             self.rss = _rss()
             self.write_header()
             now = time.time()
@@ -234,6 +237,7 @@ class WorkerLiveness:
             if self.state == BUSY and not self._stack_written and now - since > self.stall_timeout:
                 self._write_stack(now - since)
             self._rearm(now, since)
+            self.watchdog_cpu_s += time.thread_time() - c0   # flow1's cost account (runner/cost.py)
 
     def _rearm(self, now: float, since: float) -> None:
         """faulthandler's C timer, set from this thread at most every REARM_S while the process

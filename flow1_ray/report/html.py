@@ -25,6 +25,7 @@ from ..common.events import one_line
 from ..rundir.reading import read_file, read_table
 from ..rundir.store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
 from ..clustering.describe import HOW_TO_READ
+from ..rundir.cost_record import cost_table
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, code_entries, ema_label, findings_by_module, rule_signals, timeline_marks
 
@@ -111,6 +112,9 @@ td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixela
 </table>
 {% if w.png %}<img alt="what-if {{ w.id }} curves" src="data:image/png;base64,{{ w.png }}">{% endif %}
 {% endfor %}
+{% if cost %}<h2>flow1's own cost</h2><p class="muted">{{ cost[0] }}</p>
+<table><tr><th>feature</th><th>CPU per env step</th><th>share of the runner's</th><th>budget</th></tr>
+{% for r in cost[1] %}<tr><td>{{ r[0] }}</td><td>{{ r[1] }}</td><td>{{ r[2] }}</td><td>{{ r[3] }}</td></tr>{% endfor %}</table>{% endif %}
 {% if snapshots %}<h2>Learner snapshots</h2><ul>{% for s in snapshots %}<li>{{ s }}</li>{% endfor %}</ul>{% endif %}
 {% if codes %}<h2 id="codes">What the codes mean</h2>
 <p class="muted">Each code of the findings above, as flow1's rules declare it (the trigger with the default thresholds; a finding's evidence holds the thresholds it was judged with). The full entry of each is in flow1's docs, on the page named.</p>
@@ -374,4 +378,4 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
         modules=modules, codes=code_entries(e["code"] for _, evs in modules for e in evs), timeline=timeline,
         curves=curves, signals=signals, heatmaps=heatmaps,
         gradients=gradients, snapshots=snapshots, whatifs=whatifs, cluster_modules=cluster_modules,
-        how_to_read=HOW_TO_READ)
+        how_to_read=HOW_TO_READ, cost=cost_table(((report.completeness or {}).get("stop") or {}).get("cost")))

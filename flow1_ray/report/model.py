@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..rundir.cost_record import cost_table
 from ..common import codes as C
 from ..common.events import Event, jsonable, one_line
 from ..rundir.runrecord import RUN_JSON
@@ -344,6 +345,9 @@ class Report:
 
                 lines += ["", f"![P(action | cluster)]({quote(sa['heatmaps'][-1])})", "",
                           f"{len(sa['heatmaps'])} heatmap(s) in `heatmaps/`."]
+        cost = cost_lines(((self.completeness or {}).get("stop") or {}).get("cost"))
+        if cost:
+            lines += ["", "## flow1's own cost", ""] + cost
         for w in self.summary.get("whatif") or []:
             lines += ["", f"## What-if {md(w['id'])}: the advice tested", "",
                       f"From {md(w.get('checkpoint'))}, {md(w.get('seeds'))} seeds x {md(w.get('iterations'))} "
@@ -353,6 +357,16 @@ class Report:
                              f"{md(v.get('why'))} |")
             lines += [f"- failed: {md(f)}" for f in w.get("failed", [])]
         return "\n".join(lines) + "\n"
+
+
+def cost_lines(cost: Any) -> list[str]:
+    """:func:`cost_table` as Markdown; [] without one."""
+    table = cost_table(cost)
+    if table is None:
+        return []
+    head, rows = table
+    return [md(head), "", "| feature | CPU per env step | share of the runner's | budget |", "|---|---|---|---|"] + [
+        "| " + " | ".join(md(x) for x in r) + " |" for r in rows]
 
 
 def cluster_line(c: dict[str, Any]) -> str:

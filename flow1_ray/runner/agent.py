@@ -11,7 +11,7 @@
   states right after the call, from the wrapper (RLlib's ``on_sample_end`` sees the same
   list); a small sample (off-policy algorithms sample one step per call, hundreds of calls a
   second) is held, with each episode's length and end as they were, and read with the
-  next ones, at most ``HOLD_STEPS`` steps or ``HOLD_S`` seconds later.
+  next ones, at most ``HOLD_STEPS`` steps or ``HOLD_S`` seconds later (holding.py).
 - Sends: after a read, and only when there is something new, one fire-and-forget call to
   the run's hub (its Recorder); when the hub's limit of calls in flight (3x
   ``max_pending_calls``) is reached the batch is dropped and counted (SAMPLES_DROPPED).
@@ -43,17 +43,16 @@ from ..checks.own.watchers import LIVENESS, STATE_SAMPLING, TRACEBACK, error_lin
 from ..liveness.holder import NoLiveness, WorkerLiveness
 from ..liveness.lockdir import job_lock_dir
 from ..checks.own.budgets import CheckBudget
+from .cost import CostAccount, thread_time
 from .sender import Sender
 from .reward_audit import LiveRewardAudit
 from .env_watch import EnvWatch
+from .holding import SampleHolding
 from .states import StateSampler
 from ..liveness.crash_site import crash_site, done_in_failed_call, watch_os_exit, where_sampling, wrap_state_sync
 
 JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
 JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
-HOLD_MAX_SAMPLE_STEPS = 64   # a sample() of fewer steps is held and read with the next ones...
-HOLD_STEPS = 512             # ... until this many steps are held
-HOLD_S = 0.2                 # ... or the first was held this long ago
 SAMPLE_TIMES_EVERY_S = 2.0    # a runner's sample() timing goes to the hub this often (a late call at once)
 WATCHDOG_TICK_S = 0.25        # the watchdog writes the heartbeat and checks for a stall this often
 
@@ -62,7 +61,7 @@ WATCHDOG_TICK_S = 0.25        # the watchdog writes the heartbeat and checks for
 LOCAL_RUN: dict[str, str] = {}
 
 
-class RunnerAgent(EnvWatch):
+class RunnerAgent(EnvWatch, SampleHolding):
     def __init__(self, env_runner: Any, opts: Flow1Options) -> None:
         import ray
 
@@ -102,6 +101,8 @@ class RunnerAgent(EnvWatch):
         self.budget = CheckBudget(opts.sample_rate, opts.check_budget, opts.min_sample_rate)
         self._times_sent = -SAMPLE_TIMES_EVERY_S   # perf_counter() of the last send
         self.hooks_s = 0.0    # flow1's own time in on_sample_end (less the judgements) and after each sample()
+        self.account = CostAccount()   # flow1's own CPU per feature (cost.py)
+        self._parts_s = 0.0   # CPU booked to features inside the current after-sample() work
         self.sample_s = 0.0   # the sample() calls' time
         self.states: StateSampler | None = None
         self.audit: LiveRewardAudit | None = None   # options.audit_reward, on one runner
@@ -131,7 +132,7 @@ class RunnerAgent(EnvWatch):
             lv.busy()
             if not self._sync_wrapped:   # the module exists by the first sample(): the weight sync's parts
                 self._sync_wrapped = wrap_state_sync(env_runner, lv.record_cause) > 0
-            s0, t0 = lv.steps, clock()
+            s0, t0, c0 = lv.steps, clock(), thread_time()
             samples = None
             try:
                 samples = sample(*args, **kwargs)
@@ -145,6 +146,7 @@ class RunnerAgent(EnvWatch):
                 t1 = clock()
                 lv.idle()
                 self._sampled(t1 - t0, lv.steps - s0, t1, samples)
+                self.account.sampled(thread_time() - c0, lv.steps - s0)   # flow1's after-sample work included
 
         def wrapped_stop(*args, **kwargs):
             lv.close()
@@ -207,6 +209,7 @@ class RunnerAgent(EnvWatch):
         times a second. Never raises into RLlib."""
         self.sample_s += seconds
         judged = 0.0
+        c0 = thread_time()
         try:
             if samples:
                 judged = self._hold_or_read(samples, t0)
@@ -225,13 +228,17 @@ class RunnerAgent(EnvWatch):
         except Exception as e:
             self.report_internal("sample() timing", e)
         self.hooks_s += time.perf_counter() - t0 - judged
+        self.account.add("hooks", thread_time() - c0 - self._parts_s)
+        self._parts_s = 0.0
 
     def cost(self) -> dict:
         """flow1's own time in this runner so far, and the sample() time it is a share of:
         the checks (checked steps and resets, judgements) and the per-sample() hooks (the
         scan, the state sampling, the sends). Not in it: the vector step's liveness wrapper,
         a few attribute writes per vector step (measured apart: scripts/bench_runner_overhead.py)."""
-        return {"flow1_s": round(self.budget.checks_s + self.hooks_s, 4), "sample_s": round(self.sample_s, 3)}
+        self.account.watchdog(float(getattr(self.liveness, "watchdog_cpu_s", 0.0) or 0.0))
+        return {"flow1_s": round(self.budget.checks_s + self.hooks_s, 4), "sample_s": round(self.sample_s, 3),
+                "cost": self.account.as_dict()}
 
     def _start_state_sampling(self) -> None:
         """After the wrappers are in place: a space the clusterer cannot take (a Tuple
@@ -285,43 +292,11 @@ class RunnerAgent(EnvWatch):
                             {"hook": where, "exception": type(exc).__name__, "error": error_line(exc),
                              TRACEBACK: traceback_text(exc)})])
 
-    def _hold_or_read(self, samples: list, t0: float) -> float:
-        """A small sample (an off-policy algorithm's one step per call) is held, a few
-        attribute reads per episode, and read with the next ones: at most ``HOLD_STEPS`` steps
-        or ``HOLD_S`` seconds later; a larger one is read at once, after what was held.
-        Returns the judgements' time (counted with the checks')."""
-        parts = episode_parts(samples)
-        held = self._held
-        if parts:
-            steps = 0
-            for p in parts:
-                steps += p.n
-            if steps < HOLD_MAX_SAMPLE_STEPS:
-                if not held:
-                    self._held_since = t0
-                held.extend(parts)
-                self._held_steps += steps
-                if self._held_steps < HOLD_STEPS and t0 - self._held_since < HOLD_S:
-                    return 0.0
-                parts = []
-        if held or parts or t0 - self._held_since >= HOLD_S:
-            if held:
-                parts = held + parts
-                self._held, self._held_steps = [], 0
-            self._held_since = t0
-            return self._read(parts)
-        return 0.0
-
-    def flush(self) -> None:
-        """Read what is held now (the runner stops)."""
-        if self._held:
-            parts, self._held, self._held_steps = self._held, [], 0
-            self._read(parts)
-
     def _read(self, parts: list[EpisodePart]) -> float:
         """The scan, the state sampling, the judgements when due and the sends; returns the
         judgements' time (counted with the checks')."""
         spent = 0.0
+        acct, c0 = self.account, thread_time()
         if parts and not self.scan.broken:
             try:
                 with self._lock:
@@ -329,6 +304,8 @@ class RunnerAgent(EnvWatch):
             except Exception as e:   # an episode this scan cannot read: said once, the checked episodes go on
                 self.scan.broken = True
                 self.report_internal("the scan of every sampled step", e)
+        c1 = thread_time()
+        acct.add("scan", c1 - c0)
         if self.states is not None and parts:
             try:
                 self.states.add_parts(parts)
@@ -337,6 +314,8 @@ class RunnerAgent(EnvWatch):
                 self.report_internal("state sampling", e)
             for mid, why in [*self.states.unsupported.items(), *self.states.failed.items()]:
                 self._maps_off(mid, why)
+        c2 = thread_time()
+        acct.add("states", c2 - c1)
         now = time.monotonic()
         judged = False
         with self._lock:
@@ -358,8 +337,12 @@ class RunnerAgent(EnvWatch):
             new = self.log.pop_new()
             if self.audit is not None and judged:
                 new += self.audit.new_findings()
+        c3 = thread_time()
+        acct.add("checks", c3 - c2)   # the judgements (and the log's new findings)
         if new or self.sender.has_news:
             self._send(new)
+        acct.add("sends", thread_time() - c3)
+        self._parts_s += thread_time() - c0
         return spent
 
     # -- sending -------------------------------------------------------------------------

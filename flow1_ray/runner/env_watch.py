@@ -21,6 +21,7 @@ from ..common import codes as C
 from ..checks.run.death_cause import ENV
 from ..liveness.holder import format_exception
 from ..liveness.lockfile import STEP_EMA
+from .cost import thread_time
 from .reward_audit import LiveRewardAudit, audits_here
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
@@ -85,8 +86,34 @@ class EnvWatch:
         lv, agent, step = self.liveness, self, env.step
         clock = time.time
         ema = STEP_EMA
+        acct = self.account
+        sampled = acct.liveness
+        due = sampled.due
+
+        def measured(actions):
+            """One vector step in LIVENESS_EVERY: the wrapper's own CPU, around the env's step."""
+            g0, c0 = gc_pause_s(), thread_time()
+            t0 = lv.in_step_since = clock()
+            c1, ga = thread_time(), gc_pause_s()
+            try:
+                out = step(actions)
+            except Exception as e:
+                agent._crashed(e)
+                raise
+            g1, c2 = gc_pause_s(), thread_time()
+            t1 = lv.last_progress = clock()
+            lv.in_step_since = 0.0
+            lv.steps += n
+            d = (t1 - t0) / n
+            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
+            c3 = thread_time()
+            if ga == g0 and gc_pause_s() == g1:   # no garbage collection inside the two intervals
+                sampled.add((c1 - c0) + (c3 - c2) - 2 * acct.read_s)
+            return out
 
         def wrapped(actions):
+            if due():
+                return measured(actions)
             t0 = lv.in_step_since = clock()
             try:
                 out = step(actions)
@@ -127,7 +154,8 @@ class EnvWatch:
         A checked episode's steps go through ``checked_step`` (the sub-env's raw values, before
         the vector env copies and casts them, and its own step time); an unchecked one's steps
         call the env directly, at no cost."""
-        lv, agent, budget, fed = self.liveness, self, self.budget, self._fed
+        lv, agent, budget, fed, acct = self.liveness, self, self.budget, self._fed, self.account
+        checks_due = acct.checks.due
         step, reset = sub.step, sub.reset
         own = "step" in vars(sub)   # an instance attribute before ours (another wrapper): restore it
         clock = time.perf_counter
@@ -141,12 +169,15 @@ class EnvWatch:
                 agent._crashed(e)
                 raise
             t1 = clock()
+            c0, g1 = thread_time() if checks_due() else None, gc_pause_s()   # one in CHECKS_EVERY: its CPU
             try:
                 with agent._lock:   # a garbage collection's pause is the process's heap, not the step
-                    rc.on_step(action, *out, duration_s=t1 - t0 - (gc_pause_s() - g0))
+                    rc.on_step(action, *out, duration_s=t1 - t0 - (g1 - g0))
                     fed.add(index)
             except Exception as e:
                 agent._internal(e)
+            if c0 is not None and gc_pause_s() == g1:
+                acct.checks.add(thread_time() - c0 - acct.read_s)
             budget.spent_s += clock() - t1
             return out
 
@@ -162,13 +193,14 @@ class EnvWatch:
             if first or agent.rng.random() < budget.rate:
                 first = False
                 sub.step = checked_step
-                t1 = clock()
+                t1, c0 = clock(), thread_time()
                 try:
                     with agent._lock:
                         rc.on_reset(*out)
                         fed.add(index)
                 except Exception as e:
                     agent._internal(e)
+                acct.add("checks", thread_time() - c0)
                 budget.spent_s += clock() - t1
             elif own:
                 sub.step = step

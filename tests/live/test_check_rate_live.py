@@ -116,7 +116,8 @@ def test_the_rate_falls_on_a_cheap_env_and_is_reported(ray_session, tmp_path):
 
 def test_only_checkers_fed_since_their_last_judgement_are_judged_and_a_slow_judgement_spaces_the_next(
         ray_session, tmp_path):
-    from flow1_ray.runner.agent import HOLD_MAX_SAMPLE_STEPS, JUDGE_EVERY_S, JUDGE_SHARE
+    from flow1_ray.runner.agent import JUDGE_EVERY_S, JUDGE_SHARE
+    from flow1_ray.runner.holding import HOLD_MAX_SAMPLE_STEPS
 
     runner, agent = _runner(tmp_path, {}, envs=4, sample_rate=0.0)   # only each sub-env's first episode is checked
     try:
@@ -146,7 +147,7 @@ def test_one_step_samples_are_held_read_together_and_every_step_is_scanned(ray_s
     """DQN's and SAC's default: one step per sample() call. The calls' episodes are held and
     read together (at most HOLD_S later): the NaN of one step is found, every step is scanned
     once, and what is still held when the runner stops is read then."""
-    from flow1_ray.runner.agent import HOLD_S
+    from flow1_ray.runner.holding import HOLD_S
 
     runner, agent = _runner(tmp_path, {"nan_at": 30}, envs=1, sample_rate=0.0)
     try:
