@@ -78,7 +78,8 @@ def main() -> None:
     import subprocess
     import sys
 
-    spin = "import time\nend = time.time() + 3600\nwhile time.time() < end: pass"
+    # a spinner ends with this script, even one a timeout killed (its parent changes then)
+    spin = "import os, time\np = os.getppid()\nend = time.time() + 3600\nwhile time.time() < end and os.getppid() == p: pass"
     burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(a.busy)]
     lat = {"SIGKILL": [], "SIGSEGV": []}
     seen = {"SIGKILL": [], "SIGSEGV": []}   # readable in the run directory
@@ -94,7 +95,8 @@ def main() -> None:
         tk = time.time()
         log = run_dir / "flow1.log"
         while time.time() - tk < 15:   # what a user tailing the log sees: no flush asked for
-            if any("WORKER_DIED" in ln and f"(pid {pid})" in ln for ln in log.read_text().splitlines()[-50:]):
+            text = log.read_text() if log.exists() else ""   # written at the Recorder's first flush
+            if any("WORKER_DIED" in ln and f"(pid {pid})" in ln for ln in text.splitlines()[-50:]):
                 seen[sig.name].append(time.time() - tk)
                 break
             time.sleep(0.005)

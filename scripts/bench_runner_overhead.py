@@ -160,8 +160,8 @@ def main() -> int:
     for name, acc in accounts.items():
         if not acc:
             continue
-        print(f"{name:14s} its CPU account (thread CPU, warm-up included): runner {acc['runner_us_per_step']:.1f} us "
-              f"per step without flow1, flow1 {acc['flow1_share']:.2%} of it"
+        print(f"{name:14s} its CPU account (thread CPU, after the runner's first 2,000 steps): runner "
+              f"{acc['runner_us_per_step']:.1f} us per step without flow1, flow1 {acc['flow1_share']:.2%} of it"
               + (f"; over budget: {', '.join(acc['over_budget'])}" if acc["over_budget"] else ""))
         for feature, f in acc["features"].items():
             print(f"{'':14s}   {feature:9s} {f['us_per_step']:8.3f} us/step  {f['share']:7.3%}  (budget {f['budget']:.1%})")

@@ -90,6 +90,14 @@ class EnvWatch:
         sampled = acct.liveness
         due = sampled.due
 
+        def stamp(t0):
+            """After the env's step: the progress stamp, the step count and time."""
+            t1 = lv.last_progress = clock()
+            lv.in_step_since = 0.0
+            lv.steps += n
+            d = (t1 - t0) / n
+            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
+
         def measured(actions):
             """One vector step in LIVENESS_EVERY: the wrapper's own CPU, around the env's step."""
             g0, c0 = gc_pause_s(), thread_time()
@@ -101,11 +109,7 @@ class EnvWatch:
                 agent._crashed(e)
                 raise
             g1, c2 = gc_pause_s(), thread_time()
-            t1 = lv.last_progress = clock()
-            lv.in_step_since = 0.0
-            lv.steps += n
-            d = (t1 - t0) / n
-            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
+            stamp(t0)
             c3 = thread_time()
             if ga == g0 and gc_pause_s() == g1:   # no garbage collection inside the two intervals
                 sampled.add((c1 - c0) + (c3 - c2) - 2 * acct.read_s)
@@ -120,11 +124,7 @@ class EnvWatch:
             except Exception as e:
                 agent._crashed(e)
                 raise
-            t1 = lv.last_progress = clock()
-            lv.in_step_since = 0.0
-            lv.steps += n
-            d = (t1 - t0) / n
-            lv.step_time_ema += ema * (d - lv.step_time_ema) if lv.step_time_ema else d
+            stamp(t0)
             return out
 
         env.step = wrapped
