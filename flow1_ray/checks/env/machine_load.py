@@ -77,4 +77,5 @@ class WaitShare:
             load = os.getloadavg()[0] / max(1, os.cpu_count() or 1)
         except OSError:
             load = None
-        return {"runqueue_share": round(share, 4), "load_per_cpu": round(load, 3) if load is not None else None}
+        return {"runqueue_share": round(share, 4), "runqueue_wait_s": round(wait - self._wait, 6),
+                "load_per_cpu": round(load, 3) if load is not None else None}
