@@ -341,8 +341,9 @@ class RunnerAgent(EnvWatch, SampleHolding):
         acct.add("checks", c3 - c2)   # the judgements (and the log's new findings)
         if new or self.sender.has_news:
             self._send(new)
-        acct.add("sends", thread_time() - c3)
-        self._parts_s += thread_time() - c0
+        c4 = thread_time()
+        acct.add("sends", c4 - c3)
+        self._parts_s += c4 - c0
         return spent
 
     # -- sending -------------------------------------------------------------------------
