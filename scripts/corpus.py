@@ -75,8 +75,8 @@ def run_live_case(c, out: Path) -> dict:
     """A live case: its fault and its twin trained with flow1 (``corpus_live.train``)."""
     from corpus_live import loud_codes, train
 
-    fault, fault_s = train(c.fault, c.iterations, out / c.id / "fault")
-    twin, twin_s = train(c.twin, c.iterations, out / c.id / "twin")
+    fault, fault_s = train(c.fault, c.iterations, out / c.id / "fault", c.options)
+    twin, twin_s = train(c.twin, c.iterations, out / c.id / "twin", c.options)
     codes = loud_codes(fault)
     named = NAMED if codes & c.names else (MISNAMED if codes else MISSED)
     return {"id": c.id, "category": c.category, "address": c.address, "cause": c.cause, "names": sorted(c.names),
@@ -97,8 +97,10 @@ def live_rows(only: list[str] | None) -> list[dict]:
     todo = [c for c in LIVE_CASES if not only or c.id in only]
     if not todo:
         return []
+    envs = str(Path(__file__).resolve().parents[1] / "tests" / "envs")   # remote runners import the cases' envs
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
-             log_to_driver=False, configure_logging=False)
+             log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (envs, os.environ.get("PYTHONPATH", "")) if p)}})
     try:
         with tempfile.TemporaryDirectory() as out:
             rows = []

@@ -135,6 +135,8 @@ class Thresholds:
     contention_min_workers: int = 3
     contention_floor_ms: float = 1.0
     contention_sustain_s: float = 10.0
+    # flow1_ray.checks.run.leak.LeakThresholds
+    leak_min_seconds: float = 60.0
     # flow1_ray.checks.states.state_action.StateActionThresholds
     chaos_entropy: float = 0.95
     blind_spot_max: float = 0.3

@@ -52,6 +52,7 @@ class HubCore:
                                       opts["probe_interval_s"], opts["heartbeat_interval_s"],
                                       opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded,
                                       findings_of=self.recorder.findings_of)
+        self.recorder.alloc_sink = self._alloc_sites
         if restarted:
             self._rebuild(run_id)
         if opts["state_actions"]:  # heatmaps will come (from here or a GPU clusterer)
@@ -77,6 +78,12 @@ class HubCore:
         self.metrics = make_run_metrics(run_id)
         if self.metrics is not None:
             threading.Thread(target=self._metrics_loop, name="flow1-metrics", daemon=True).start()
+
+    def _alloc_sites(self, key: str, summary: dict) -> None:
+        """A runner's allocation-site window, for the leak judge (checks/run/leak.py)."""
+        core = self.monitor.contention
+        if core is not None:
+            core.add_sites(key, summary)
 
     def _rebuild(self, run_id: str) -> None:
         """Ray restarted this hub (it died: a SIGKILL, the OOM killer): the Recorder's

@@ -340,6 +340,7 @@ class RecorderService(RecorderCore):
     def __init__(self, run_dir: str, run_id: str, flush_interval_s: float = 2.0, options: dict | None = None,
                  **start: Any) -> None:
         super().__init__(run_dir, run_id, flush_interval_s, options, **start)
+        self.alloc_sink: Any = None   # (runner key, allocation-site window) -> the leak judge (hub.py)
         try:  # Arrow's one-off cost, paid while the run starts (a failure shows at the first flush)
             warm_up()
         except Exception:
@@ -373,6 +374,8 @@ class RecorderService(RecorderCore):
             self.add_events(batch["events"])
         if "dropped" in batch:
             self.note_dropped(str(batch.get("source")), int(batch["dropped"]), batch.get("worker_index"))
+        if isinstance(batch.get("alloc_sites"), dict) and self.alloc_sink is not None:
+            self.alloc_sink(str(batch.get("source")), batch["alloc_sites"])   # where its memory grows (leak.py)
         if isinstance(batch.get("sampling"), dict) and batch.get("worker_index") is not None:
             with self._lock:   # each runner's own sample() timing, the latest (RUNNER_SAMPLES_DISCARDED)
                 self.sampling[int(batch["worker_index"])] = dict(batch["sampling"])

@@ -22,7 +22,7 @@ TIMELINE = {C.WORKER_DIED: "dead", C.LEARNER_DIED: "dead", C.WORKER_STALLED: "st
 STATE_COLOURS = {"dead": "#c0392b", "stalled": "#e67e22", "restarted": "#2e86c1", "crashed": "#8e44ad"}
 #: codes that belong to the risk quadrant's "contention" and "memory" lines
 CONTENTION_CODES = (C.RESOURCE_CONTENTION, C.ACTOR_UNPLACEABLE)
-MEMORY_CODES = (C.MEMORY_LEAK_SUSPECTED,)
+MEMORY_CODES = (C.MEMORY_LEAK_SUSPECTED, C.MEMORY_GROWTH_NOT_ENV)
 EVIDENCE_CHARS = 6000
 
 
@@ -162,7 +162,8 @@ def risk(last: dict, code_counts: dict[str, int], findings: list[Event]) -> list
         mem.append(f"EnvRunners {last[S.MEMORY_RUNNERS_RSS_MB]:.0f} MB RSS")
     if memory:
         mem.append(memory[-1].message)
-    lines.append({"label": "memory", "value": "; ".join(mem) or "no reading yet", "level": level(bool(memory))})
+    lines.append({"label": "memory", "value": "; ".join(mem) or "no reading yet",
+                  "level": level(any(e.status != C.PASS for e in memory))})
     dropped = last.get(S.SAMPLES_DROPPED)
     # flow1's own loss (diagnostic batches under back-pressure), not the run's: warn only
     # where the Recorder raised SAMPLES_DROPPED

@@ -112,6 +112,7 @@ class RunnerAgent(EnvWatch, SampleHolding):
         self._lock = threading.Lock()
         self.env_runner = env_runner
         self.multi_agent = False
+        self.alloc: Any = None   # an AllocSampler: where the runner's memory grows (set with its env)
         self._maps_off_said: set[str] = set()
         self._crashes: dict[tuple[str, str, str], list] = {}   # (call, exception, frame) -> [count, told, first, last]
         self._last_crash: BaseException | None = None
@@ -227,9 +228,26 @@ class RunnerAgent(EnvWatch, SampleHolding):
                                                              **self.cost()}})
         except Exception as e:
             self.report_internal("sample() timing", e)
+        if self.alloc is not None:
+            self._alloc_tick()
         self.hooks_s += time.perf_counter() - t0 - judged
         self.account.add("hooks", thread_time() - c0 - self._parts_s)
         self._parts_s = 0.0
+
+    def _alloc_tick(self) -> None:
+        """The allocation-site windows (alloc_sites.py): a window's summary (and its tracing's
+        CPU) to the hub and the account; a few comparisons while the RSS is flat."""
+        c0 = thread_time()
+        try:
+            out = self.alloc.tick(float(getattr(self.liveness, "rss", 0) or 0), self.liveness.steps)
+            if out is not None:
+                self.account.add("alloc_sites", float(out.get("tracing_cpu_s", 0.0)))   # tracemalloc's hook
+                self.sender.call({"events": [], "alloc_sites": out})
+        except Exception as e:
+            self.alloc = None
+            self.report_internal("the allocation-site sampling", e)
+        self._parts_s += (spent := thread_time() - c0)
+        self.account.add("alloc_sites", spent)
 
     def cost(self) -> dict:
         """flow1's own time in this runner so far, and the sample() time it is a share of:

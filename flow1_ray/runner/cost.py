@@ -20,7 +20,11 @@ The features (each its own line in the account):
 - ``scan``: the scan of every sampled step after ``sample()`` (NaN, bounds);
 - ``states``: the state sampling for the clusterer;
 - ``sends``: the fire-and-forget calls to the hub;
-- ``hooks``: the rest of flow1's work after each ``sample()`` (holding small samples, timing).
+- ``hooks``: the rest of flow1's work after each ``sample()`` (holding small samples, timing);
+- ``alloc_sites``: the allocation-site windows of a runner whose RSS grows (runner/alloc_sites.py):
+  their snapshots and grouping, and the runner's extra CPU while tracemalloc traces (4-5x its
+  CPU a step for the window's ~5 s: ~4 s of the runner's sampling a window, at most one every
+  30 minutes, none while the RSS stays flat; its 1 % budget is met by a run of ~7 minutes or more).
 
 The runner's own CPU is the sampling thread's CPU inside ``sample()``, less flow1's part of it;
 the account's figure for a feature is its CPU per env step as a share of that.
@@ -31,7 +35,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks")
+FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks", "alloc_sites")
 #: each feature's budget: its CPU per env step as a share of the runner's own CPU per step (on
 #: CartPole, the cheapest env there is: any heavier env makes every share smaller). Measured
 #: (scripts/bench_runner_overhead.py, docs/benchmarks): the liveness wrapper ~3.9 us a step in
@@ -39,7 +43,7 @@ FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks"
 #: 720 us; the checks are held near check_budget (1 % of sample()'s wall time) by the adaptive
 #: rate, a little more of the runner's CPU on a vectorised env (1.08 % with 16 sub-envs)
 BUDGETS = {"liveness": 0.015, "watchdog": 0.005, "checks": 0.015, "scan": 0.005, "states": 0.005,
-           "sends": 0.002, "hooks": 0.005}
+           "sends": 0.002, "hooks": 0.005, "alloc_sites": 0.01}
 #: the account opens after a runner's first this many env steps: what a run pays once (the
 #: first episodes always checked, the state sampler's first batch building its encoders, the
 #: first sends) is not a cost per step (measured: the state sampling's first calls were 18 us

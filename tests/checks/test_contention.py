@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -85,15 +87,57 @@ def test_idle_workers_are_not_judged():
     assert core.observe("n1", summary({k: 9.0 for k in "abc"}, node.steps), now=200.0) == []
 
 
-def test_memory_leak_needs_a_lasting_trend_and_span():
-    core = ContentionCore("r")
+def _replay_leak(core, sites_at: int | None = None, sites: dict | None = None, n: int = 30):
+    """A summary every 5 s, 1000 steps apart (200 steps/s): worker 'leaky' gains 2 MB per
+    1000 steps, 'flat' none; ``sites`` reach the hub after summary ``sites_at``."""
     events = []
-    for i in range(1, 30):   # a summary every 5 s, 1000 steps apart: 200 steps/s
+    for i in range(1, n):
+        if sites_at is not None and i == sites_at:
+            core.add_sites("leaky", sites)
         events += core.observe("n1", summary({"leaky": 1.0, "flat": 1.0}, 1000 * i,
                                              {"leaky": 200 + 2.0 * i, "flat": 200 + (i % 2)}), now=5.0 * i)
-    (ev,) = [e for e in events if e.code == C.MEMORY_LEAK_SUSPECTED]
-    assert ev.worker_index == 1 and 1.9 < ev.evidence["mb_per_1000_steps"] < 2.1 and ev.evidence["r2"] > 0.99
+    return [e for e in events if e.code in (C.MEMORY_LEAK_SUSPECTED, C.MEMORY_GROWTH_NOT_ENV)]
+
+
+def _sites(**grown_per_step: float) -> dict:
+    steps = 3000
+    return {"steps": steps, "seconds": 12.0, "grown": {o: int(b * steps) for o, b in grown_per_step.items()},
+            "sites": {o: [{"site": f"{o}_code.py:7", "bytes": int(b * steps), "blocks": steps}]
+                      for o, b in grown_per_step.items()}}
+
+
+def test_memory_leak_needs_a_lasting_trend_and_span_and_names_the_env_site():
+    """2,000 bytes a step of RSS, 1,800 of them traced in the env's code: the env's leak."""
+    (ev,) = _replay_leak(ContentionCore("r"), 5, _sites(env=1800.0, framework=40.0))
+    assert ev.code == C.MEMORY_LEAK_SUSPECTED and ev.worker_index == 1
+    assert 1.9 < ev.evidence["mb_per_1000_steps"] < 2.1 and ev.evidence["r2"] > 0.99
     assert ev.evidence["steps_per_s"] == pytest.approx(200.0) and ev.evidence["mb_per_night"] > 10_000
+    assert ev.evidence["owner"] == "env" and ev.evidence["site"] == "env_code.py:7"
+    assert re.search(r"grows in the env's code: env_code.py:7 \(sampled: 1.8e\+03 bytes a step, 90% of", ev.message)
+
+
+def test_a_growth_in_the_framework_or_native_memory_is_not_the_envs():
+    """The same RSS trend, its traced growth in RLlib's code (or none traced at all: native
+    memory): the advisory, never the WARN."""
+    (ev,) = _replay_leak(ContentionCore("r"), 5, _sites(env=3.0, framework=1500.0))
+    assert ev.code == C.MEMORY_GROWTH_NOT_ENV and ev.evidence["owner"] == "framework"
+    assert "the framework's code (RLlib, Ray" in ev.message and "framework_code.py:7" in ev.message
+    (ev,) = _replay_leak(ContentionCore("r"), 5, _sites(env=2.0, framework=20.0))
+    assert ev.code == C.MEMORY_GROWTH_NOT_ENV and ev.evidence["owner"] == "native"
+    assert re.search(r"native memory .*grew 22 bytes a step, 1% of the RSS growth", ev.message)
+
+
+def test_a_leak_verdict_waits_for_the_sites_then_says_it_could_not_sample():
+    """No window reaches the hub: the verdict waits SITES_WAIT_S, then the WARN says where is
+    unknown and why; a runner that could not trace (tracemalloc already on) says so at once."""
+    from flow1_ray.checks.run.leak import SITES_WAIT_S
+
+    assert _replay_leak(ContentionCore("r"), n=30) == []           # 145 s of replay: verdict at ~60 s, waiting
+    (ev,) = _replay_leak(ContentionCore("r"), n=int((60 + SITES_WAIT_S) / 5) + 6)
+    assert ev.code == C.MEMORY_LEAK_SUSPECTED and ev.evidence["owner"] is None
+    assert "where it grows is unknown (no allocation-site window reached the hub" in ev.message
+    (ev,) = _replay_leak(ContentionCore("r"), 5, {"off": "the process traces its allocations already"})
+    assert ev.code == C.MEMORY_LEAK_SUSPECTED and "(the process traces its allocations already)" in ev.message
 
 
 def _trend(points):

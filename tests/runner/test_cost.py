@@ -11,7 +11,7 @@ from flow1_ray.runner.cost import BUDGETS, FEATURES, CostAccount, Sampled, accou
 def test_the_account_sets_each_feature_against_the_runners_cpu_without_flow1():
     parts = [{"runner_cpu_s": 1.0, "steps": 10_000,
               "features_cpu_s": {"liveness": 0.004, "watchdog": 0.002, "checks": 0.006, "scan": 0.0,
-                                 "states": 0.0, "sends": 0.0, "hooks": 0.0}},
+                                 "states": 0.0, "sends": 0.0, "hooks": 0.0, "alloc_sites": 0.0}},
              {"runner_cpu_s": 1.0, "steps": 10_000, "features_cpu_s": dict.fromkeys(FEATURES, 0.0)}]
     acc = account(parts)
     # the runners' own CPU: 2.0 s less flow1's part of the sampling thread (the watchdog is another thread)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...common import codes as C
-from .leak import LEAK_NIGHT_MB, NIGHT_H, LeakTrend
+from .leak import LEAK_NIGHT_MB, NIGHT_H, LeakTrend, attribute, where_text
 from ..rule import Rule
 from ..thresholds import DEFAULT, Thresholds
 from ...common.events import Event
@@ -103,11 +103,13 @@ class ContentionCore:
         self.baseline: dict[str, float] = {}
         self.current: dict[str, float] = {}
         self.last_steps: dict[str, int] = {}
-        self.rss: dict[str, LeakTrend] = defaultdict(LeakTrend)
+        self.rss: dict[str, LeakTrend] = defaultdict(lambda: LeakTrend(min_seconds=thresholds.leak_min_seconds))
         self.leak_judged: dict[str, float] = {}
         self.where: dict[str, dict] = {}
         self.in_contention = False
         self.leak_reported: set[str] = set()
+        self.leak_since: dict[str, float] = {}
+        self.sites: dict[str, dict] = {}
 
     def observe(self, node_id: str, summary: dict, now: float | None = None) -> list[Event]:
         """One node summary (``workers`` with steps, step_time_ema, rss; ``load``);
@@ -168,6 +170,10 @@ class ContentionCore:
                        "threshold_sustain_s": self.th.contention_sustain_s, **load},
                       run_id=self.run_id, node_id=node_id, ts=datetime.now(timezone.utc))]
 
+    def add_sites(self, key: str, summary: dict) -> None:
+        """A runner's latest allocation-site window (runner/alloc_sites.py), by its key."""
+        self.sites[key] = summary
+
     def _leaks(self, now: float) -> list[Event]:
         out = []
         for key, trend in self.rss.items():
@@ -176,21 +182,39 @@ class ContentionCore:
             self.leak_judged[key] = now
             v = trend.judge()
             if v is None:
+                self.leak_since.pop(key, None)
                 continue
+            a = attribute(v, self.sites.get(key), now - self.leak_since.setdefault(key, now))
+            if a is None:
+                continue   # a window of allocation sites is on its way
             self.leak_reported.add(key)
-            w = self.where.get(key, {})
-            out.append(Event(C.MEMORY_LEAK_SUSPECTED,
-                             f"worker {w.get('worker_index')} (pid {w.get('pid')}) RSS keeps growing past its warm-up: "
-                             f"{v.mb_per_1000_steps:.3g} MB per 1000 env steps (Theil-Sen; Kendall p {v.p_value:.1g}), "
-                             f"{v.growth_mb:.0f} MB since step {v.judged_from_step:,}, {v.rss_first_mb:.0f} -> "
-                             f"{v.rss_last_mb:.0f} MB over {v.steps_span:,} steps; at {v.steps_per_s:.0f} steps/s that "
-                             f"is {v.mb_per_night:.0f} MB in {NIGHT_H:g} h: expected < {LEAK_NIGHT_MB:g} MB -- look for "
-                             f"what the env or a callback keeps per step (tracemalloc in the env)",
-                             {"mb_per_1000_steps": v.mb_per_1000_steps, "mb_per_night": v.mb_per_night,
-                              "night_threshold_mb": LEAK_NIGHT_MB, "growth_mb": v.growth_mb, "p_value": v.p_value,
-                              "r2": v.r2, "steps_per_s": v.steps_per_s, "rss_first_mb": v.rss_first_mb,
-                              "rss_last_mb": v.rss_last_mb, "steps_span": v.steps_span,
-                              "judged_from_step": v.judged_from_step},
-                             run_id=self.run_id, worker_index=w.get("worker_index"), pid=w.get("pid"),
-                             node_id=w.get("node_id"), ts=datetime.now(timezone.utc)))
+            out.append(self._leak_event(key, v, a))
         return out
+
+    def _leak_event(self, key: str, v: Any, a: Any) -> Event:
+        w = self.where.get(key, {})
+        code = C.MEMORY_LEAK_SUSPECTED if a.blames_env else C.MEMORY_GROWTH_NOT_ENV
+        trend = (f"worker {w.get('worker_index')} (pid {w.get('pid')}) RSS keeps growing past its warm-up: "
+                 f"{v.mb_per_1000_steps:.3g} MB per 1000 env steps (Theil-Sen; Kendall p {v.p_value:.1g}), "
+                 f"{v.growth_mb:.0f} MB since step {v.judged_from_step:,}, {v.rss_first_mb:.0f} -> "
+                 f"{v.rss_last_mb:.0f} MB over {v.steps_span:,} steps; at {v.steps_per_s:.0f} steps/s that "
+                 f"is {v.mb_per_night:.0f} MB in {NIGHT_H:g} h")
+        if code == C.MEMORY_LEAK_SUSPECTED:
+            tail = (f": expected < {LEAK_NIGHT_MB:g} MB -- {where_text(a)}"
+                    + ("; look for what it keeps per step (a list appended to, a cache never cleared)"
+                       if a.owner else "; look for what the env or a callback keeps per step (tracemalloc)"))
+        else:
+            tail = (f"; {where_text(a)}. Not counted against the env; if {v.mb_per_night:.0f} MB a night matters "
+                    f"at your step rate, restart the runners (RLlib's restart_failed_env_runners) or report it "
+                    f"upstream with the site")
+        return Event(code, trend + tail,
+                     {"mb_per_1000_steps": v.mb_per_1000_steps, "mb_per_night": v.mb_per_night,
+                      "night_threshold_mb": LEAK_NIGHT_MB, "growth_mb": v.growth_mb, "p_value": v.p_value,
+                      "r2": v.r2, "steps_per_s": v.steps_per_s, "rss_first_mb": v.rss_first_mb,
+                      "rss_last_mb": v.rss_last_mb, "steps_span": v.steps_span,
+                      "judged_from_step": v.judged_from_step, "owner": a.owner, "site": a.site,
+                      "grown_bytes_per_step": {k: round(b, 3) for k, b in a.per_step.items()},
+                      "rss_bytes_per_step": round(a.rss_per_step, 3), "not_sampled": a.why or None,
+                      "sites": self.sites.get(key)},
+                     run_id=self.run_id, worker_index=w.get("worker_index"), pid=w.get("pid"),
+                     node_id=w.get("node_id"), ts=datetime.now(timezone.utc))

@@ -1,0 +1,304 @@
+"""Where a runner's memory grows: Python allocation sites, sampled in short windows, each told
+as the env's, the user's, flow1's or the framework's.
+
+A runner's RSS that keeps growing (MEMORY_LEAK_SUSPECTED) is only worth a user's night if it
+says *where*: an env that keeps something per step is the user's to fix; RLlib's or Ray's own
+creep (a plain runner without flow1 shows it too) is not the env's, and blaming the env for it
+is a false alarm. ``tracemalloc`` tells the two apart, but it slows every Python allocation
+while it traces, so it never runs all the time:
+
+* a window opens only when the runner's own RSS grew by ``TRIGGER_MB`` since its reference
+  (taken after the process's first ``MIN_AGE_S``, when imports and caches have settled, and
+  again after each window), at most ``MAX_WINDOWS`` times, ``GAP_S`` apart: a runner whose RSS
+  is flat never traces;
+* a window traces ``WARM_S`` (the blocks alive at its start are not traced; the ones a step
+  allocates and frees in steady state come and go), then takes three snapshots ``HALF_S``
+  apart; a site *grows* when it grew in both halves (a buffer that fills and empties, an
+  episode being collected, grows in one half at most as often as by chance);
+* each growing site is told by its traceback (``NFRAMES`` frames, :meth:`Owners.of`): made
+  while the env's own code ran (the files of the env's classes, and the package they come
+  from unless that is a framework's), the env's; else the first frame, innermost outward, in
+  flow1 makes it flow1's, in the RL stack (RLlib, Ray, gymnasium, PettingZoo) makes it the
+  framework's, in code outside every library (a callback, a connector the user wrote) the
+  user's.
+
+A site is where memory was *allocated*, not who keeps it: an object the env makes and a
+callback keeps is the env's line (the callback's own growth, its list of references, is the
+user's). The sites name what grows; the owner is a strong hint, not a proof.
+
+While tracing, every Python allocation of the runner pays tracemalloc's hook: a PPO runner's
+CPU per step is 4-5x during a window (``NFRAMES`` 2): a 5 s window costs the runner ~4 s of
+its sampling. That extra CPU is flow1's: it is booked to the cost account's ``alloc_sites`` (the
+window's CPU less its steps at the CPU per step before it), and the summary states the step
+rates with and without tracing.
+
+:meth:`AllocSampler.tick` runs after each ``sample()``, a few comparisons when no window is open.
+The summary it returns goes to the hub, where :mod:`flow1_ray.checks.run.leak` sets it against
+the RSS trend. No Ray here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import time
+import tracemalloc
+from types import FunctionType
+from typing import Any
+
+TRIGGER_MB = 4.0        # RSS grown since the reference before a window opens (the leak rule's least growth)
+MIN_AGE_S = 60.0        # the process's first minute (imports, caches, arenas) opens no window
+WARM_S = 1.0            # traced before the first snapshot
+HALF_S = 2.0            # between the snapshots (two halves)
+GAP_S = 1800.0          # between the end of one window and the start of the next
+MAX_WINDOWS = 3         # per runner
+#: frames kept per traced allocation: the allocating one and its caller (an env's own line, or
+#: the env's call into a pure-Python helper). Measured on a PPO runner's sample(): its CPU a step
+#: x3.3 while tracing 1 frame, x5.0 with 2, x6.9 with 3, x14.5 with 6 (scripts/bench_alloc_sites.py)
+NFRAMES = 2
+TOP_SITES = 5           # sites named per owner class in the summary
+ENV, USER, FLOW1, FRAMEWORK = "env", "user", "flow1", "framework"
+OWNERS = (ENV, USER, FLOW1, FRAMEWORK)
+#: top-level packages whose classes are the framework's, never the env's own (an env class
+#: of theirs, CartPole or RLlib's example envs, is the env's by its file alone)
+FRAMEWORK_PACKAGES = frozenset({"gymnasium", "gym", "ray", "pettingzoo", "shimmy", "supersuit", "builtins",
+                                "abc", "typing", "flow1_ray", "numpy", "torch"})
+#: the RL stack that calls the env (a traceback through it, with no env frame, is its growth)
+RL_STACK = frozenset({"ray", "gymnasium", "gym", "pettingzoo", "shimmy", "supersuit", "tree", "tensorflow"})
+_WRAPPED = ("env", "par_env", "aec_env", "_env", "gym_env", "unwrapped")
+_FLOW1_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_SELF = os.path.abspath(__file__)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = set()
+    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(name)
+        if p:
+            dirs.add(os.path.realpath(p) + os.sep)
+            dirs.add(os.path.abspath(p) + os.sep)
+    for p in sys.path:
+        if p and ("site-packages" in p or "dist-packages" in p):
+            dirs.add(os.path.abspath(p) + os.sep)
+    return tuple(sorted(dirs))
+
+
+def env_objects(env: Any, limit: int = 16) -> list[Any]:
+    """The env and what it wraps, outermost first, read from instance attributes only (no
+    property of the user's runs), at most ``limit`` deep; a vector env gives its first sub-env."""
+    out, seen, obj = [], set(), env
+    while obj is not None and len(out) < limit and id(obj) not in seen:
+        seen.add(id(obj))
+        out.append(obj)
+        d = getattr(obj, "__dict__", None)
+        if not isinstance(d, dict):
+            break
+        subs = d.get("envs")
+        nxt = subs[0] if isinstance(subs, (list, tuple)) and subs else None
+        for name in _WRAPPED:
+            if nxt is None and d.get(name) is not None and d.get(name) is not obj:
+                nxt = d.get(name)
+        obj = nxt
+    return out
+
+
+EnvLines = dict   # file -> ((first line, last line), ...) of the env's own functions
+
+
+def _code_of(f: Any) -> Any:
+    f = getattr(f, "__func__", f)   # staticmethod, classmethod
+    return getattr(f, "__code__", None) if isinstance(f, FunctionType) else None
+
+
+def env_code(env: Any) -> tuple[EnvLines, tuple[str, ...]]:
+    """The env's own code: the line ranges of the functions of every class in the chain that is
+    not a framework's, and of the innermost env's own class even when a framework ships it
+    (CartPole, RLlib's example envs) -- ranges, not files, for a script that defines the env
+    beside its callbacks; and the top-level package directory of each such class unless that
+    package is a framework's (an installed env's helpers). From the code objects, so an env
+    defined in the driver's script and shipped by value is found too."""
+    chain = env_objects(env)
+    lines: dict[str, set] = {}
+    dirs = set()
+    for i, obj in enumerate(chain):
+        for cls in type(obj).__mro__:
+            top = (cls.__module__ or "").split(".")[0]
+            if top in FRAMEWORK_PACKAGES and not (i == len(chain) - 1 and cls is type(obj)):
+                continue   # the framework's classes, but the innermost env's own class (CartPole's) is the env
+            for f in list(vars(cls).values())[:512]:
+                code = _code_of(f)
+                if code is not None:
+                    last = max((ln for _, _, ln in code.co_lines() if ln), default=code.co_firstlineno)
+                    lines.setdefault(os.path.abspath(code.co_filename), set()).add((code.co_firstlineno, last))
+            if top not in FRAMEWORK_PACKAGES and "." in (cls.__module__ or ""):
+                top_path = getattr(sys.modules.get(top), "__file__", None)
+                if top_path:
+                    dirs.add(os.path.dirname(os.path.abspath(top_path)) + os.sep)
+    return {f: tuple(sorted(r)) for f, r in lines.items()}, tuple(sorted(dirs))
+
+
+class Owners:
+    """Tells a traceback's owner (env, user, flow1, framework) by its frames' files and lines."""
+
+    def __init__(self, env_lines: EnvLines, env_dirs: tuple[str, ...]) -> None:
+        self.env_lines, self.env_dirs = env_lines, env_dirs
+        self.libraries = _library_dirs()
+        self._memo: dict[tuple[str, int], str | None] = {}
+
+    def of_frame(self, filename: str, lineno: int) -> str | None:
+        """env / flow1 / user / framework (the RL stack that calls the env: RLlib, Ray,
+        gymnasium, PettingZoo, shimmy) for a frame; None for any other library's (the
+        standard library, numpy, torch, ...: skipped outward to their caller)."""
+        got = self._memo.get((filename, lineno), "?")
+        if got != "?":
+            return got
+        path = os.path.abspath(filename)
+        if path.startswith(self.env_dirs) or any(lo <= lineno <= hi for lo, hi in self.env_lines.get(path, ())):
+            owner: str | None = ENV
+        elif path.startswith(_FLOW1_DIR):
+            owner = FLOW1
+        elif filename.startswith("<") or path.startswith(self.libraries):
+            owner = FRAMEWORK if _package(path) in RL_STACK else None
+        else:
+            owner = USER
+        if len(self._memo) < 8192:
+            self._memo[(filename, lineno)] = owner
+        return owner
+
+    def of(self, traceback: tracemalloc.Traceback) -> tuple[str, str]:
+        """(owner, site). An allocation made while the env's code runs (one of its frames on
+        the stack, whatever it called: numpy, pandas, a gymnasium helper) is the env's, at the
+        env's innermost frame; else the first frame, innermost outward, of flow1, of the RL
+        stack (the framework's) or of code outside every library (the user's: a callback, a
+        connector) decides; all other libraries are skipped to their caller (flow1's wrappers
+        around ``sample()`` and the vector step are outer to RLlib's frames, so RLlib decides
+        first). A local runner's traceback reaches the user's script only past RLlib's
+        frames, so RLlib's own growth there is still the framework's."""
+        frames = list(traceback)[::-1]   # tracemalloc orders them oldest first
+        owners = [self.of_frame(fr.filename, fr.lineno) for fr in frames]
+        if ENV in owners:
+            return ENV, _site(frames[owners.index(ENV)])
+        for fr, owner in zip(frames, owners):
+            if owner is not None:
+                return owner, _site(fr)
+        return FRAMEWORK, _site(frames[0]) if frames else "?"
+
+
+def _package(path: str) -> str:
+    """The top-level package of a file under site-packages (or '' elsewhere)."""
+    parts = path.split(os.sep)
+    for k in ("site-packages", "dist-packages"):
+        if k in parts:
+            i = len(parts) - parts[::-1].index(k)
+            return parts[i] if i < len(parts) else ""
+    return ""
+
+
+def _site(frame: tracemalloc.Frame) -> str:
+    """``package/.../file.py:line``: the path from the top-level package (or the file alone)."""
+    parts = os.path.abspath(frame.filename).split(os.sep)
+    for k in ("site-packages", "dist-packages"):
+        if k in parts:
+            parts = parts[len(parts) - parts[::-1].index(k):]
+            break
+    else:
+        parts = parts[-2:]
+    return f"{'/'.join(parts)}:{frame.lineno}"
+
+
+class AllocSampler:
+    """One runner's allocation-site windows (see the module's docstring). ``tick(rss, steps)``
+    after each ``sample()``; it returns a window's summary when one closes, else None."""
+
+    def __init__(self, owners: Owners | Any, clock=time.monotonic, trigger_mb: float = TRIGGER_MB,
+                 min_age_s: float = MIN_AGE_S, warm_s: float = WARM_S, half_s: float = HALF_S,
+                 gap_s: float = GAP_S, max_windows: int = MAX_WINDOWS) -> None:
+        """``owners``: an :class:`Owners`, or a callable that makes one (the env's code is read
+        on the first window, when the env exists)."""
+        self._owners = owners
+        self.clock = clock
+        self.trigger, self.min_age_s, self.warm_s, self.half_s = trigger_mb * 1e6, min_age_s, warm_s, half_s
+        self.gap_s, self.max_windows = gap_s, max_windows
+        self.born = clock()
+        self.ref: float | None = None
+        self.windows = 0
+        self.phase = "idle"
+        self.opened_at = self.ended_at = -float("inf")
+        self.snaps: list[tuple[float, float, float, Any]] = []   # (t, steps, rss, snapshot)
+        self.before: tuple[float, float, float] | None = None     # (t, steps, thread CPU) at the reference
+        self.cpu_step_before = 0.0                               # the thread's CPU a step before the window
+        self.opened: tuple[float, float] = (0.0, 0.0)            # (steps, thread CPU) at the window's start
+        self.off: str | None = None
+
+    @property
+    def tracing(self) -> bool:
+        return self.phase != "idle"
+
+    def tick(self, rss: float, steps: float) -> dict | None:
+        now = self.clock()
+        if self.phase == "idle":
+            return self._maybe_open(now, rss, steps)
+        due = self.opened_at + self.warm_s + self.half_s * len(self.snaps)
+        if now < due:
+            return None
+        self.snaps.append((now, steps, rss, tracemalloc.take_snapshot()))
+        if len(self.snaps) < 3:
+            return None
+        tracemalloc.stop()
+        self.phase, self.ended_at, self.ref, self.windows = "idle", now, rss, self.windows + 1
+        cpu = time.thread_time()
+        self.before = (now, steps, cpu)
+        snaps, self.snaps = self.snaps, []
+        out = self._summary(snaps)
+        # the tracing's own price: the window's CPU on this thread beyond its steps at the rate before
+        out["tracing_cpu_s"] = round(max(0.0, cpu - self.opened[1] - (steps - self.opened[0]) * self.cpu_step_before), 4)
+        return out
+
+    def _maybe_open(self, now: float, rss: float, steps: float) -> dict | None:
+        if self.off is not None or now - self.born < self.min_age_s or self.windows >= self.max_windows:
+            return None
+        if self.ref is None or rss < self.ref:
+            self.ref, self.before = rss, (now, steps, time.thread_time())
+            return None
+        if rss - self.ref < self.trigger or now - self.ended_at < self.gap_s:
+            return None
+        if tracemalloc.is_tracing():   # the user's own tracing: never stopped or reset by flow1
+            self.off = "the process traces its allocations already (tracemalloc is on)"
+            return {"off": self.off}
+        if callable(self._owners) and not isinstance(self._owners, Owners):
+            self._owners = self._owners()
+        cpu = time.thread_time()
+        t0, s0, c0 = self.before or (now, steps, cpu)
+        self.rate_before = (steps - s0) / max(now - t0, 1e-9)
+        self.cpu_step_before = (cpu - c0) / (steps - s0) if steps > s0 else 0.0
+        self.opened = (steps, cpu)
+        tracemalloc.start(NFRAMES)
+        self.phase, self.opened_at = "warm", now
+        return None
+
+    def _summary(self, snaps: list) -> dict:
+        (t1, s1, r1, a), (_, _, _, b), (t3, s3, r3, c) = snaps
+        flt = [tracemalloc.Filter(False, _SELF), tracemalloc.Filter(False, tracemalloc.__file__)]
+        a, b, c = (x.filter_traces(flt) for x in (a, b, c))
+        first = {st.traceback: st.size_diff for st in b.compare_to(a, "traceback")}
+        grown = {owner: 0 for owner in OWNERS}
+        sites: dict[tuple[str, str], list[int]] = {}
+        for st in c.compare_to(a, "traceback"):
+            if st.size_diff <= 0 or first.get(st.traceback, 0) <= 0 or st.size_diff <= first[st.traceback]:
+                continue   # grew in both halves: the whole more than the first half
+            owner, site = self._owners.of(st.traceback)
+            grown[owner] += st.size_diff
+            acc = sites.setdefault((owner, site), [0, 0])
+            acc[0] += st.size_diff
+            acc[1] += st.count_diff
+        top = sorted(sites.items(), key=lambda kv: -kv[1][0])
+        named = {o: [{"site": s, "bytes": v[0], "blocks": v[1]} for (oo, s), v in top if oo == o][:TOP_SITES]
+                 for o in OWNERS}
+        steps = max(s3 - s1, 0.0)
+        rate = steps / max(t3 - t1, 1e-9)
+        return {"steps": int(steps), "seconds": round(t3 - t1, 2), "rss_growth": int(r3 - r1),
+                "traced_growth": int(sum(st.size_diff for st in c.compare_to(a, "filename"))),
+                "grown": grown, "sites": named, "window": self.windows,
+                "steps_per_s": round(rate, 1), "steps_per_s_before": round(getattr(self, "rate_before", 0.0), 1),
+                "frames": NFRAMES}
