@@ -32,7 +32,8 @@ its sampling. That extra CPU is flow1's: it is booked to the cost account's ``al
 window's CPU less its steps at the CPU per step before it), and the summary states the step
 rates with and without tracing.
 
-:meth:`AllocSampler.tick` runs after each ``sample()``, a few comparisons when no window is open.
+:meth:`AllocSampler.tick` runs after each ``sample()``, a few comparisons when no window is open;
+a window's snapshots are taken on a thread of its own, on the clock.
 The summary it returns goes to the hub, where :mod:`flow1_ray.checks.run.leak` sets it against
 the RSS trend. No Ray here.
 """
@@ -42,10 +43,13 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 import time
 import tracemalloc
 from types import FunctionType
-from typing import Any
+from typing import Any, Callable
+
+from ..liveness.holder import _rss
 
 TRIGGER_MB = 4.0        # RSS grown since the reference before a window opens (the leak rule's least growth)
 MIN_AGE_S = 60.0        # the process's first minute (imports, caches, arenas) opens no window
@@ -209,51 +213,40 @@ def _site(frame: tracemalloc.Frame) -> str:
 
 class AllocSampler:
     """One runner's allocation-site windows (see the module's docstring). ``tick(rss, steps)``
-    after each ``sample()``; it returns a window's summary when one closes, else None."""
+    after each ``sample()`` opens a window when the RSS grew; the window runs on a thread of its
+    own (its snapshots on the clock, however long a ``sample()`` call lasts under tracing), and
+    the next ``tick`` returns its summary."""
 
-    def __init__(self, owners: Owners | Any, clock=time.monotonic, trigger_mb: float = TRIGGER_MB,
-                 min_age_s: float = MIN_AGE_S, warm_s: float = WARM_S, half_s: float = HALF_S,
-                 gap_s: float = GAP_S, max_windows: int = MAX_WINDOWS) -> None:
+    def __init__(self, owners: Owners | Any, steps_of: Callable[[], float], clock=time.monotonic,
+                 trigger_mb: float = TRIGGER_MB, min_age_s: float = MIN_AGE_S, warm_s: float = WARM_S,
+                 half_s: float = HALF_S, gap_s: float = GAP_S, max_windows: int = MAX_WINDOWS) -> None:
         """``owners``: an :class:`Owners`, or a callable that makes one (the env's code is read
-        on the first window, when the env exists)."""
+        on the first window, when the env exists); ``steps_of()``: the runner's env steps so far."""
         self._owners = owners
+        self.steps_of = steps_of
         self.clock = clock
         self.trigger, self.min_age_s, self.warm_s, self.half_s = trigger_mb * 1e6, min_age_s, warm_s, half_s
         self.gap_s, self.max_windows = gap_s, max_windows
         self.born = clock()
         self.ref: float | None = None
         self.windows = 0
-        self.phase = "idle"
-        self.opened_at = self.ended_at = -float("inf")
-        self.snaps: list[tuple[float, float, float, Any]] = []   # (t, steps, rss, snapshot)
+        self.tracing = False
+        self.ended_at = -float("inf")
         self.before: tuple[float, float, float] | None = None     # (t, steps, thread CPU) at the reference
-        self.cpu_step_before = 0.0                               # the thread's CPU a step before the window
-        self.opened: tuple[float, float] = (0.0, 0.0)            # (steps, thread CPU) at the window's start
         self.off: str | None = None
-
-    @property
-    def tracing(self) -> bool:
-        return self.phase != "idle"
+        self._done: dict | None = None
+        self._failed: BaseException | None = None
 
     def tick(self, rss: float, steps: float) -> dict | None:
-        now = self.clock()
-        if self.phase == "idle":
-            return self._maybe_open(now, rss, steps)
-        due = self.opened_at + self.warm_s + self.half_s * len(self.snaps)
-        if now < due:
-            return None
-        self.snaps.append((now, steps, rss, tracemalloc.take_snapshot()))
-        if len(self.snaps) < 3:
-            return None
-        tracemalloc.stop()
-        self.phase, self.ended_at, self.ref, self.windows = "idle", now, rss, self.windows + 1
-        cpu = time.thread_time()
-        self.before = (now, steps, cpu)
-        snaps, self.snaps = self.snaps, []
-        out = self._summary(snaps)
-        # the tracing's own price: the window's CPU on this thread beyond its steps at the rate before
-        out["tracing_cpu_s"] = round(max(0.0, cpu - self.opened[1] - (steps - self.opened[0]) * self.cpu_step_before), 4)
-        return out
+        """After a ``sample()``, on the sampling thread: a closed window's summary, else None.
+        Raises what the window's thread raised."""
+        if self._failed is not None:
+            e, self._failed = self._failed, None
+            raise e
+        if self._done is not None:
+            out, self._done = self._done, None
+            return out
+        return None if self.tracing else self._maybe_open(self.clock(), rss, steps)
 
     def _maybe_open(self, now: float, rss: float, steps: float) -> dict | None:
         if self.off is not None or now - self.born < self.min_age_s or self.windows >= self.max_windows:
@@ -268,14 +261,40 @@ class AllocSampler:
             return {"off": self.off}
         if callable(self._owners) and not isinstance(self._owners, Owners):
             self._owners = self._owners()
+        t0, s0, c0 = self.before or (now, steps, time.thread_time())
         cpu = time.thread_time()
-        t0, s0, c0 = self.before or (now, steps, cpu)
-        self.rate_before = (steps - s0) / max(now - t0, 1e-9)
-        self.cpu_step_before = (cpu - c0) / (steps - s0) if steps > s0 else 0.0
-        self.opened = (steps, cpu)
+        rate = (steps - s0) / max(now - t0, 1e-9)
+        cpu_step = (cpu - c0) / (steps - s0) if steps > s0 else 0.0
+        clock_id = time.pthread_getcpuclockid(threading.get_ident())   # the sampling thread's CPU clock
+        self.tracing = True
         tracemalloc.start(NFRAMES)
-        self.phase, self.opened_at = "warm", now
+        threading.Thread(target=self._window, args=(clock_id, steps, rate, cpu_step), daemon=True,
+                         name="flow1-alloc-sites").start()
         return None
+
+    def _window(self, clock_id: int, steps0: float, rate_before: float, cpu_step: float) -> None:
+        """The window, on its own thread: three snapshots on the clock, then tracing stops."""
+        try:
+            cpu0 = time.clock_gettime(clock_id)
+            snaps = []
+            try:
+                for k in range(3):
+                    time.sleep(self.warm_s if k == 0 else self.half_s)
+                    snaps.append((self.clock(), float(self.steps_of()), float(_rss()), tracemalloc.take_snapshot()))
+            finally:
+                tracemalloc.stop()
+            cpu = time.clock_gettime(clock_id)
+            steps = float(self.steps_of())
+            out = self._summary(snaps)
+            out["steps_per_s_before"] = round(rate_before, 1)
+            # the tracing's own price: the sampling thread's CPU in the window beyond its steps at the rate before
+            out["tracing_cpu_s"] = round(max(0.0, cpu - cpu0 - (steps - steps0) * cpu_step), 4)
+            self._done = out
+        except BaseException as e:   # handed to the sampling thread's next tick (reported there)
+            self._failed = e
+        finally:
+            self.ended_at, self.ref, self.before, self.windows = self.clock(), None, None, self.windows + 1
+            self.tracing = False   # the next tick takes a new reference
 
     def _summary(self, snaps: list) -> dict:
         (t1, s1, r1, a), (_, _, _, b), (t3, s3, r3, c) = snaps
@@ -299,6 +318,5 @@ class AllocSampler:
         rate = steps / max(t3 - t1, 1e-9)
         return {"steps": int(steps), "seconds": round(t3 - t1, 2), "rss_growth": int(r3 - r1),
                 "traced_growth": int(sum(st.size_diff for st in c.compare_to(a, "filename"))),
-                "grown": grown, "sites": named, "window": self.windows,
-                "steps_per_s": round(rate, 1), "steps_per_s_before": round(getattr(self, "rate_before", 0.0), 1),
-                "frames": NFRAMES}
+                "grown": grown, "sites": named, "window": self.windows + 1,
+                "steps_per_s": round(rate, 1), "frames": NFRAMES}

@@ -72,7 +72,8 @@ class EnvWatch:
         for sub in subs or ():  # one checker per sub-env: episodes of sub-envs interleave
             self._wrap_sub_env(sub, len(self.checkers), self._new_checker(sub), resets_in_step)
         if self.alloc is None and self.opts.alloc_sites:
-            self.alloc = AllocSampler(lambda: Owners(*env_code(env)), min_age_s=self.thresholds.leak_min_seconds)
+            self.alloc = AllocSampler(lambda: Owners(*env_code(env)), lambda: self.liveness.steps,
+                                      min_age_s=self.thresholds.leak_min_seconds)
         if self.states is None and self.opts.state_actions and self.kind == "train":
             self._start_state_sampling()
         if self.opts.audit_reward and subs and audits_here(self.env_runner, self.index, self.kind):

@@ -32,15 +32,33 @@ def _vector(env_cls, pad: int):
     return gym.vector.SyncVectorEnv([lambda: env_cls({"pad": pad})] * 2)
 
 
-def _run_window(sampler: AllocSampler, step, deadline_s: float = 30.0) -> dict:
-    """Call ``step()`` and tick the sampler with the process's RSS until a window closes."""
-    steps, end = 0, time.monotonic() + deadline_s
+class Steps:
+    """The runner's step count, as the liveness holder keeps it."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self) -> int:
+        return self.n
+
+
+def _sampler(owners, **kw) -> tuple[AllocSampler, Steps]:
+    steps = Steps()
+    return AllocSampler(owners, steps, **{**FAST, **kw}), steps
+
+
+def _run_window(sampler: AllocSampler, steps: Steps, step, deadline_s: float = 30.0, every: int = 50) -> dict:
+    """Call ``step()`` (the steps it took) and tick the sampler with the process's RSS every
+    ``every`` calls (a sample() call's end) until a window's summary comes back."""
+    end, k = time.monotonic() + deadline_s, 0
     while time.monotonic() < end:
-        steps += step()
-        out = sampler.tick(_rss(), steps)
-        if out is not None:
-            return out
-    raise AssertionError(f"no window closed in {deadline_s} s (phase {sampler.phase}, ref {sampler.ref})")
+        steps.n += step()
+        k += 1
+        if k % every == 0:
+            out = sampler.tick(_rss(), steps.n)
+            if out is not None:
+                return out
+    raise AssertionError(f"no window closed in {deadline_s} s (tracing {sampler.tracing}, ref {sampler.ref})")
 
 
 def test_an_env_that_keeps_every_observation_is_named_at_its_line():
@@ -49,13 +67,13 @@ def test_an_env_that_keeps_every_observation_is_named_at_its_line():
     vec.reset(seed=0)
     lines, dirs = env_code(vec)
     assert any(f.endswith("leaky_envs.py") for f in lines) and not any("gymnasium" in f for f in lines)
-    sampler = AllocSampler(lambda: Owners(lines, dirs), trigger_mb=0.5, **FAST)
+    sampler, steps = _sampler(lambda: Owners(lines, dirs), trigger_mb=0.5)
 
     def step():
         vec.step(vec.action_space.sample())
         return 2
 
-    out = _run_window(sampler, step)
+    out = _run_window(sampler, steps, step)
     assert not tracemalloc.is_tracing()
     per_step = out["grown"][ENV] / out["steps"]
     assert 1500 < per_step < 3000, out          # 260 float64 + the array's header per step
@@ -73,9 +91,9 @@ def test_its_clean_twin_keeps_nothing_and_a_flat_rss_opens_no_window():
         vec.step(vec.action_space.sample())
         return 2
 
-    out = _run_window(AllocSampler(lambda: Owners(*env_code(vec)), trigger_mb=0.0, **FAST), step)
+    out = _run_window(*_sampler(lambda: Owners(*env_code(vec)), trigger_mb=0.0), step)
     assert out["grown"][ENV] / out["steps"] < 100, out   # an episode's history, not 2 KB a step
-    flat = AllocSampler(lambda: Owners(*env_code(vec)), **{**FAST, "half_s": 0.2})
+    flat, _ = _sampler(lambda: Owners(*env_code(vec)), half_s=0.2)
     for i in range(2000):
         step()
         assert flat.tick(_rss(), 2 * i) is None and not flat.tracing
@@ -92,13 +110,13 @@ def test_what_the_rl_stack_keeps_on_its_own_is_the_frameworks_and_the_callers_lo
             time.sleep(0.0005)
             yield None
 
-    sampler = AllocSampler(lambda: Owners({}, ()), trigger_mb=0.0, **FAST)
+    sampler, steps = _sampler(lambda: Owners({}, ()), trigger_mb=0.0)
     sampler.tick(_rss(), 0)                          # the reference
     sampler.tick(_rss() + 1, 0)                      # opens the window
     assert sampler.tracing
     t = threading.Thread(target=kept.extend, args=(map(box.sample, slow()),), daemon=True)
     t.start()
-    out = _run_window(sampler, lambda: (time.sleep(0.01), 1)[1])
+    out = _run_window(sampler, steps, lambda: (time.sleep(0.01), 1)[1], every=1)
     assert out["grown"][FRAMEWORK] > 100_000 and out["sites"][FRAMEWORK][0]["site"].startswith("gymnasium/"), out
     assert out["grown"][USER] < out["grown"][FRAMEWORK] / 10, out
     kept.append(None)
@@ -106,20 +124,20 @@ def test_what_the_rl_stack_keeps_on_its_own_is_the_frameworks_and_the_callers_lo
     t.join(10)
 
     mine: list = []
-    sampler = AllocSampler(lambda: Owners({}, ()), trigger_mb=0.0, **FAST)
+    sampler, steps = _sampler(lambda: Owners({}, ()), trigger_mb=0.0)
     sampler.tick(_rss(), 0)
 
     def grow():
         mine.append(np.zeros(200))
         return 1
 
-    out = _run_window(sampler, grow)
+    out = _run_window(sampler, steps, grow)
     assert out["sites"][USER][0]["site"].endswith("test_alloc_sites.py:" + str(grow.__code__.co_firstlineno + 1))
 
 
 def test_the_users_own_tracing_is_left_alone():
     tracemalloc.start(1)
-    sampler = AllocSampler(lambda: Owners({}, ()), trigger_mb=0.0, **FAST)
+    sampler, _ = _sampler(lambda: Owners({}, ()), trigger_mb=0.0)
     sampler.tick(100.0, 0)
     out = sampler.tick(200.0, 10)
     assert out == {"off": "the process traces its allocations already (tracemalloc is on)"}
@@ -162,3 +180,16 @@ def test_an_env_and_a_callback_in_one_script_are_told_apart_by_their_lines():
     tl = gym.wrappers.TimeLimit.step.__code__
     assert owners.of_frame(tl.co_filename, tl.co_firstlineno + 1) == FRAMEWORK   # gymnasium's wrapper
     assert owners.of_frame(np.__file__, 10) is None                                # a library: skipped outward
+
+
+def test_a_window_ends_on_the_clock_however_long_a_sample_call_lasts():
+    """No tick for the whole window (one long sample() call under tracing): tracing still stops
+    after warm + 2 halves, and the next tick brings the summary."""
+    sampler, steps = _sampler(lambda: Owners({}, ()), trigger_mb=0.0)
+    sampler.tick(_rss(), 0)
+    sampler.tick(_rss() + 1, 0)
+    assert tracemalloc.is_tracing()
+    time.sleep(FAST["warm_s"] + 2 * FAST["half_s"] + 1.0)
+    assert not tracemalloc.is_tracing() and not sampler.tracing
+    out = sampler.tick(_rss(), 0)
+    assert out is not None and out["window"] == 1 and out["seconds"] >= 2 * FAST["half_s"] - 0.05, out
