@@ -165,5 +165,5 @@ LIVE_CASES = [
              "vector that is never freed (the reporter); here each read is kept in the env's log",
              lambda cb: _ppo_remote(cb, LoggerReadingEnv, {"keep": True}),
              lambda cb: _ppo_remote(cb, LoggerReadingEnv, {"keep": False}),
-             frozenset({"MEMORY_LEAK_SUSPECTED"}), iterations=20, options=_MEMORY),
+             frozenset({"MEMORY_LEAK_SUSPECTED"}), iterations=40, options=_MEMORY),
 ]
