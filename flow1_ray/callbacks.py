@@ -283,7 +283,7 @@ class Flow1Callbacks(RLlibCallback):
             # the share of episodes the runners contract-check now (flow1_ray/checks/own/budgets.py)
             "check_rate": check_rate(rec.get("sampling") or {}),
             # flow1's own time in the runners, as a share of their sample() time (RunnerAgent.cost)
-            "runner_cost": runner_cost(rec.get("sampling") or {}),
+            "runner_cost": runner_cost(rec.get("sampling") or {}, rec.get("hub_cpu")),
         }
 
     # -- internals -----------------------------------------------------------------------

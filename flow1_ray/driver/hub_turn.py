@@ -117,10 +117,11 @@ def check_rate(sampling: dict) -> dict | None:
             "max": max(float(v.get("check_rate_max", v["check_rate"])) for v in rates)}
 
 
-def runner_cost(sampling: dict) -> dict | None:
-    """flow1's own time in all runners so far and its share of their sample() time (wall), and
-    the CPU account (``cpu``: per feature, CPU per env step as a share of the runners' own,
-    :func:`flow1_ray.runner.cost.account`)."""
+def runner_cost(sampling: dict, hub_cpu: dict | None = None) -> dict | None:
+    """flow1's own time in all runners so far and its share of their sample() time (wall), the
+    CPU account (``cpu``: per feature, CPU per env step as a share of the runners' own,
+    :func:`flow1_ray.runner.cost.account`), and the hub's CPU per 1,000 env steps (``hub_cpu``,
+    :class:`flow1_ray.runner.cost.ProcessCpu`)."""
     from ..runner.cost import account
 
     parts = [v for v in sampling.values() if isinstance(v, dict) and v.get("sample_s")]
@@ -128,7 +129,7 @@ def runner_cost(sampling: dict) -> dict | None:
         return None
     own, total = sum(float(v.get("flow1_s", 0.0)) for v in parts), sum(float(v["sample_s"]) for v in parts)
     return {"share": round(own / total, 5) if total > 0 else None, "flow1_s": round(own, 3), "sample_s": round(total, 2),
-            "cpu": account([v["cost"] for v in parts if isinstance(v.get("cost"), dict)])}
+            "cpu": account([v["cost"] for v in parts if isinstance(v.get("cost"), dict)]), "hub_cpu": hub_cpu}
 
 
 def as_float(x: Any) -> float | None:

@@ -24,6 +24,7 @@ from ..rundir.store import (CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, MET
     write_learner_snapshot, write_part)
 from ..checks.own.watchers import RECORDER, TRACEBACK, TRACEBACK_FILE, error_line, watcher_off
 from .heatmaps import HeatmapWriter
+from ..runner.cost import ProcessCpu, account
 
 MAX_PENDING_ROWS = 100_000   # beyond this (a stuck disk) new rows are dropped and counted
 LINES_KEPT = 10_000
@@ -82,6 +83,7 @@ class RecorderCore:
         self._urgent = False                  # ... a death among them: without the gap either
         self._internal_n = 0
         self.sampling: dict[int, dict] = {}     # worker index -> its sample() timing (SampleTimes.as_dict)
+        self.hub_cpu = ProcessCpu()             # this process's CPU per 1,000 env steps (runner/cost.py)
         self.events_written = 0               # rows in events/ (the heartbeat says it: a reader can tell parts missing)
 
     # -- intake --------------------------------------------------------------------------
@@ -122,6 +124,7 @@ class RecorderCore:
                 self.watchers_off.append(what)
 
     def add_metrics(self, row: dict) -> None:
+        self.hub_cpu.mark(row.get("env_steps"))
         with self._lock:
             if isinstance(row.get("iteration"), int):
                 self.last_iteration = max(row["iteration"], self.last_iteration or 0)
@@ -297,10 +300,9 @@ class RecorderCore:
     def cost(self) -> dict | None:
         """flow1's CPU account over the runners last heard (flow1_ray/runner/cost.py); None
         when none has sent it or it cannot be made."""
-        from ..runner.cost import account
-
         try:
-            return account([v["cost"] for v in list(self.sampling.values()) if isinstance(v.get("cost"), dict)])
+            acc = account([v["cost"] for v in list(self.sampling.values()) if isinstance(v.get("cost"), dict)])
+            return acc and {**acc, "hub_cpu": self.hub_cpu.as_dict()}
         except Exception:
             return None
 
@@ -330,7 +332,8 @@ class RecorderCore:
                     "samples_dropped": sum(self.samples_dropped.values()), "flushes": self.flushes,
                     "snapshots": self.snapshots, "heatmaps": self.heatmaps.status(), "run_dir": str(self.run_dir),
                     "watchers_off": list(self.watchers_off), "write_failures": self.write_failures,
-                    "sampling": {str(k): dict(v) for k, v in self.sampling.items()}}
+                    "sampling": {str(k): dict(v) for k, v in self.sampling.items()},
+                    "hub_cpu": self.hub_cpu.as_dict()}
 
 
 class RecorderService(RecorderCore):

@@ -19,5 +19,11 @@ def cost_table(cost: Any) -> tuple[str, list[tuple[str, str, str, str]]] | None:
                 f"{float(cost['flow1_share']):.2%} of it.")
     except (TypeError, KeyError, ValueError, AttributeError):
         return None
+    try:   # flow1's hub (runner/cost.py ProcessCpu): absent from older records
+        hub = cost["hub_cpu"]
+        head += (f" flow1's hub: {float(hub['cpu_s_per_1000_steps']):.3f} s of CPU per 1,000 env steps over "
+                 f"{int(hub['steps']):,} steps ({float(hub['at_start_cpu_s']):.1f} s at its start).")
+    except (TypeError, KeyError, ValueError, AttributeError):
+        pass
     return head, [(k, f"{us:.3f} us", f"{share:.3%}" + (" (over its budget)" if share > budget else ""), f"{budget:.1%}")
                   for k, us, share, budget in rows]

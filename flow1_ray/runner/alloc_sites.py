@@ -24,7 +24,10 @@ while it traces, so it never runs all the time:
 
 A site is where memory was *allocated*, not who keeps it: an object the env makes and a
 callback keeps is the env's line (the callback's own growth, its list of references, is the
-user's). The sites name what grows; the owner is a strong hint, not a proof.
+user's). The sites name what grows; the owner is a strong hint, not a proof. A known limit: an
+env that keeps a buffer per episode, cleared at reset, grows in both halves when its episodes
+outlast a half (2 s); in a run whose RSS trend holds for another reason, that buffer can be
+read as the env's growth.
 
 While tracing, every Python allocation of the runner pays tracemalloc's hook: a PPO runner's
 CPU per step is 4-5x during a window (``NFRAMES`` 2): a 5 s window costs the runner ~4 s of

@@ -32,6 +32,7 @@ the account's figure for a feature is its CPU per env step as a share of that.
 
 from __future__ import annotations
 
+import resource
 import time
 from typing import Any
 
@@ -174,3 +175,37 @@ def account(runners: list[dict]) -> dict[str, Any] | None:
     return {"steps": steps, "runner_us_per_step": round(own / steps * 1e6, 2),
             "flow1_share": round(sum(cpu.values()) / own, 5), "features": features,
             "over_budget": sorted(k for k, f in features.items() if f["share"] > f["budget"])}
+
+
+class ProcessCpu:
+    """The CPU of the process it lives in, all its threads, per 1,000 env steps of the run: in
+    the hub, flow1's actors' share of a run (the Recorder, the monitor, its node's probe, the
+    clusterer and the heatmaps when they run on CPU there). Counted from the run's first
+    metrics row (:meth:`mark` with the run's env steps), so that the process's start (imports,
+    Arrow's warm-up) is stated apart, paid once. Not in it: the node probes of other nodes and a
+    clusterer on a GPU (actors of their own)."""
+
+    def __init__(self) -> None:
+        self.start_cpu_s = self._cpu()
+        self.first: tuple[float, float] | None = None
+        self.last: tuple[float, float] | None = None
+
+    @staticmethod
+    def _cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def mark(self, env_steps: Any) -> None:
+        if not isinstance(env_steps, (int, float)) or env_steps != env_steps:
+            return
+        point = (self._cpu(), float(env_steps))
+        if self.first is None:
+            self.first = point
+        self.last = point
+
+    def as_dict(self) -> dict | None:
+        if self.first is None or self.last is None or self.last[1] <= self.first[1]:
+            return None
+        cpu, steps = self.last[0] - self.first[0], self.last[1] - self.first[1]
+        return {"cpu_s": round(cpu, 3), "steps": int(steps), "cpu_s_per_1000_steps": round(cpu / steps * 1e3, 4),
+                "at_start_cpu_s": round(self.first[0], 2)}

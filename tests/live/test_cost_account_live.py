@@ -37,8 +37,12 @@ def test_every_feature_of_flow1_in_the_runners_stays_within_its_cpu_budget(ray_s
     assert cost["over_budget"] == [], [(k, f) for k, f in cost["features"].items() if k in cost["over_budget"]]
     assert all(f["us_per_step"] > 0 for k, f in cost["features"].items() if k in ("liveness", "watchdog", "checks",
                                                                                      "scan", "hooks")), cost
+    # flow1's hub: its CPU per 1,000 env steps from the first iteration's row on, its start apart
+    hub = results[-1]["flow1"]["runner_cost"]["hub_cpu"]
+    assert hub and hub["steps"] >= 8000 and hub["cpu_s_per_1000_steps"] > 0 and hub["at_start_cpu_s"] > 0, hub
     # the report of the run directory (flow1 report) shows the account the Recorder wrote at the stop
     from flow1_ray.report.rundir import load_run_report
 
     text = load_run_report(Path(results[-1]["flow1"]["run_dir"])).to_markdown()
     assert "## flow1's own cost" in text and "| liveness |" in text, text[-1500:]
+    assert "flow1's hub: " in text and " s of CPU per 1,000 env steps over " in text, text[-1500:]

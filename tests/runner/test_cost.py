@@ -3,6 +3,8 @@ account from its runners' parts, and the thread clock it reads, on real CPU work
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from flow1_ray.runner.cost import BUDGETS, FEATURES, CostAccount, Sampled, account, clock_cost, thread_time
@@ -59,3 +61,22 @@ def test_the_account_opens_after_the_warm_up_and_books_nothing_of_it():
     d = acct.as_dict()
     assert (d["steps"], d["runner_cpu_s"], d["warmup_steps"]) == (1000, 0.2, 2100)
     assert d["features_cpu_s"]["watchdog"] == pytest.approx(0.1)
+
+
+def test_a_process_cpu_is_counted_per_1000_env_steps_from_the_first_mark():
+    """The hub's CPU (all its threads) between the first and the last iteration's row, per
+    1,000 env steps; what came before the first row is its start, stated apart."""
+    from flow1_ray.runner.cost import ProcessCpu
+
+    pc = ProcessCpu()
+    assert pc.as_dict() is None
+    pc.mark(1000)
+    assert pc.as_dict() is None                    # one row: nothing counted yet
+    end = time.process_time() + 0.2
+    while time.process_time() < end:              # 0.2 s of this process's CPU
+        pass
+    pc.mark(3000)
+    pc.mark(float("nan"))                         # not a count: ignored
+    d = pc.as_dict()
+    assert d["steps"] == 2000 and 0.19 <= d["cpu_s"] <= 1.0, d
+    assert d["cpu_s_per_1000_steps"] == pytest.approx(d["cpu_s"] / 2, rel=1e-3) and d["at_start_cpu_s"] > 0
