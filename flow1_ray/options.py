@@ -56,7 +56,8 @@ class Flow1Options:
     """Sample (state, action) rows on the training runners and cluster them into state-cluster x action
     maps."""
     alloc_sites: bool = True
-    """When a runner's RSS grows (4 MB past its first minute), trace its Python allocations for ~5 s
+    """When a runner's RSS grows (4 MB past its first minute, and the leak rule's trend test holds on it), trace
+    its Python allocations for ~5 s
     (tracemalloc, 4-5x the runner's CPU a step meanwhile; at most 3 windows, 30 minutes apart) to tell whose code keeps the memory: the env's, the
     user's, the framework's or flow1's (MEMORY_LEAK_SUSPECTED vs MEMORY_GROWTH_NOT_ENV). Off: a growing
     RSS is judged without saying where. Never on while the process traces its allocations already."""

@@ -11,7 +11,7 @@ watchdog thread. What runs outside the runners (the hub process, the driver's ho
 measured apart by ``bench_throughput.py`` (CPU of the hub, ``result["flow1"]["driver_ms"]``).
 
     .venv/bin/python scripts/bench_runner_overhead.py [--pairs 40] [--steps 2000] [--env CartPole-v1]
-        [--envs-per-runner 1] [--preset vector|hopper|sac|dqn|atari|default] [--arms plain-again,flow1] [--profile]
+        [--envs-per-runner 1] [--preset vector|hopper|sac|dqn|atari|multi-agent|default] [--arms plain-again,flow1] [--profile]
 
 ``--profile`` runs cProfile over the flow1 runner's calls and prints flow1's functions by
 their own time, as a share of the profiled ``sample()`` time: where a runner's cost goes.
@@ -58,7 +58,7 @@ def main() -> int:
     ap.add_argument("--envs-per-runner", type=int, default=1, help="num_envs_per_env_runner (a vectorised env)")
     ap.add_argument("--arms", default="flow1", help=f"comma-separated, each against plain; known: {', '.join(ARMS)}")
     ap.add_argument("--preset", default=None, help="bench_throughput.py's set-up (vector, hopper, sac, dqn, atari, "
-                                                   "default): overrides --algo, --env and --envs-per-runner")
+                                                   "multi-agent, default): overrides --algo, --env and --envs-per-runner")
     ap.add_argument("--warmup-s", type=float, default=6.0, help="untimed sampling per runner before the pairs")
     ap.add_argument("--profile", action="store_true", help="cProfile the flow1 runner: flow1's share per function")
     a = ap.parse_args()
@@ -76,30 +76,32 @@ def main() -> int:
         return 2
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False,
              logging_level=logging.ERROR)
+    methods = {}
     if a.preset:   # the runners of bench_throughput.py's set-up (its algorithm, env, sub-envs and RLModule)
-        from bench_throughput import PRESETS, _pong64
+        from bench_throughput import PRESETS, preset_methods, register
 
         a.algo, a.env, methods = PRESETS[a.preset]
+        methods = preset_methods(methods)
         a.envs_per_runner = methods.get("env_runners", {}).get("num_envs_per_env_runner", a.envs_per_runner)
-        if a.env == "pong64":
-            from ray import tune
-
-            tune.register_env("pong64", _pong64)
+        register(a.env)
     base = ({"PPO": PPOConfig, "SAC": SACConfig, "DQN": DQNConfig}[a.algo]().environment(a.env).debugging(seed=0)
             .env_runners(num_envs_per_env_runner=a.envs_per_runner))
-    if a.preset:
-        for method, kwargs in methods.items():
-            if method != "env_runners":
-                base = getattr(base, method)(**kwargs)
-    runners = {"plain": SingleAgentEnvRunner(config=base, worker_index=1)}
+    for method, kwargs in methods.items():
+        if method != "env_runners":
+            base = getattr(base, method)(**kwargs)
+    if "multi_agent" in methods:
+        from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner as Runner
+    else:
+        Runner = SingleAgentEnvRunner
+    runners = {"plain": Runner(config=base, worker_index=1)}
     for name in names:
         if ARMS[name] is None:
-            runners[name] = SingleAgentEnvRunner(config=base, worker_index=1)
+            runners[name] = Runner(config=base, worker_index=1)
             continue
         opts = {"sample_rate": a.sample_rate, **ARMS[name]}
         cb = Flow1Callbacks.with_options(output_dir=tempfile.mkdtemp(), print_events=False,
                                          state_send_interval_s=0.0, **opts)
-        runners[name] = SingleAgentEnvRunner(config=base.copy(copy_frozen=False).callbacks(cb), worker_index=1)
+        runners[name] = Runner(config=base.copy(copy_frozen=False).callbacks(cb), worker_index=1)
     # warm-up: past the check budget's first adjustments and the first judgement of the
     # checked episodes; then one full collection, so that the one-off collection that the
     # imports of the first calls (flow1's checks import SciPy) make due does not land in
@@ -108,6 +110,7 @@ def main() -> int:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < a.warmup_s:
             r.sample(num_timesteps=a.steps)
+            r.get_metrics()
     gc.collect()
     full_collections = [0]
     gc.callbacks.append(lambda phase, info: full_collections.__setitem__(
@@ -132,6 +135,7 @@ def main() -> int:
                 prof.disable()
             wall[name].append((time.perf_counter() - t0) / steps)
             cpu[name].append((time.process_time() - c0) / steps)
+            runners[name].get_metrics()   # untimed, as an Algorithm reads them each iteration (else RLlib's grow)
     from flow1_ray.runner.cost import account
 
     own = {}   # each flow1 runner's own accounting (RunnerAgent.cost): what it measures of itself

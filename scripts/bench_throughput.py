@@ -34,7 +34,7 @@ rllib/utils/metrics/metrics_logger.py), so rates computed from it stay dominated
 first, slower iterations.
 
     .venv/bin/python scripts/bench_throughput.py [--rounds 3] [--iterations 10] [--warmup-iterations 11]
-        [--preset default|light|vector|hopper|sac|dqn|atari]
+        [--preset default|light|vector|hopper|sac|dqn|atari|multi-agent]
 
 The atari preset needs OpenCV for RLlib's Atari wrapper: ``pip install -e ".[bench]"``.
 """
@@ -100,7 +100,43 @@ PRESETS: dict[str, tuple[str, str, dict]] = {
                                                                                 [128, 4, 2]],
                                                                "conv_activation": "relu",
                                                                "head_fcnet_hiddens": [256]}}}),
+    "multi-agent": ("PPO", "ma_cartpole2", {"multi_agent": {"policies": {"p0", "p1"},
+                                                            "policy_mapping_fn": "bench_throughput:_agent_policy"}}),
 }
+
+
+def _agent_policy(agent_id, *args, **kwargs) -> str:
+    """The multi-agent preset's mapping: agent i to policy p<i>."""
+    return f"p{agent_id}"
+
+
+def _ma_cartpole2(cfg: dict):
+    """RLlib's MultiAgentCartPole with two agents (one RLModule each)."""
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    return MultiAgentCartPole({"num_agents": 2})
+
+
+def register(env: str) -> None:
+    """The presets' registered envs (pong64, ma_cartpole2)."""
+    from ray import tune
+
+    if env == "pong64":
+        tune.register_env("pong64", _pong64)
+    elif env == "ma_cartpole2":
+        tune.register_env("ma_cartpole2", _ma_cartpole2)
+
+
+def preset_methods(methods: dict) -> dict:
+    """A preset's config methods with a mapping function named as ``module:function`` resolved."""
+    out = {}
+    for method, kwargs in methods.items():
+        kwargs = dict(kwargs)
+        fn = kwargs.get("policy_mapping_fn")
+        if isinstance(fn, str):
+            kwargs["policy_mapping_fn"] = globals()[fn.split(":")[1]]
+        out[method] = kwargs
+    return out
 
 
 def _pong64(cfg: dict):
@@ -141,17 +177,15 @@ ARMS: dict[str, dict | None] = {
 
 
 def build(callbacks, preset: str, seed: int):
-    from ray import tune
     from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.algorithms.sac import SACConfig
 
     algo, env, methods = PRESETS[preset]
-    if env == "pong64":
-        tune.register_env("pong64", _pong64)
+    register(env)
     config = ({"PPO": PPOConfig, "SAC": SACConfig, "DQN": DQNConfig}[algo]()
               .environment(env).debugging(seed=seed).env_runners(num_env_runners=2, sample_timeout_s=120))
-    for method, kwargs in methods.items():
+    for method, kwargs in preset_methods(methods).items():
         config = getattr(config, method)(**kwargs)
     if callbacks is not None:
         config = config.callbacks(callbacks)

@@ -9,8 +9,12 @@ while it traces, so it never runs all the time:
 
 * a window opens only when the runner's own RSS grew by ``TRIGGER_MB`` since its reference
   (taken after the process's first ``MIN_AGE_S``, when imports and caches have settled, and
-  again after each window), at most ``MAX_WINDOWS`` times, ``GAP_S`` apart: a runner whose RSS
-  is flat never traces;
+  again after each window) *and* the leak rule's own trend test holds on the runner's RSS
+  (:class:`~flow1_ray.checks.run.leak.LeakTrend`, the hub's test, fed here every
+  ``POINT_EVERY_S`` and judged every ``JUDGE_EVERY_S``), at most ``MAX_WINDOWS`` times,
+  ``GAP_S`` apart: a runner whose RSS settles after its warm-up never traces (measured: a
+  first draft that opened on the 4 MB alone traced a multi-agent runner still settling, 8 % of
+  its CPU over a short run);
 * a window traces ``WARM_S`` (the blocks alive at its start are not traced; the ones a step
   allocates and frees in steady state come and go), then takes three snapshots ``HALF_S``
   apart; a site *grows* when it grew in both halves (a buffer that fills and empties, an
@@ -55,6 +59,8 @@ from typing import Any, Callable
 from ..liveness.holder import _rss
 
 TRIGGER_MB = 4.0        # RSS grown since the reference before a window opens (the leak rule's least growth)
+POINT_EVERY_S = 1.0     # the runner's (steps, RSS) fed to its own trend at most this often
+JUDGE_EVERY_S = 10.0    # ... and judged at most this often (the hub's pace)
 MIN_AGE_S = 60.0        # the process's first minute (imports, caches, arenas) opens no window
 WARM_S = 1.0            # traced before the first snapshot
 HALF_S = 2.0            # between the snapshots (two halves)
@@ -222,9 +228,16 @@ class AllocSampler:
 
     def __init__(self, owners: Owners | Any, steps_of: Callable[[], float], clock=time.monotonic,
                  trigger_mb: float = TRIGGER_MB, min_age_s: float = MIN_AGE_S, warm_s: float = WARM_S,
-                 half_s: float = HALF_S, gap_s: float = GAP_S, max_windows: int = MAX_WINDOWS) -> None:
+                 half_s: float = HALF_S, gap_s: float = GAP_S, max_windows: int = MAX_WINDOWS,
+                 trend: bool = True) -> None:
         """``owners``: an :class:`Owners`, or a callable that makes one (the env's code is read
-        on the first window, when the env exists); ``steps_of()``: the runner's env steps so far."""
+        on the first window, when the env exists); ``steps_of()``: the runner's env steps so far;
+        ``trend``: a window also needs the leak rule's trend test to hold (False: the RSS growth
+        alone opens one, for tests that open windows at will)."""
+        from ..checks.run.leak import LeakTrend
+
+        self.trend = LeakTrend(min_seconds=min_age_s) if trend else None
+        self._fed_at = self._judged_at = -float("inf")
         self._owners = owners
         self.steps_of = steps_of
         self.clock = clock
@@ -249,7 +262,21 @@ class AllocSampler:
         if self._done is not None:
             out, self._done = self._done, None
             return out
-        return None if self.tracing else self._maybe_open(self.clock(), rss, steps)
+        if self.tracing:
+            return None
+        now = self.clock()
+        if self.trend is not None and now - self._fed_at >= POINT_EVERY_S and rss > 0:
+            self._fed_at = now
+            self.trend.add(steps, rss, now)
+        return self._maybe_open(now, rss, steps)
+
+    def _trend_holds(self, now: float) -> bool:
+        if self.trend is None:
+            return True
+        if now - self._judged_at < JUDGE_EVERY_S:
+            return False
+        self._judged_at = now
+        return self.trend.judge() is not None
 
     def _maybe_open(self, now: float, rss: float, steps: float) -> dict | None:
         if self.off is not None or now - self.born < self.min_age_s or self.windows >= self.max_windows:
@@ -257,7 +284,7 @@ class AllocSampler:
         if self.ref is None or rss < self.ref:
             self.ref, self.before = rss, (now, steps, time.thread_time())
             return None
-        if rss - self.ref < self.trigger or now - self.ended_at < self.gap_s:
+        if rss - self.ref < self.trigger or now - self.ended_at < self.gap_s or not self._trend_holds(now):
             return None
         if tracemalloc.is_tracing():   # the user's own tracing: never stopped or reset by flow1
             self.off = "the process traces its allocations already (tracemalloc is on)"

@@ -18,7 +18,7 @@ from flow1_ray.runner.alloc_sites import ENV, FRAMEWORK, USER, AllocSampler, Own
 
 from leaky_envs import ForgetsItsHistory, KeepsEveryObservation
 
-FAST = dict(min_age_s=0.0, warm_s=0.2, half_s=0.5, gap_s=0.0, max_windows=1)
+FAST = dict(min_age_s=0.0, warm_s=0.2, half_s=0.5, gap_s=0.0, max_windows=1, trend=False)
 
 
 @pytest.fixture(autouse=True)
@@ -193,3 +193,36 @@ def test_a_window_ends_on_the_clock_however_long_a_sample_call_lasts():
     assert not tracemalloc.is_tracing() and not sampler.tracing
     out = sampler.tick(_rss(), 0)
     assert out is not None and out["window"] == 1 and out["seconds"] >= 2 * FAST["half_s"] - 0.05, out
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_window_waits_for_the_leak_rules_own_trend_not_a_settling_jump():
+    """The RSS grows 5 MB once after the first minute and stays (a runner settling): the 4 MB
+    gate passes, the trend test does not, no window. A steady growth: the trend holds, a window."""
+    for shape, opens in (("jump", False), ("steady", True)):
+        clock = Clock()
+        steps = Steps()
+        sampler = AllocSampler(lambda: Owners({}, ()), steps, clock=clock, **{**FAST, "min_age_s": 60.0,
+                                                                              "trend": True})
+        opened_at = None
+        for i in range(400):                      # a tick a second, 1,000 steps a second
+            clock.t, steps.n = float(i), 1000 * i
+            mb = 500 + (5.0 if i >= 90 else 0.0) if shape == "jump" else 500 + 0.1 * i
+            sampler.tick(mb * 1e6, steps.n)
+            if sampler.tracing:
+                opened_at = i
+                break
+        assert (opened_at is not None) == opens, (shape, opened_at)
+        if opens:
+            assert 60 < opened_at < 200, opened_at
+            deadline = time.monotonic() + 10
+            while sampler.tracing and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not tracemalloc.is_tracing()
