@@ -226,3 +226,25 @@ def test_a_window_waits_for_the_leak_rules_own_trend_not_a_settling_jump():
             while sampler.tracing and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert not tracemalloc.is_tracing()
+
+
+def test_rllibs_own_memory_leaking_env_is_named_at_its_line():
+    """RLlib's MemoryLeakingEnv (its example of the slightest leak: one dict entry per
+    episode), stepped through gymnasium's vector env: the window names its line in RLlib's
+    package as the env's -- the innermost env's own class is the env's wherever it ships."""
+    from ray.rllib.examples.envs.classes.memory_leaking_env import MemoryLeakingEnv
+
+    cfg = {"observation_space": gym.spaces.Box(-1.0, 1.0, (4,), np.float32), "action_space": gym.spaces.Discrete(2),
+           "p_terminated": 0.05}
+    vec = gym.vector.SyncVectorEnv([lambda: MemoryLeakingEnv(cfg)] * 2)
+    vec.reset(seed=0)
+    sampler, steps = _sampler(lambda: Owners(*env_code(vec)), trigger_mb=0.0)
+
+    def step():
+        vec.step(vec.action_space.sample())
+        return 2
+
+    out = _run_window(sampler, steps, step, every=100)
+    assert out["sites"][ENV] and out["sites"][ENV][0]["site"].startswith(
+        "ray/rllib/examples/envs/classes/memory_leaking_env.py:"), out["sites"]
+    assert out["grown"][ENV] > 2 * out["grown"][FRAMEWORK], out
