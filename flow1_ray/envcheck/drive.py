@@ -23,7 +23,7 @@ from ..common import codes as C
 from ..checks.env.env_spec import crash_finding, long_episode_advisory, never_ends_finding
 from ..checks.findings import Finding
 from ..checks.env.import_resolve import old_api_finding
-from ..checks.env.machine_load import gc_pause_s, runqueue_wait_s
+from ..checks.env.machine_load import StepClock
 from ..checks.env.reward_logic import RewardLogicAudit
 from ..checks.env.temporal_leak import LeakageWatch
 from ..checks.env.termination import EpisodeEnds, time_limit_finding
@@ -64,7 +64,8 @@ class DriverBase(ResetProbes):
         self.last_obs: Any = None           # the observation the next action answers (its action mask)
         self.masked_steps = 0               # actions drawn from the observation's action mask
         self.mask_probe: dict[str, int] = {}  # masked-out actions sent after the run: tried, rejected
-        self.last_wait: float | None = None     # the last step's run-queue wait (the machine's share)
+        self.last_wait: float | None = None     # the last step's run-queue wait and steal (the machine's share)
+        self.clock = StepClock()
         self.audit: RewardLogicAudit | None = None  # flow1 check --audit-reward
         self.leak: LeakageWatch | None = None       # OBS_LEAKAGE's steps (single-agent envs)
         self.replays = False                        # the first episode is recorded and replayed after the run
@@ -217,8 +218,7 @@ class DriverBase(ResetProbes):
         w.enter("step", self.rc.steps, self.rc.episodes)
         before = self.masked_steps
         action = self._action()
-        q0, g0 = runqueue_wait_s(), gc_pause_s()
-        t0 = time.perf_counter()
+        self.clock.start()
         try:
             out = self.env.step(action)
         except SystemExit as e:  # the env wanted the process gone: a crash, and the end of the run
@@ -230,9 +230,7 @@ class DriverBase(ResetProbes):
         except Exception as e:
             w.leave()
             return self._step_crashed(e, masked=self.masked_steps > before)
-        dt = time.perf_counter() - t0 - (gc_pause_s() - g0)   # the collector's pause is the heap's
-        q1 = runqueue_wait_s()
-        self.last_wait = q1 - q0 if q0 is not None and q1 is not None else None
+        dt, self.last_wait = self.clock.stop()
         w.leave()
         self._consecutive = self.first_step_streak = 0
         self._fresh = False

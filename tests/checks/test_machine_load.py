@@ -153,3 +153,21 @@ def test_a_garbage_collection_inside_a_step_is_not_the_envs_slowness():
     # a busy machine may still slow steps: that is said as the machine's (an advisory), never the env's
     assert not [e for e in report.events if e.code == C.STEP_DURATION_OUTLIER
                 and not (e.advisory and e.evidence.get("cause") == "machine_load")], report.events
+
+
+def test_the_step_clock_books_a_sleeping_step_to_the_env_and_reads_steal_per_cpu():
+    """Steal is read per CPU from /proc/stat for steps of a millisecond or more; sleeping is
+    neither run-queue wait nor steal, so a 3 ms sleep stays the env's (on an idle VM the host
+    steals a fraction of a percent: each step's machine share is asserted under half its time)."""
+    from flow1_ray.checks.env.machine_load import StepClock, current_cpu, steal_s
+
+    st, cpu = steal_s(), current_cpu()
+    assert st and cpu in st and all(v >= 0 for v in st.values()), (st, cpu)
+    clock = StepClock()
+    got = []
+    for _ in range(20):
+        clock.start()
+        time.sleep(0.003)
+        got.append(clock.stop())
+    assert clock._snap[3] is not None, "steal was read around the later (3 ms) steps"
+    assert all(dt >= 0.003 and m is not None and m < dt / 2 for dt, m in got), got

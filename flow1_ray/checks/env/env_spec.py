@@ -229,7 +229,8 @@ def _machine_or_env(found: Finding, d: np.ndarray, slow: np.ndarray, med_ms: flo
         return found
     if not loaded:
         return found
-    what = (f"{share:.0%} of the slow steps' excess was spent waiting for a CPU (run-queue wait)"
+    what = (f"{share:.0%} of the slow steps' excess was spent waiting for a CPU (run-queue wait, or the "
+            "host's steal of the VM's CPU)"
             if waits_s is not None else f"the stepping thread waited for a CPU {share:.0%} of the time"
             if share >= 0.1 else f"the stepping thread waited for a CPU {waited * 1e3:.0f} ms in this window, at "
             f"least half the slow steps' excess ({excess * 1e3:.0f} ms)")

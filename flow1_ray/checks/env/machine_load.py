@@ -8,6 +8,13 @@ of ``flow1 check`` (~3 us) and over each judged window live, it tells the machin
 from the env's own slowness: STEP_DURATION_OUTLIER names the env only for the time the
 thread was running or blocked in it.
 
+A virtual machine's CPU can be taken from under a running thread by its host: the guest
+kernel books that time as neither the thread's CPU nor its run-queue wait, but as *steal* on
+that CPU (the eighth figure of a ``cpu<N>`` line of ``/proc/stat``). :class:`StepClock` adds
+the steal of the CPU a step ran on to its wait, read only around steps that take a
+millisecond or more (a read costs ~20 us; a faster env cannot lose a 5 ms excess to it on
+one step in twenty without the machine being stolen a quarter of the time).
+
 The process's heap is not the env's either: a full pass of Python's cyclic garbage collector
 stops every thread for as long as the whole heap takes to walk (~0.3 s in a process that
 built a few RLlib Algorithms, more on a loaded machine), and it runs in whichever step
@@ -17,6 +24,7 @@ happened to allocate past the threshold. :func:`gc_pause_s` clocks the collector
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import time
@@ -36,6 +44,74 @@ def runqueue_wait_s() -> float | None:
         except (OSError, ValueError, IndexError):
             continue
     return None
+
+
+def _libc_getcpu():
+    try:
+        f = ctypes.CDLL(None, use_errno=True).sched_getcpu
+        f.restype, f.argtypes = ctypes.c_int, []
+        return f
+    except (OSError, AttributeError):
+        return None
+
+
+_getcpu = _libc_getcpu()
+
+
+def steal_s() -> dict[int, float] | None:
+    """Each CPU's cumulative hypervisor steal in seconds (USER_HZ ticks), or None where the
+    kernel reports none."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            lines = f.read().split(b"\n")
+        hz = os.sysconf("SC_CLK_TCK")
+        return {int(ln[3:ln.index(b" ")]): int(ln.split()[8]) / hz for ln in lines
+                if ln.startswith(b"cpu") and ln[3:4].isdigit() and len(ln.split()) > 8}
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def current_cpu() -> int | None:
+    """The CPU this thread runs on now, or None where libc cannot say."""
+    if _getcpu is None:
+        return None
+    n = _getcpu()
+    return n if n >= 0 else None
+
+
+class StepClock:
+    """Where one step's wall time went: :meth:`start` before the call, :meth:`stop` after it
+    returns ``(duration_s, machine_s)``: the wall time less the garbage collector's passes, and
+    the part of it that was the machine's (this thread's run-queue wait plus the host's steal
+    of the CPU it ran on; None where the kernel counts neither)."""
+
+    #: steal is read around a step once the steps so far average this long (an EMA)
+    STEAL_FROM_S = 1e-3
+
+    def __init__(self) -> None:
+        self._ema: float | None = None
+        self._snap: tuple = ()
+
+    def start(self) -> None:
+        reads = self._ema is not None and self._ema >= self.STEAL_FROM_S
+        cpu = current_cpu() if reads else None
+        st = steal_s() if cpu is not None else None
+        self._snap = (runqueue_wait_s(), gc_pause_s(), cpu, st, time.perf_counter())
+
+    def stop(self) -> tuple[float, float | None]:
+        t1 = time.perf_counter()
+        q0, g0, cpu0, st0, t0 = self._snap
+        dt = t1 - t0 - (gc_pause_s() - g0)   # the collector's pause is the heap's
+        q1 = runqueue_wait_s()
+        machine = q1 - q0 if q0 is not None and q1 is not None else None
+        if st0 is not None:
+            st1, cpu1 = steal_s(), current_cpu()
+            if st1 is not None:
+                on = {cpu0} if cpu1 == cpu0 else {cpu0, cpu1} - {None}
+                stolen = sum(max(0.0, st1.get(c, 0.0) - st0.get(c, 0.0)) for c in on)
+                machine = min(dt, (machine or 0.0) + stolen)
+        self._ema = dt if self._ema is None else 0.9 * self._ema + 0.1 * dt
+        return dt, machine
 
 
 _gc_clock = {"installed": False, "start": None, "total": 0.0}
