@@ -28,6 +28,7 @@ import ctypes
 import gc
 import os
 import time
+from typing import Callable
 
 _PATHS = ("/proc/thread-self/schedstat", "/proc/self/schedstat")
 
@@ -85,17 +86,20 @@ class StepClock:
     the part of it that was the machine's (this thread's run-queue wait plus the host's steal
     of the CPU it ran on; None where the kernel counts neither)."""
 
-    #: steal is read around a step once the steps so far average this long (an EMA)
+    #: steal is read around a step when the last step, or the steps so far (an EMA), took this long
     STEAL_FROM_S = 1e-3
 
-    def __init__(self) -> None:
+    def __init__(self, steal: Callable[[], dict[int, float] | None] = steal_s,
+                 cpu: Callable[[], int | None] = current_cpu) -> None:
         self._ema: float | None = None
+        self._last = 0.0
         self._snap: tuple = ()
+        self._steal, self._cpu = steal, cpu
 
     def start(self) -> None:
-        reads = self._ema is not None and self._ema >= self.STEAL_FROM_S
-        cpu = current_cpu() if reads else None
-        st = steal_s() if cpu is not None else None
+        reads = self._last >= self.STEAL_FROM_S or (self._ema or 0.0) >= self.STEAL_FROM_S
+        cpu = self._cpu() if reads else None
+        st = self._steal() if cpu is not None else None
         self._snap = (runqueue_wait_s(), gc_pause_s(), cpu, st, time.perf_counter())
 
     def stop(self) -> tuple[float, float | None]:
@@ -105,12 +109,13 @@ class StepClock:
         q1 = runqueue_wait_s()
         machine = q1 - q0 if q0 is not None and q1 is not None else None
         if st0 is not None:
-            st1, cpu1 = steal_s(), current_cpu()
+            st1, cpu1 = self._steal(), self._cpu()
             if st1 is not None:
                 on = {cpu0} if cpu1 == cpu0 else {cpu0, cpu1} - {None}
                 stolen = sum(max(0.0, st1.get(c, 0.0) - st0.get(c, 0.0)) for c in on)
                 machine = min(dt, (machine or 0.0) + stolen)
         self._ema = dt if self._ema is None else 0.9 * self._ema + 0.1 * dt
+        self._last = dt
         return dt, machine
 
 
