@@ -120,6 +120,10 @@ def codes_page() -> str:
         if r.view is not None:
             entry.append(f"- **charted**: {_md(r.view.title)} (`{r.view.table}/`: "
                          + ", ".join(f"`{c}`" for c in r.view.columns) + ")")
+        if r.needs is not None:
+            entry.append(f"- **data it needs**: {r.needs.text()}"
+                         + (" (one of the rules that say whether the run learns: a run too short for all of them is "
+                            "\"not enough data to judge learning\")" if r.needs.learns else ""))
         entry += ["", f"Raised when: {_md(r.text())}", ""]
         page += "\n" + "\n".join(entry)
     page = cat._spliced(page, begin, end, make(), "codes.md")

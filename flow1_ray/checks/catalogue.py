@@ -119,6 +119,18 @@ def defaults_block() -> str:
     return "DEFAULTS = {\n" + "\n".join(rows) + "\n}"
 
 
+def needs_block() -> str:
+    """Each trend rule's :class:`~flow1_ray.checks.rule.Needs` and the columns of its signal, as
+    data: a reader of a run judges data sufficiency without importing the rule files."""
+    rows = []
+    for code, r in rules().items():
+        if r.needs is not None:
+            cols = r.view.columns if r.view is not None else ()
+            rows.append(f"    {code}: ({r.needs.iterations!r}, {r.needs.episode_windows}, {r.needs.learns}, {cols!r}),"
+                        .replace("'", '"'))
+    return "NEEDS = {\n" + "\n".join(rows) + "\n}"
+
+
 def thresholds_block() -> str:
     lines, seen = [], {}
     for fam in families():
@@ -163,6 +175,7 @@ def codes_table() -> str:
 TARGETS = {
     "flow1_ray/common/codes.py": ("# --- codes: begin", "# --- codes: end", codes_block),
     "flow1_ray/common/codes.py#defaults": ("# --- defaults: begin", "# --- defaults: end", defaults_block),
+    "flow1_ray/common/codes.py#needs": ("# --- needs: begin", "# --- needs: end", needs_block),
     "flow1_ray/checks/thresholds.py": ("    # --- fields: begin", "    # --- fields: end", thresholds_block),
     "docs/reference/codes.md": ("<!-- codes: begin -->", "<!-- codes: end -->", codes_table),
 }

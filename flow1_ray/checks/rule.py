@@ -4,7 +4,8 @@ A :class:`Rule` holds everything a reader of a finding needs that is not the fin
 numbers: its code, the module it belongs to, its default status, the thresholds family it is
 judged against, the trigger text (rendered from those thresholds, so the text never states a
 number the rule does not use), the evidence keys it writes, the RLlib knobs its advice may
-turn, and the signal the report and the panel chart for it. Rule files list theirs in a
+turn, the signal the report and the panel chart for it, and, for a rule that judges a trend,
+the least data it needs (:class:`Needs`). Rule files list theirs in a
 module-level ``RULES`` tuple; :mod:`.catalogue` collects them, and the code constants of
 :mod:`flow1_ray.common.codes`, the README's table of codes and ``configs/thresholds.json`` are
 generated from that collection (``python -m flow1_ray.checks.catalogue --write``).
@@ -16,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .thresholds import DEFAULT
+
 
 @dataclass(frozen=True)
 class View:
@@ -25,6 +28,35 @@ class View:
     table: str
     columns: tuple[str, ...]
     title: str
+
+
+@dataclass(frozen=True)
+class Needs:
+    """The least data a trend rule judges on (data sufficiency): ``iterations`` summed (ints and
+    names of threshold fields), counted as the iterations in which the rule's signal was
+    recorded (its :class:`View`'s columns, in any RLModule; a rule with no view counts the
+    iterations with an episode return), and ``episode_windows`` smoothing windows of episodes
+    (RLlib's ``metrics_num_episodes_for_smoothing``, 100 by default). ``learns``: the rule says
+    whether the run learns (the return, the policy's entropy and KL, the critic, SAC's
+    temperature), so a run too short for every such rule is "not enough data to judge
+    learning", never a PASS."""
+
+    iterations: tuple[int | str, ...] = ()
+    episode_windows: int = 0
+    learns: bool = True
+
+    def least_iterations(self, thresholds: Any = None) -> int:
+        """The iterations it needs, under ``thresholds`` (the defaults when None)."""
+        th = DEFAULT if thresholds is None else thresholds
+        return int(sum(v if isinstance(v, int) else getattr(th, v) for v in self.iterations))
+
+    def text(self, thresholds: Any = None, window: int = 100) -> str:
+        """The need in words: "5 iterations with its signal, and 200 episodes"."""
+        out = f"{self.least_iterations(thresholds)} iterations with its signal"
+        if self.episode_windows:
+            out += (f" and {self.episode_windows} smoothing windows of episodes ({self.episode_windows * window} "
+                    f"at metrics_num_episodes_for_smoothing={window})")
+        return out
 
 
 @dataclass(frozen=True)
@@ -39,6 +71,7 @@ class Rule:
     evidence: tuple[str, ...] = ()
     knobs: tuple[str, ...] = ()
     view: View | None = None
+    needs: Needs | None = None
 
     def text(self, thresholds: Any = None) -> str:
         """The trigger with the thresholds' values in it: the defaults, or a run's own

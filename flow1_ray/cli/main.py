@@ -58,7 +58,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             except OSError as e:
                 raise Flow1InputError(f"cannot write {out}: {e}") from None
             human.print(f"report: {out}")
-    return _judged(report, report.exit_code(args.fail_on, args.allow_blind))
+    return _judged(report, report.exit_code(args.fail_on, args.allow_blind, args.allow_short))
 
 
 def _judged(report: "Any", code: int) -> int:
@@ -68,12 +68,14 @@ def _judged(report: "Any", code: int) -> int:
 
     if code == EXIT_USAGE and report.not_judged:
         print(f"flow1: error: {NOT_JUDGED}: {one_line(report.not_judged)}", file=sys.stderr)
+    elif code == EXIT_USAGE and report.short:
+        print(f"flow1: {one_line(report.short)} (--allow-short: exit as the findings say)", file=sys.stderr)
     return code
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from ..checks.thresholds import Thresholds
-    from ..checks.learner.curve_diagnosis import diagnose_curves
+    from ..checks.learner.curve_diagnosis import diagnose_run
     from .diagnose import action_space_of, not_assessable, read_results
     from ..report.model import Report
     from ..report.render import console, print_events, print_gaps, print_references, verdict_text
@@ -82,10 +84,11 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     results, config = read_results(args.path)
     # only the env the user names is made: the file's own config env may name a module to import
     space = action_space_of(args.env, required=True) if args.env else None
-    events = diagnose_curves(results, config=config, action_space=space, thresholds=th)
+    events, enough = diagnose_run(results, config=config, action_space=space, thresholds=th)
     missing, judged = not_assessable(results, space)
     report = Report(target=str(args.path), events=events, not_assessable=missing,
                     not_judged=None if judged else "no signal the rules read is ever a finite number",
+                    learning=enough.to_dict(),
                     summary={"iterations": len(results), "config": "found" if config else "none (advice without "
                              "current values)", "action_space": str(space) if space is not None else "unknown"})
     human = console(sys.stderr if args.json == "-" else None)
@@ -98,7 +101,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     print_gaps(human, report)
     print_references(human, report)
     _write_json(args.json, report.to_json())
-    return _judged(report, report.exit_code(args.fail_on))
+    return _judged(report, report.exit_code(args.fail_on, allow_short=args.allow_short))
 
 
 def _cmd_whatif(args: argparse.Namespace) -> int:

@@ -91,6 +91,9 @@ def _add_diagnose(sub: Any) -> None:
     d.add_argument("--thresholds", metavar="PATH", help="JSON object overriding default thresholds")
     d.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
     d.add_argument("--fail-on", choices=[C.FAIL, C.WARN], default=C.FAIL)
+    d.add_argument("--allow-short", action="store_true",
+                   help="exit as the findings say on a run too short to judge learning (default: exit 2, "
+                        "\"not enough data to judge learning\")")
 
 
 def _add_report(sub: Any) -> None:
@@ -105,6 +108,9 @@ def _add_report(sub: Any) -> None:
     r.add_argument("--allow-blind", action="store_true",
                    help="exit 0 on a run flow1 did not watch whole (a watcher off, no clean stop, events parts "
                         "skipped) when nothing reached --fail-on (default: exit 1)")
+    r.add_argument("--allow-short", action="store_true",
+                   help="exit as the findings say on a run too short to judge learning (default: exit 2, "
+                        "\"not enough data to judge learning\")")
 
 
 def _add_whatif(sub: Any) -> None:

@@ -31,6 +31,9 @@ SAMPLES_DROPPED = metric("samples_dropped")
 WATCHERS_OFF = metric("watchers_off")
 DRIVER_MS = metric("driver_ms")
 RETURN_EMA = metric("learner", "return_ema")
+#: the metrics table's episodes completed so far (RLlib's num_episodes_lifetime) and the run's
+#: metrics_num_episodes_for_smoothing: what the learning rules' data sufficiency counts
+EPISODES, SMOOTHING_WINDOW = "episodes", "smoothing_window"
 #: RLlib's evaluation runners' mean return, in the iterations that evaluated (TRAIN_EVAL_GAP)
 EVAL_RETURN = "evaluation_return_mean"
 MEMORY_NODE_PERCENT = metric("memory", "node_percent")

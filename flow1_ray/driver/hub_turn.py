@@ -58,11 +58,18 @@ def _send(run: Any, kind: str, payload: Any) -> Any:
 
 
 def row_head(result: dict, iteration: int, return_mean: float | None) -> dict:
-    """The metrics row's first columns: the iteration, its env steps and returns."""
+    """The metrics row's first columns: the iteration, its env steps and returns, the episodes
+    completed so far and the return's smoothing window (what the learning rules need:
+    :mod:`flow1_ray.checks.learner.sufficiency`)."""
     evaluated = as_float(((result.get("evaluation") or {}).get("env_runners") or {}).get("episode_return_mean"))
+    episodes = as_float((result.get("env_runners") or {}).get("num_episodes_lifetime"))
+    config = result.get("config")
+    window = config.get("metrics_num_episodes_for_smoothing") if isinstance(config, dict) else None
     return {"iteration": iteration,
             "env_steps": int(result.get("num_env_steps_sampled_lifetime", 0) or 0),
             "episode_return_mean": return_mean,
+            S.EPISODES: int(episodes) if episodes is not None and episodes == episodes else None,
+            S.SMOOTHING_WINDOW: window if isinstance(window, int) and not isinstance(window, bool) else None,
             **({S.EVAL_RETURN: evaluated} if evaluated is not None and evaluated == evaluated else {})}
 
 

@@ -23,6 +23,7 @@ from ..common import schema as S
 from ..common.stacks import current_thread, env_frame, main_thread_stack, ray_wait
 from ..liveness.lockfile import BUSY, EXITING, STOPPED, Header, probe_fd, probe_lock, read_head, read_lock, read_tail
 from ..liveness.lockdir import SUFFIXES
+from .exit_wake import ending
 
 #: A runner key is the lock name without its ``.<pid>`` suffix: the actor id of a remote
 #: runner (it survives Ray's restarts) or ``local-<pid>-<kind><index>``.
@@ -57,6 +58,7 @@ class Tracked:
     killed: bool = False
     kill_at: float | None = None   # stall_action='kill' of a wait in ray.get: deferred to then
     tb_size: int = 0
+    ending: str | None = None      # what the kernel showed of its end before its lock was released
 
 
 
@@ -156,7 +158,7 @@ class LockScanner:
                     out.append(self._died(t, now))
                 continue
             t.header = header or t.header
-            if holder is None or self._dying(t):
+            if holder is None or self._dying(t) or self._ending(t, holder):
                 out.append(self._died(t, now))
                 continue
             out += self._stall_change(t, holder, now)
@@ -234,6 +236,15 @@ class LockScanner:
         t.tb_size = size
         return read_head(self.dir / f"{t.name}.tb").startswith("Fatal Python error")
 
+    def _ending(self, t: Tracked, holder: int) -> bool:
+        """The kernel is ending the lock's holder (a pending SIGKILL, or do_exit under way):
+        its death is reported now, not when its teardown closes its files. Only where the
+        holder the lock shows is the pid the process wrote (one pid namespace)."""
+        if holder != t.pid:
+            return False
+        t.ending = ending(holder)
+        return t.ending is not None
+
     def _stack(self, t: Tracked, since: float, use_faulthandler: bool) -> dict:
         """The stuck thread's stack: the watchdog's, or (late) a faulthandler dump written
         after the stall began."""
@@ -280,6 +291,10 @@ class LockScanner:
             ev["state_at_death"] = h.state_name
         ev["killed_by_flow1"] = t.killed
         ev.update(exit_signal_from(tb, h, t.killed, "exception" in ev))
+        if t.ending == "SIGKILL" and ev.get("signal_inferred"):   # seen, not inferred
+            ev.update(signal_inferred=False, signal_seen="pending")
+        if t.ending:
+            ev["seen_ending"] = t.ending
         if h is not None and h.state == STOPPED:
             ev["kind"] = "stopped"
         self._remove(t.name)

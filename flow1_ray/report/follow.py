@@ -24,7 +24,8 @@ from ..rundir.runrecord import RUN_JSON, completeness
 from ..rundir.reading import PART_COLUMN, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names
 from ..rundir.store import (CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR,
     SNAPSHOTS_DIR, Location)
-from .model import GAP_CODES, Report, events_problem, missing_events, no_verdict
+from ..rundir.life import events_problem, missing_events, no_verdict
+from .model import GAP_CODES, Report
 from .views import TIMELINE
 
 #: findings kept in memory per run (WARN, FAIL and advisories; the counts stay exact beyond)

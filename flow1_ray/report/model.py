@@ -10,10 +10,11 @@ from typing import Any
 from ..rundir.cost_record import cost_table
 from ..common import codes as C
 from ..common.events import Event, jsonable, one_line
-from ..rundir.runrecord import RUN_JSON
 from ..common.schema import EVIDENCE_DIR
 from ..rundir.store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
 from ..checks.run.death_cause import consequences, led_to
+from ..rundir.life import _after, life_gaps, life_line
+from ..checks.learner.sufficiency import iterations
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
 NOT_JUDGED = "NOT JUDGED"
@@ -38,55 +39,6 @@ def hub_line(e: Event) -> str:
     return f"hub restarted at {e.ts:%Y-%m-%d %H:%M:%S} UTC after {down} down{pids}: rows it held then may be lost"
 
 
-def life_gaps(completeness: dict[str, Any] | None) -> list[str]:
-    """The run's life as gaps: a run that ended without a clean stop, or is still running."""
-    c = completeness or {}
-    at = c.get("last_data_at") or "unknown"
-    if c.get("state") == "ended":
-        how = (c.get("stop") or {}).get("how")
-        return [f"ended without a clean stop{_after(c.get('last_iteration'))}, last data at {at}"
-                + (f" ({one_line(how)})" if how else "")]
-    if c.get("state") == "running":
-        it = c.get("last_iteration")
-        return [f"still running ({'iteration ' + str(it) + ', ' if it is not None else ''}last data at {at}): "
-                f"the verdict may change"]
-    return []
-
-
-def _after(iteration: Any) -> str:
-    return f" after iteration {iteration}" if iteration is not None else " (no iteration written)"
-
-
-def no_verdict(completeness: dict[str, Any], events_problem: str | None) -> str | None:
-    """Why there is no verdict to give, or None: no start record (the directory may be
-    anything), no readable events (nothing to judge)."""
-    reasons = []
-    if not completeness.get("started"):
-        bad = any(str(p).startswith(RUN_JSON) for p in completeness.get("problems") or [])
-        reasons.append(f"no start record ({RUN_JSON} {'unreadable' if bad else 'missing'})")
-    if events_problem:
-        reasons.append(f"no readable events ({events_problem})")
-    return "; ".join(reasons) or None
-
-
-def events_problem(exists: bool, skipped: int) -> str:
-    """Why a run directory has no readable events, for :func:`no_verdict`."""
-    if not exists:
-        return f"{EVENTS_DIR}/ missing"
-    return f"{skipped} item(s) of {EVENTS_DIR}/ skipped" if skipped else f"{EVENTS_DIR}/ unreadable"
-
-
-def missing_events(life: dict[str, Any], found: int, skipped: list[str]) -> str | None:
-    """Parts removed from ``events/`` (nothing damaged, nothing named, just fewer rows): the
-    Recorder says in its heartbeat and stop records how many events it wrote. Read the
-    records before the events (a live run only adds to both)."""
-    counts = [r.get("events_written") for r in (life.get("stop") or {}, life.get("heartbeat") or {})]
-    written = max((n for n in counts if isinstance(n, int) and not isinstance(n, bool)), default=None)
-    if written is None or found >= written or skipped:
-        return None
-    return f"{EVENTS_DIR}: the Recorder wrote {written} event(s), {found} are here: parts are missing"
-
-
 def verdict_of(status: str, not_judged: str | None, gaps: list[str]) -> str:
     """The one verdict every rendering shows: ``NOT JUDGED``, ``FAIL``, ``WARN``, ``PASS``,
     or ``PASS, but <gaps, in short>``: a PASS flow1 did not see whole is never a plain PASS."""
@@ -102,21 +54,6 @@ def verdict_kind(verdict: str) -> str:
     if verdict in C.STATUSES:
         return verdict
     return "NOT_JUDGED" if verdict == NOT_JUDGED else "GAPS"
-
-
-def life_line(completeness: dict[str, Any] | None) -> str | None:
-    """The run's life in one line (None for a report that is not of a run directory)."""
-    if completeness is None:
-        return None
-    c = completeness
-    start = (c.get("start") or {}).get("started_at")
-    head = f"started {start}" if start else f"no start record ({RUN_JSON})"
-    stop = c.get("stop") or {}
-    if c.get("state") == "stopped":
-        after = f" after iteration {stop['iteration']}" if stop.get("iteration") is not None else ""
-        return f"{head}; stopped cleanly{after} ({stop.get('how')}) at {stop.get('stopped_at')}"
-    more = life_gaps(c)
-    return f"{head}; " + (more[0] if more else f"last data at {c.get('last_data_at') or 'unknown'}")
 
 
 @dataclass
@@ -143,6 +80,17 @@ class Report:
     #: the run's life from its run directory (:func:`flow1_ray.rundir.runrecord.completeness`);
     #: None for a report that is not of a run directory (``check_env``)
     completeness: dict[str, Any] | None = None
+    #: which trend rules had enough data to judge (``Sufficiency.to_dict()`` of
+    #: :mod:`flow1_ray.checks.learner.sufficiency`); None for a report that judges no learning
+    #: (``check_env``)
+    learning: dict[str, Any] | None = None
+
+    @property
+    def short(self) -> str | None:
+        """"not enough data to judge learning: ..." when no rule that says whether the run
+        learns had its data; None when one had, or the report judges no learning."""
+        lr = self.learning or {}
+        return None if not lr or lr.get("enough") else str(lr.get("line") or "not enough data to judge learning")
 
     def _judged(self) -> list[Event]:
         """The events a status is made of: all but the gap events below FAIL."""
@@ -169,7 +117,8 @@ class Report:
         """What flow1 did not see whole, besides the events themselves: watchers off, a run
         that ended without a clean stop (or is still running), hub restarts, signals not
         assessable, items skipped."""
-        return ([f"not watched: {b}" for b in self.blind] + life_gaps(self.completeness)
+        return ([f"not watched: {b}" for b in self.blind] + ([self.short] if self.short else [])
+                + life_gaps(self.completeness)
                 + [hub_line(e) for e in self.events if e.code == C.HUB_RESTARTED]
                 + [f"not assessable: {n}" for n in self.not_assessable]
                 + [f"skipped: {s}" for s in self.skipped])
@@ -183,7 +132,11 @@ class Report:
         life = {"ended": f"ended without a clean stop{_after(c.get('last_iteration'))}",
                 "running": "still running"}.get(c.get("state"))
         hubs = sum(e.code == C.HUB_RESTARTED for e in self.events)
-        short = ([f"not watched: {b}" for b in self.blind] + ([life] if life else [])
+        counts = (self.learning or {}).get("counts") or {}
+        short = ([f"not watched: {b}" for b in self.blind]
+                 + ([f"learning not judged: not enough data ({iterations(counts.get('iterations') or 0)})"]
+                    if self.short else [])
+                 + ([life] if life else [])
                  + ([f"hub restarted {hubs} time(s)"] if hubs else [])
                  + ([f"{len(self.not_assessable)} signal(s) not assessable"] if self.not_assessable else [])
                  + ([f"{len(self.skipped)} item(s) skipped"] if self.skipped else []))
@@ -212,15 +165,17 @@ class Report:
             counts[e.status] += 1
         return counts
 
-    def exit_code(self, fail_on: str = C.FAIL, allow_blind: bool = False) -> int:
+    def exit_code(self, fail_on: str = C.FAIL, allow_blind: bool = False, allow_short: bool = False) -> int:
         """The CLI's contract: 1 when an event at or above ``fail_on`` was read; else 2 when
-        there is no verdict (:attr:`not_judged`); else 1 when flow1 did not watch the run
+        there is no verdict (:attr:`not_judged`) or, unless ``allow_short``, when the run was
+        too short to judge learning (:attr:`short`); else 1 when flow1 did not watch the run
         whole (a watcher off, no clean stop, events parts skipped) unless ``allow_blind``;
         else 0.
 
         Args:
             fail_on: the lowest event status that fails: "FAIL" (the default), "WARN" or "PASS".
             allow_blind: True: a run flow1 did not watch whole is not failed for that alone.
+            allow_short: True: a run too short to judge learning exits as its events say.
 
         Returns:
             The exit code: 0, 1 or 2.
@@ -230,7 +185,7 @@ class Report:
         """
         if C.STATUS_RANK[self.status] >= C.STATUS_RANK[fail_on]:
             return 1
-        if self.not_judged:
+        if self.not_judged or (self.short and not allow_short):
             return 2
         if not allow_blind and (self.blind or self.partial or (self.completeness or {}).get("state") == "ended"):
             return 1
@@ -240,6 +195,7 @@ class Report:
         return {"target": self.target, "status": self.status, "verdict": self.verdict, "counts": self.by_status(),
                 "not_judged": self.not_judged, "gaps": self.gaps(), "skipped": list(self.skipped),
                 "not_assessable": list(self.not_assessable), "completeness": jsonable(self.completeness),
+                "learning": jsonable(self.learning),
                 "life": life_line(self.completeness),
                 "advisories": sorted({e.code for e in self.advisories()}),
                 "summary": jsonable(self.summary), "events": [e.to_dict() for e in self.events]}

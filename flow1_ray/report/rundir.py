@@ -20,7 +20,8 @@ from ..rundir.runrecord import RUN_JSON, completeness
 from ..rundir.store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
 from .clusters import by_module, flagged, latest, snapshot_key, summary_row, usable, views
 from .follow import is_run_dir
-from .model import Report, events_problem, missing_events, no_verdict
+from ..rundir.life import events_problem, missing_events, no_verdict
+from .model import Report
 
 
 def open_run_dir(run_dir: "str | os.PathLike | Location") -> Location:
@@ -65,10 +66,11 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
     skipped += more
     if states:
         summary["state_actions"] = states
-    learner, more = _learner(d)
+    learner, learner_rows, more = _learner(d)
     skipped += more
     if learner:
         summary["learner"] = learner
+    learning = _learning(life, rows, learner_rows)
     from .whatif import read_whatifs
 
     whatifs, more = read_whatifs(d)
@@ -76,7 +78,18 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
     if whatifs:
         summary["whatif"] = whatifs
     return Report(target=one_line(d.name), events=events, summary=summary, skipped=skipped, not_judged=not_judged,
-                  completeness=life)
+                  completeness=life, learning=learning)
+
+
+def _learning(life: dict, metrics_rows: list[dict], learner_rows: list[dict]) -> dict | None:
+    """Which trend rules had their data (:mod:`flow1_ray.checks.learner.sufficiency`), from the
+    tables; None for a run that never finished an iteration's row and is still running (its
+    learning is not yet a question) or whose start record is missing."""
+    from ..checks.learner.sufficiency import count_from_tables, sufficiency
+
+    if not life.get("started") or (life.get("state") == "running" and not metrics_rows):
+        return None
+    return sufficiency(count_from_tables(metrics_rows, learner_rows)).to_dict()
 
 
 def read_events(d: Location) -> tuple[list[Event], list[str], bool]:
@@ -155,8 +168,9 @@ def _state_actions(d: Location) -> tuple[dict, list[str]]:
     return out, skipped
 
 
-def _learner(d: Location) -> tuple[dict, list[str]]:
-    """Each module's last curve row of the ``learner/`` table, and the snapshots taken."""
+def _learner(d: Location) -> tuple[dict, list[dict], list[str]]:
+    """Each module's last curve row of the ``learner/`` table and the snapshots taken; the
+    table's module rows; what was skipped."""
     out: dict = {}
     loaded = read_table(d, LEARNER_DIR)
     skipped = list(loaded.skipped)
@@ -174,4 +188,4 @@ def _learner(d: Location) -> tuple[dict, list[str]]:
     skipped += more
     if snaps:
         out["snapshots"] = snaps
-    return out, skipped
+    return out, rows, skipped

@@ -91,3 +91,23 @@ def test_the_wake_ends_at_a_process_exit_at_stop_and_never_spins_on_a_zombie():
         assert w.wait(30.0) is True and time.monotonic() - t0 < 20.0
     finally:
         w.close()
+
+
+def test_the_kernel_shows_an_ending_process_and_not_a_living_one_or_a_zombie():
+    """A SIGKILL pending (the thread's or the shared set) reads as "SIGKILL"; this process and
+    an exited child not yet reaped (a zombie: its files are closed, its lock released) are
+    not ending. (A pending SIGKILL cannot be held here: the kernel acts on it at once.)"""
+    from flow1_ray.hub.exit_wake import ending, pending_sigkill
+
+    mine = open(f"/proc/{os.getpid()}/status", "rb").read()
+    assert not pending_sigkill(mine) and ending(os.getpid()) is None
+    assert pending_sigkill(b"Name:\tx\nSigPnd:\t0000000000000100\nShdPnd:\t0000000000000000\n")
+    assert pending_sigkill(b"SigPnd:\t0000000000000000\nShdPnd:\t0000000000004100\n")
+    assert not pending_sigkill(b"SigPnd:\t0000000000000200\nShdPnd:\t0000000000000000\n")   # SIGSEGV alone
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while open(f"/proc/{child.pid}/stat", "rb").read().split(b") ")[1][:1] != b"Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ending(child.pid) is None
+    child.wait()
+    assert ending(child.pid) is None   # gone

@@ -80,9 +80,9 @@ def runner_pids(algo) -> dict[int, int]:
 
 
 #: kill -> WORKER_DIED's timestamp: the goal is 0.5 s at most on a busy 2-core machine; the
-#: suite's other worker runs beside this test, and the kernel tears down a ~700 MB runner before
-#: its lock is released (measured busy, scripts/bench_detection.py --busy 2: 0.63 s SIGSEGV,
-#: 1.26 s SIGKILL), so the bound is the goal with a 5x busy-machine margin
+#: suite's other worker runs beside this test (measured busy, scripts/bench_detection.py
+#: --busy 2: max 0.56 s SIGSEGV, Ray's own handler symbolising the stack first; max 0.33 s
+#: SIGKILL, seen pending), so the bound is the goal with a 5x busy-machine margin
 DEATH_LATENCY_S = 0.5 * 5
 
 

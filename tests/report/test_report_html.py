@@ -39,7 +39,7 @@ def _run_dir(tmp_path, stop: bool = True):
     ]
     rec = RecorderCore(str(tmp_path), "run-1", flush_interval_s=3600)
     rec.add_events(events)
-    for i in range(1, 5):
+    for i in range(1, 9):   # 8 iterations with a return: long enough to judge learning (REWARD_DROP)
         rec.add_metrics({"iteration": i, "env_steps": 1000 * i, "episode_return_mean": 20.0 + i,
                          "flow1/learner/return_ema": 20.0 + i / 2, "flow1/worker/alive": 2})
     rec.flush()
@@ -51,7 +51,7 @@ def _run_dir(tmp_path, stop: bool = True):
     import matplotlib.pyplot as plt
 
     (tmp_path / HEATMAPS_DIR).mkdir()
-    plt.imsave(tmp_path / HEATMAPS_DIR / "iter_000004.png", np.random.default_rng(0).random((8, 8)))
+    plt.imsave(tmp_path / HEATMAPS_DIR / "iter_000008.png", np.random.default_rng(0).random((8, 8)))
     return tmp_path
 
 
@@ -64,7 +64,7 @@ def test_the_page_is_self_contained_and_shows_run_strings_as_text(tmp_path):
     assert page.count("data:image/png;base64,") == 3   # timeline, curves, the heatmap
     assert 'class="verdict FAIL" id="verdict">FAIL<' in page and "config.training(entropy_coeff=0.01)" in page
     assert 'id="timeline"' in page and 'id="curves"' in page
-    assert "stopped cleanly after iteration 4" in page and 'id="gaps"' not in page
+    assert "stopped cleanly after iteration 8" in page and 'id="gaps"' not in page
 
 
 def test_the_page_says_what_flow1_did_not_see(tmp_path):
@@ -74,13 +74,15 @@ def test_the_page_says_what_flow1_did_not_see(tmp_path):
     page = render_html(load_run_report(d, now=time.time() + 86400), d)
     assert 'class="verdict FAIL" id="verdict">FAIL<' in page
     (gap,) = re.findall(r'<ul id="gaps"><li>(.*?)</li></ul>', page)
-    assert gap.startswith("ended without a clean stop after iteration 4, last data at ")
+    assert gap.startswith("ended without a clean stop after iteration 8, last data at ")
     clean = tmp_path / "clean"
     rec = RecorderCore(str(clean), "run-2", flush_interval_s=3600)
     rec.add_metrics({"iteration": 1, "env_steps": 10, "episode_return_mean": 1.0})
     rec.close()
-    report = load_run_report(clean, now=time.time())
-    assert report.verdict == C.PASS and report.exit_code() == 0
+    report = load_run_report(clean, now=time.time())   # one iteration: learning cannot be judged
+    assert report.verdict == "PASS, but learning not judged: not enough data (1 iteration)", report.verdict
+    assert report.exit_code() == 2 and report.exit_code(allow_short=True) == 0
+    assert report.gaps()[0].startswith("not enough data to judge learning: 1 iteration, episodes not counted")
     (clean / "run.json").unlink()
     report = load_run_report(clean)
     assert report.verdict == NOT_JUDGED and report.exit_code() == 2

@@ -59,21 +59,21 @@ def _png(seed: int) -> bytes:
 
 
 def _write_run(run: Path) -> None:
-    """A clean run as the Recorder writes it: three flushes of PASS events, metrics rows (a
-    dead worker, 2 restarts), learner and cluster rows, a heatmap, a learner snapshot, and
-    a clean stop."""
+    """A clean run as the Recorder writes it: five flushes of PASS events, metrics rows (a
+    dead worker, 2 restarts), learner rows (five iterations of the KL and the entropy: enough to
+    judge learning), cluster rows, a heatmap, a learner snapshot, and a clean stop."""
     from flow1_ray.clustering.state_action_map import analyze_state_actions
 
     rec = RecorderCore(str(run), "run-1", flush_interval_s=3600)
     rng = np.random.default_rng(0)
-    for i in range(1, 4):
+    for i in range(1, 6):
         rec.add_events([Event(C.STATE_SNAPSHOT, f"snapshot {i}", {"clusters": 4}, iteration=i,
                               ts=T0 + timedelta(seconds=i))])
         rec.add_metrics({"iteration": i, "env_steps": 100 * i, "episode_return_mean": 10.0 + i,
                          "flow1/worker/alive": 1, "flow1/worker/dead": 1, "flow1/worker/stalled": 0,
                          "flow1/worker/restarts": 2})
         rec.add_learner_rows([{"iteration": i, "module_id": "default_policy", "kind": "module", "layer": None,
-                               "entropy_ratio": 0.9 - 0.1 * i, "mean_kl_loss": 0.01},
+                               "entropy_ratio": 0.9 - 0.05 * i, "mean_kl_loss": 0.01},
                               {"iteration": i, "module_id": "default_policy", "kind": "grad", "layer": "pi.0",
                                "grad_rms": 0.1}])
         if i == 3:
@@ -330,7 +330,7 @@ def test_the_clean_run_is_a_plain_pass(run_copy, capsys):
     code, out, err = _report(run_copy, "json", capsys)
     data = json.loads(out)
     assert (code, data["verdict"], data["gaps"], data["skipped"]) == (0, C.PASS, [], []), data
-    assert data["completeness"]["state"] == "stopped" and data["summary"]["iterations"] == 3
+    assert data["completeness"]["state"] == "stopped" and data["summary"]["iterations"] == 5
     assert data["summary"]["state_actions"]["heatmaps"] == ["heatmaps/iter_000003.png"]
 
 
@@ -367,7 +367,7 @@ def test_a_run_still_running_says_so(run_copy, capsys):
     code, out, _ = _report(run_copy, "json", capsys)
     data = json.loads(out)
     assert code == 0 and data["verdict"] == "PASS, but still running"
-    assert data["gaps"][0].startswith("still running (iteration 3, last data at ")
+    assert data["gaps"][0].startswith("still running (iteration 5, last data at ")
 
 
 def test_run_strings_are_escaped_where_they_are_shown(run_copy, capsys):
@@ -516,7 +516,7 @@ def test_the_panel_in_chromium_names_the_skipped_parts(run_copy, cli_env):
             assert gaps and f"skipped: events/{LAST}" in gaps and "heatmaps/iter_000099.png: a link" in gaps, gaps
             assert text(d, "verdict").startswith("PASS, but ")
             assert text(d, "result-verdict") == text(d, "verdict")
-            assert wait_for(lambda: text(d, "n-iteration") == "3", 10)
+            assert wait_for(lambda: text(d, "n-iteration") == "5", 10)
             assert all(u.startswith((served.url, "data:")) for u in requested_urls(d)), "nothing from elsewhere"
             assert_no_alert(d)
         finally:

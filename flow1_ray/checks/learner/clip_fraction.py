@@ -22,7 +22,7 @@ from ...common import schema as S
 from .. import advice as A
 from ..findings import Finding
 from .learner_reading import Reading, RunContext, once
-from ..rule import Rule, View
+from ..rule import Needs, Rule, View
 from ..thresholds import DEFAULT, Thresholds
 
 #: algorithms whose ratios are against a lagging behaviour policy, not the last sampling one
@@ -48,7 +48,8 @@ RULES = (
          "the policy still explores (the region never binds)", ClipThresholds,
          evidence=("module_id", "clip_fraction", "window", "clip_param", "kl", "knobs"),
          knobs=("lr", "num_epochs", "clip_param"),
-         view=View(S.LEARNER_DIR, (CLIP_FRACTION,), "clip fraction (ratios outside 1 +- clip_param)")),
+         view=View(S.LEARNER_DIR, (CLIP_FRACTION,), "clip fraction (ratios outside 1 +- clip_param)"),
+         needs=Needs(("clip_window",), learns=False)),
 )
 
 

@@ -29,6 +29,7 @@ from .learner_reading import Reading, RunContext, least_squares_slope
 from .offpolicy import ModuleOffPolicy
 from .replay import ReplayRules
 from .reward_drop import ReturnNoise, RunReturnDrop
+from .sufficiency import DataCount, Sufficiency, sufficiency
 from ..thresholds import DEFAULT, Thresholds
 
 
@@ -78,6 +79,8 @@ class CurveDiagnosis:
         self.knobs = Knobs.from_config(config)
         self.action_space = action_space
         window = return_window or _config_get(config, "metrics_num_episodes_for_smoothing") or 100
+        self.window = int(window)
+        self.count = DataCount()             # the data each trend rule judges on (data sufficiency)
         self.noise = ReturnNoise(int(window))
         self.drop = RunReturnDrop(self.th, window=int(window), noise=self.noise) if judge_return else None
         self.trend = ReturnTrend(self.th)
@@ -108,6 +111,7 @@ class CurveDiagnosis:
             self.first_episodes = min(self.noise.window, result_number(result, "env_runners", "num_episodes_lifetime")
                                       or result_number(result, "env_runners", "num_episodes") or 1)
         self.trend.add(ret, result_number(result, "env_runners", "num_episodes"))
+        self.count.add_iteration(it, ret, result_number(result, "env_runners", "num_episodes_lifetime"))
         self.noise.add(result_number(result, "env_runners", "episode_return_min"),
                        result_number(result, "env_runners", "episode_return_max"),
                        result_number(result, "env_runners", "num_episodes_lifetime"))
@@ -157,6 +161,7 @@ class CurveDiagnosis:
                 "is_mean": reading.is_mean,
                 "grad_norm": reading.grad_norm, "vf_pi_trunk_ratio": reading.vf_pi_trunk_ratio}.items()
                 if v is not None}
+            self.count.add_module_row(it, {**stats, **self.last[mid]})
         return findings
 
     def _module_rules(self, mid: str, curves: Any, reading: Reading, run: RunContext, stats: Mapping,
@@ -200,6 +205,10 @@ class CurveDiagnosis:
                 seen["last_iteration"] = iteration
         return out
 
+    def sufficiency(self) -> Sufficiency:
+        """Which trend rules had enough data so far (:mod:`.sufficiency`)."""
+        return sufficiency(self.count, self.th, self.window)
+
     def values(self) -> dict[str, Any]:
         """The numbers behind the rules, for ``result["flow1"]["learner"]`` (Tune passes them on)."""
         out: dict[str, Any] = {"return_ema": self.trend.ema, "return_stalled": self.trend.stalled()}
@@ -230,6 +239,12 @@ def diagnose_curves(results: Iterable[Mapping], *, config: Any = None, action_sp
         The findings as :class:`Event` objects, each with its ``iteration``; a rule that fires again
         for the same module at the same status is not repeated.
     """
+    return diagnose_run(results, config=config, action_space=action_space, thresholds=thresholds)[0]
+
+
+def diagnose_run(results: Iterable[Mapping], *, config: Any = None, action_space: Any = None,
+                 thresholds: Thresholds | None = None) -> tuple[list[Event], Sufficiency]:
+    """:func:`diagnose_curves`, and which trend rules had enough data (:mod:`.sufficiency`)."""
     results = list(results)
     if config is None and results:
         config = results[0].get("config") if isinstance(results[0].get("config"), Mapping) else None
@@ -237,7 +252,7 @@ def diagnose_curves(results: Iterable[Mapping], *, config: Any = None, action_sp
     events: list[Event] = []
     for r in results:
         events += diag.add(r)
-    return events
+    return events, diag.sufficiency()
 
 
 def _config_get(config: Any, name: str) -> Any:

@@ -28,7 +28,7 @@ from ...common import schema as S
 from .. import advice as A
 from ..findings import Finding, advisory
 from .learner_reading import Reading, RunContext, least_squares_slope, max_entropy, once
-from ..rule import Rule, View
+from ..rule import Needs, Rule, View
 from ..thresholds import DEFAULT, Thresholds
 
 
@@ -74,17 +74,20 @@ RULES = (
          "iteration 1 under {entropy_collapse_fail_ratio:.0%} fell inside it) or with the return stalled or "
          "dropped", CurveThresholds,
          evidence=("module_id", "entropy", "entropy_ratio", "entropy_max", "slope_per_iteration", "knobs"),
-         knobs=("entropy_coeff", "lr"), view=View(S.LEARNER_DIR, ("entropy_ratio",), "entropy / its maximum")),
+         knobs=("entropy_coeff", "lr"), view=View(S.LEARNER_DIR, ("entropy_ratio",), "entropy / its maximum"),
+         needs=Needs(("entropy_slope_window",))),
     Rule("KL_TOO_LOW", C.TRAIN_CURVES, C.WARN,
          "median KL < {kl_low:g} over {kl_window} iterations while the entropy stays >= {entropy_high_ratio:.0%} of "
          "its maximum and the return does not rise: updates do not move the policy (an advisory while nothing shows "
          "the return is learnable: it never rose beyond return_noise_z sigmas of its noise and the value "
          "function never explained > {value_ev_signal:g} of it)", CurveThresholds,
-         evidence=("module_id", "kl_median", "entropy_ratio", "knobs"), knobs=("lr",), view=_KL),
+         evidence=("module_id", "kl_median", "entropy_ratio", "knobs"), knobs=("lr",), view=_KL,
+         needs=Needs(("kl_window",))),
     Rule("KL_TOO_HIGH", C.TRAIN_CURVES, C.WARN,
          "median KL > {kl_high:g} over {kl_window} iterations, with the return stalled or the entropy falling "
          "steeply", CurveThresholds, evidence=("module_id", "kl_median", "knobs"),
-         knobs=("lr", "clip_param", "num_epochs"), view=_KL),
+         knobs=("lr", "clip_param", "num_epochs"), view=_KL,
+         needs=Needs(("kl_window",))),
     Rule("KL_SPIKE", C.TRAIN_CURVES, C.FAIL,
          "one iteration's KL > {kl_spike_factor:g}x the running median ({kl_spike_factor:g}x kl_target before 3 "
          "readings) and > {kl_high:g}", CurveThresholds, evidence=("module_id", "kl", "reference", "factor", "knobs"),
@@ -93,7 +96,8 @@ RULES = (
          "|policy loss| < {policy_loss_zero:g} and KL < {kl_stuck:g} for {policy_loss_stuck_iters} iterations: no "
          "effective policy gradient (the traced clip fraction says whether the clip or the advantages stop it)",
          CurveThresholds, evidence=("module_id", "policy_loss", "kl", "clip_fraction", "knobs"),
-         knobs=("lambda_", "clip_param", "lr"), view=View(S.LEARNER_DIR, ("policy_loss",), "policy loss")),
+         knobs=("lambda_", "clip_param", "lr"), view=View(S.LEARNER_DIR, ("policy_loss",), "policy loss"),
+         needs=Needs(("policy_loss_stuck_iters",))),
     Rule("VALUE_DOMINATES", C.TRAIN_CURVES, C.WARN,
          "shared trunk (vf_share_layers): the value head's gradient into the shared layers >= "
          "{value_grad_ratio:g}x the policy head's, and vf_loss_coeff x vf_loss > {value_loss_ratio:g}x "
@@ -103,7 +107,8 @@ RULES = (
     Rule("LR_DECAYED", C.TRAIN_CURVES, C.WARN,
          "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving "
          "(KL < {kl_low:g}) or the return stalled", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
-         knobs=("lr",), view=View(S.LEARNER_DIR, ("default_optimizer_learning_rate",), "learning rate")),
+         knobs=("lr",), view=View(S.LEARNER_DIR, ("default_optimizer_learning_rate",), "learning rate"),
+         needs=Needs((2,), learns=False)),
     Rule("VALUE_NOT_LEARNING", C.TRAIN_CURVES, C.WARN,
          "RLlib's vf_explained_var <= {value_ev_max:g} on each of the last {value_ev_window} iterations while the "
          "return is not rising (stalled below its best, or dropped): the critic explains none of the returns, so "
@@ -111,7 +116,8 @@ RULES = (
          evidence=("module_id", "vf_explained_var", "window", "vf_loss", "vf_loss_unclipped", "vf_clip_param",
                    "knobs"),
          knobs=("vf_clip_param", "vf_loss_coeff", "lr"),
-         view=View(S.LEARNER_DIR, ("vf_explained_var",), "value function explained variance")),
+         view=View(S.LEARNER_DIR, ("vf_explained_var",), "value function explained variance"),
+         needs=Needs(("value_ev_window",))),
 )
 
 

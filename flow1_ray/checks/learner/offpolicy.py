@@ -29,7 +29,7 @@ from ...common import schema as S
 from .. import advice as A
 from ..findings import Finding
 from .learner_reading import Reading, RunContext, least_squares_slope, once
-from ..rule import Rule, View
+from ..rule import Needs, Rule, View
 from ..thresholds import DEFAULT, Thresholds
 
 
@@ -67,12 +67,14 @@ RULES = (
          "SAC's alpha < {alpha_floor:g} on {alpha_window} iterations while the policy's entropy (-logps) is below "
          "target_entropy, or falls with alpha not adapting: the entropy bonus is gone and the policy stops exploring",
          OffPolicyThresholds, evidence=("module_id", "alpha", "entropy", "target_entropy", "knobs"),
-         knobs=("initial_alpha", "alpha_lr"), view=_ALPHA),
+         knobs=("initial_alpha", "alpha_lr"), view=_ALPHA,
+         needs=Needs(("alpha_window",))),
     Rule("ALPHA_EXPLODING", C.TRAIN_CURVES, C.WARN,
          "SAC's alpha > {alpha_ceiling:g}x initial_alpha and rising on {alpha_window} iterations while the entropy "
          "stays below target_entropy: the target cannot be reached and the entropy term swamps the reward",
          OffPolicyThresholds, evidence=("module_id", "alpha", "entropy", "target_entropy", "knobs"),
-         knobs=("target_entropy", "alpha_lr"), view=_ALPHA),
+         knobs=("target_entropy", "alpha_lr"), view=_ALPHA,
+         needs=Needs(("alpha_window",))),
     Rule("POLICY_LAG", C.TRAIN_CURVES, C.WARN,
          "APPO, IMPALA: the mean importance ratio between the behaviour policy and the learner's (APPO: RLlib's "
          "mean_IS; IMPALA, which logs none: measured on traced updates the same way; each clipped at 2) >= "
@@ -80,7 +82,8 @@ RULES = (
          "come from a policy too far behind the learner (its lag: diff_num_grad_updates_vs_sampler_policy)",
          OffPolicyThresholds,
          evidence=("module_id", "mean_IS", "var_IS", "policy_lag", "knobs"),
-         knobs=("lr", "broadcast_interval", "circular_buffer_iterations_per_batch"), view=_LAG),
+         knobs=("lr", "broadcast_interval", "circular_buffer_iterations_per_batch"), view=_LAG,
+         needs=Needs(("is_window",), learns=False)),
 )
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...common import codes as C
 from ..findings import Finding
-from ..rule import Rule
+from ..rule import Needs, Rule
 from ..series import Series
 from ..thresholds import DEFAULT, Thresholds
 
@@ -49,7 +49,8 @@ RULES = (
          "and a full smoothing window; flow1 check: the mean of the last {reward_drop_span} episodes < "
          "{reward_drop_ratio:g}x the best {reward_drop_span}-episode block, Mann-Whitney p <= {reward_drop_p_value:g}",
          RewardDropThresholds,
-         evidence=("best", "current", "ratio_threshold")),
+         evidence=("best", "current", "ratio_threshold"),
+         needs=Needs(("reward_drop_best_of", "reward_drop_min_iters"), episode_windows=2)),
 )
 
 

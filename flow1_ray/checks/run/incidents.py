@@ -195,7 +195,8 @@ class MonitorCore:
         msg = (f"{_who(ch)} died: {how}{cause}; last heartbeat {age:.2f} s before"
                if age is not None else f"{_who(ch)} died: {how}{cause}")
         ev = {k: ch.get(k) for k in ("key", "worker_index", "pid", "node_id", "actor_id", "exit_signal",
-                                     "signal_inferred", "exit", "last_heartbeat_age_s", "last_step_age_s",
+                                     "signal_inferred", "signal_seen", "seen_ending", "exit", "last_heartbeat_age_s",
+                                     "last_step_age_s",
                                      "state_at_death", "killed_by_flow1", "traceback_tail", "node_lost", "confirms_node_lost",
                                      "role", "crash_frame", "crash_stack")}
         if exc:
@@ -236,6 +237,8 @@ class MonitorCore:
             return f"exited with code {str(exc.get('exit_code'))[:40]}", f"; {cause_clause(exc, ch.get('ts'))}"
         if sig and ch.get("signal_inferred"):
             how = "no exit code ran (SIGKILL: a kill -9, the OOM killer; or a forced exit such as ray.kill)"
+        elif sig == "SIGKILL" and ch.get("signal_seen") == "pending" and not ch.get("killed_by_flow1"):
+            how = "signal SIGKILL (seen pending as it died: a kill -9 or the OOM killer; the sender is not recorded)"
         else:
             how = f"signal {sig}" if sig else str(ch.get("exit", "exited"))
         if exc:
