@@ -25,7 +25,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     report, expected = run_training(args.env, args.iterations, args.env_runners, args.inject, args.output_dir,
                                     args.stall_timeout, args.quiet, args.learner_gpus, args.verbose)
     if expected is None:
-        return report.exit_code()
+        return _judged(report, report.exit_code(allow_short=args.allow_short))
     caught = expected in report.codes()
     print(f"flow1 train: the injected {args.inject} was {'named (' + expected + ')' if caught else 'NOT named'}")
     return EXIT_OK if caught else EXIT_FAIL

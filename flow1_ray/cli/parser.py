@@ -76,6 +76,8 @@ def _add_train(sub: Any) -> None:
     t.add_argument("--learner-gpus", type=float, default=0.0,
                    help="GPUs for one Learner actor (0: the Learner runs in the driver, on CPU)")
     t.add_argument("--quiet", action="store_true", help="no line per iteration")
+    t.add_argument("--allow-short", action="store_true",
+                   help="exit as the findings say when the run is too short to judge learning (default: exit 2)")
     t.add_argument("--verbose", action="store_true",
                    help="also show Ray's own output on the terminal (stderr); it always goes to <run dir>/ray.log")
 
