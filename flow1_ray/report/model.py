@@ -167,10 +167,10 @@ class Report:
 
     def exit_code(self, fail_on: str = C.FAIL, allow_blind: bool = False, allow_short: bool = False) -> int:
         """The CLI's contract: 1 when an event at or above ``fail_on`` was read; else 2 when
-        there is no verdict (:attr:`not_judged`) or, unless ``allow_short``, when the run was
-        too short to judge learning (:attr:`short`); else 1 when flow1 did not watch the run
+        there is no verdict (:attr:`not_judged`); else 1 when flow1 did not watch the run
         whole (a watcher off, no clean stop, events parts skipped) unless ``allow_blind``;
-        else 0.
+        else 2 when the run was too short to judge learning (:attr:`short`) unless
+        ``allow_short``; else 0.
 
         Args:
             fail_on: the lowest event status that fails: "FAIL" (the default), "WARN" or "PASS".
@@ -185,11 +185,11 @@ class Report:
         """
         if C.STATUS_RANK[self.status] >= C.STATUS_RANK[fail_on]:
             return 1
-        if self.not_judged or (self.short and not allow_short):
+        if self.not_judged:
             return 2
         if not allow_blind and (self.blind or self.partial or (self.completeness or {}).get("state") == "ended"):
             return 1
-        return 0
+        return 2 if self.short and not allow_short else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "verdict": self.verdict, "counts": self.by_status(),

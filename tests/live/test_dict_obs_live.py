@@ -44,4 +44,6 @@ def test_ppo_on_a_dict_env_behind_flatten_observations_has_state_maps_and_is_sil
     # the clusters are described in the env's own terms (its Dict's leaves), not obs[i]
     text = " ".join(str(c.get("description", "")) for c in clusters)
     assert "angular-pos" in text or "velocs" in text or "x-pos" in text, text[:500]
-    assert load_run_report(run_dir).verdict == "PASS"
+    report = load_run_report(run_dir)   # nothing unwatched; two iterations cannot judge learning, and it says so
+    assert not report.blind and report.verdict == "PASS, but learning not judged: not enough data (2 iterations)", \
+        report.verdict

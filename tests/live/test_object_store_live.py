@@ -39,7 +39,8 @@ def test_a_live_run_writes_its_directory_to_s3_and_flow1_report_reads_it(ray_ses
     assert max(load_metrics(run).column("iteration").to_pylist()) == 2
     pngs = [n for n in (Location(run) / "heatmaps").listdir() if n.endswith(".png")]
     assert pngs, "the heatmap PNGs were uploaded"
-    out = subprocess.run([sys.executable, "-m", "flow1_ray", "report", run, "--json", "-"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "flow1_ray", "report", run, "--json", "-", "--allow-short"],
+                         capture_output=True,
                          text=True, env={**cli_env, **S3_ENV}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert '"iterations": 2' in out.stdout and "heatmaps/" in out.stdout
