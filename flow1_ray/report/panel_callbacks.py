@@ -106,7 +106,9 @@ def _draw(runs: Runs, name: str | None, seen: dict | None) -> tuple:
     f.poll()
     report = f.report()
     ago = f"last new data {time.time() - f.last_change:.0f} s ago" if f.last_change else "no data yet"
-    updated = f"live · {ago} · read {dt.datetime.now():%H:%M:%S}"
+    state = (report.completeness or {}).get("state")   # "live" only while the run is running
+    label = {"running": "live", "stopped": "stopped cleanly", "ended": "ended without a clean stop"}.get(state, "read")
+    updated = f"{label} · {ago} · read {dt.datetime.now():%H:%M:%S}"
     if f.skipped:
         updated += f" · {len(f.skipped)} item(s) skipped"
     stamps = {"run": name, **f.stamps}

@@ -362,6 +362,14 @@ def test_allow_blind_accepts_a_run_without_a_clean_stop_and_a_watcher_off(run_co
     assert _report(run_copy, "json", capsys, "--fail-on", "WARN", "--allow-blind")[0] == 0
 
 
+def test_the_panel_says_live_only_while_the_run_runs(run_copy):
+    _, refresh = panel_callbacks(Runs(run_copy))
+    assert dict(zip(REFRESH_OUTPUTS, refresh(1, run_copy.name, None)))["updated"].startswith("stopped cleanly · ")
+    (run_copy / "stop.json").unlink()   # heartbeat fresh: the writer may still be at work
+    _, refresh = panel_callbacks(Runs(run_copy))
+    assert dict(zip(REFRESH_OUTPUTS, refresh(1, run_copy.name, None)))["updated"].startswith("live · ")
+
+
 def test_a_run_still_running_says_so(run_copy, capsys):
     (run_copy / "stop.json").unlink()   # heartbeat fresh: the writer may still be at work
     code, out, _ = _report(run_copy, "json", capsys)
