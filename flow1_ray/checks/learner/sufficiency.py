@@ -14,6 +14,7 @@ to judge learning", with the counts and the nearest need. No Ray here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -39,6 +40,7 @@ def iterations(n: int) -> str:
     return f"{n} iteration" + ("" if n == 1 else "s")
 
 
+@functools.lru_cache(maxsize=1)
 def signal_columns() -> frozenset[str]:
     """The columns the trend rules' views read: the only ones counted."""
     return frozenset(c for _, cols in trend_rules().values() for c in cols)
