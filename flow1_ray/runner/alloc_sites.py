@@ -79,6 +79,10 @@ FRAMEWORK_PACKAGES = frozenset({"gymnasium", "gym", "ray", "pettingzoo", "shimmy
                                 "abc", "typing", "flow1_ray", "numpy", "torch"})
 #: the RL stack that calls the env (a traceback through it, with no env frame, is its growth)
 RL_STACK = frozenset({"ray", "gymnasium", "gym", "pettingzoo", "shimmy", "supersuit", "tree", "tensorflow"})
+#: the modules of the env interfaces (gymnasium.Env, MultiAgentEnv, PettingZoo's): the innermost
+#: env's classes above the first of them are the env's code even when a framework ships them
+#: (RLlib's RandomEnv under MemoryLeakingEnv, MujocoEnv under HalfCheetah)
+ENV_INTERFACES = frozenset({"gymnasium.core", "gym.core", "ray.rllib.env.multi_agent_env", "pettingzoo.utils.env"})
 _WRAPPED = ("env", "par_env", "aec_env", "_env", "gym_env", "unwrapped")
 _FLOW1_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _SELF = os.path.abspath(__file__)
@@ -126,8 +130,8 @@ def _code_of(f: Any) -> Any:
 
 def env_code(env: Any) -> tuple[EnvLines, tuple[str, ...]]:
     """The env's own code: the line ranges of the functions of every class in the chain that is
-    not a framework's, and of the innermost env's own class even when a framework ships it
-    (CartPole, RLlib's example envs) -- ranges, not files, for a script that defines the env
+    not a framework's, and of the innermost env's classes below the env interface even when a
+    framework ships them (CartPole, RLlib's example envs and their bases) -- ranges, not files, for a script that defines the env
     beside its callbacks; and the top-level package directory of each such class unless that
     package is a framework's (an installed env's helpers). From the code objects, so an env
     defined in the driver's script and shipped by value is found too."""
@@ -135,10 +139,12 @@ def env_code(env: Any) -> tuple[EnvLines, tuple[str, ...]]:
     lines: dict[str, set] = {}
     dirs = set()
     for i, obj in enumerate(chain):
+        concrete = i == len(chain) - 1   # the innermost env's classes down to the framework's interface
         for cls in type(obj).__mro__:
             top = (cls.__module__ or "").split(".")[0]
-            if top in FRAMEWORK_PACKAGES and not (i == len(chain) - 1 and cls is type(obj)):
-                continue   # the framework's classes, but the innermost env's own class (CartPole's) is the env
+            concrete = concrete and cls.__module__ not in ENV_INTERFACES
+            if top in FRAMEWORK_PACKAGES and not concrete:
+                continue   # the framework's classes, but the innermost env's own (CartPole, RandomEnv under a subclass)
             for f in list(vars(cls).values())[:512]:
                 code = _code_of(f)
                 if code is not None:
