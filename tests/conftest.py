@@ -22,6 +22,12 @@ import pytest
 # 171-178 s -> 159 s); Ray's own workers get one already. Set before anything imports torch.
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# Ray starts its workers at nice 15 (Ray's ``worker_niceness``): beside the other pytest
+# worker's driver and CLI subprocesses (nice 0) on two cores, a test's EnvRunners and Learner
+# actors got a few percent of a core while their own driver waited on them (measured: APPO's
+# build 8 s alone, 66 s beside two nice-0 spinners; 13 s with its workers at nice 0). Ray's job
+# submission sets 0 for the same reason; every Ray the suite starts inherits this.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
