@@ -5,6 +5,7 @@
 
 What each page is made from:
 
+- ``causes.md``: every cause the diagnosis ranks, from ``flow1_ray/diagnosis/causes.py``;
 - ``codes.md``: every finding code, from the rules (``flow1_ray.checks.catalogue.rules()``,
   ``declared_in()`` and the ``Rule`` fields of ``flow1_ray/checks/rule.py``); its summary table
   is the catalogue's own block (``python -m flow1_ray.checks.catalogue --write`` keeps it too);
@@ -308,7 +309,7 @@ def run_directory_page(root: Path) -> str:
     from flow1_ray.rundir.reading import REQUIRED
 
     schema_path = root / "flow1_ray/common/schema.py"
-    names = [n for n in vars(S) if n.endswith(("_DIR", "_FILE")) or n in ("REPORT_JSON", "REPORT_MD")]
+    names = [n for n in vars(S) if n.endswith(("_DIR", "_FILE")) or n in ("REPORT_JSON", "REPORT_MD", "DIAGNOSIS_JSON")]
     entries = [(f"`{v}{'/' if n.endswith('_DIR') else ''}`", f"`common.schema.{n}`", c)
                for n, v, c in _constants_with_comments(schema_path, names)]
     for mod, consts in ((runrecord, ("RUN_JSON", "HEARTBEAT_JSON", "STOP_JSON", "INTERNAL_DIR")),
@@ -467,6 +468,35 @@ def layers_page(root: Path) -> str:
     return SNIPPET.sub(f'--8<-- "{source}:{a}:{b}"', text)
 
 
+# --- causes -------------------------------------------------------------------------------
+def causes_page() -> str:
+    from flow1_ray.diagnosis.causes import CAUSES
+
+    body = [
+        "The diagnosis (`flow1_ray/diagnosis/`, guide: [the diagnosis](../guides/diagnosis.md)) ranks "
+        "the causes of a learning symptom by the run's own evidence. Each cause is declared once in "
+        "`flow1_ray/diagnosis/causes.py`: the symptoms it explains (they are listed under the primary "
+        "symptom, not as advice of their own), the signs that support it and those that contradict it "
+        "(a finding of the run, or a setting of its config), and the knobs its change turns, in order. "
+        "Two signs on one signal count once; a setting corroborates, it never supports a cause alone.",
+        "",
+    ]
+    for c in CAUSES:
+        body += [f"## {c.id}", "", _md(c.text), "",
+                 f"- explains: {', '.join(f'`{x}`' for x in c.symptoms)}",
+                 f"- algorithms: {', '.join(c.algos) if c.algos else 'any'}",
+                 f"- the change turns: {', '.join(f'`{k}`' for k in c.knobs) or 'nothing'}", "",
+                 "| | signal | sign | read from |", "|---|---|---|---|"]
+        for label, signs in (("for", c.signs), ("against", c.against)):
+            for sg in signs:
+                src = (", ".join(f"[`{x}`](codes.md#{_anchor(x)})" for x in sg.codes) if sg.codes
+                       else "the run's config (`run.json`)")
+                only = f" ({', '.join(sg.algos)} only)" if sg.algos else ""
+                body.append(f"| {label} | {_md(sg.signal)} | {_md(sg.text)}{only} | {src} |")
+        body.append("")
+    return _page("Causes", "`flow1_ray/diagnosis/causes.py`", "\n".join(body))
+
+
 # --- the whole -----------------------------------------------------------------------------
 def pages(root: Path = ROOT) -> dict[str, str]:
     """Path relative to ``root`` -> what it should hold."""
@@ -474,6 +504,7 @@ def pages(root: Path = ROOT) -> dict[str, str]:
     return {
         f"{REFERENCE}/index.md": index_page(root),
         f"{REFERENCE}/codes.md": codes_page(),
+        f"{REFERENCE}/causes.md": causes_page(),
         f"{REFERENCE}/thresholds.md": thresholds_page(),
         f"{REFERENCE}/options.md": options_page(root),
         f"{REFERENCE}/run-directory.md": run_directory_page(root),

@@ -19,7 +19,7 @@ _LAZY = {
     "Flow1InputError": "common.errors",
     "Event": "common.events",
     "EVENT_SCHEMA": "common.events",
-    "Report": "report",
+    "Report": "report.model",
     "Thresholds": "checks.thresholds",
     "load_events": "rundir.reading",
     "load_metrics": "rundir.reading",

@@ -131,7 +131,7 @@ class Flow1Callbacks(RLlibCallback):
         from .runner.agent import LOCAL_RUN
 
         opts = self.OPTIONS.with_overrides(run_id=self._run_id) if self._run_id else self.OPTIONS
-        run = self._run = Flow1Run(opts, type(algorithm).__name__)
+        run = self._run = Flow1Run(opts, type(algorithm).__name__, _settings(algorithm))
         LOCAL_RUN[str(os.getpid())] = run.run_id
         try:  # the learner side: tracing and liveness on every Learner, the curve rules on the driver
             from .driver.learner_watch import LearnerWatch
@@ -328,3 +328,14 @@ def _algorithm_in_setup() -> Any:
                 return obj
         f = f.f_back
     return None
+
+
+def _settings(algorithm: Any) -> dict:
+    """The Algorithm's config settings for ``run.json`` ({} when they cannot be read: the
+    run goes on, its diagnosis says the config is unknown)."""
+    try:
+        from .checks.advice import config_settings
+
+        return config_settings(getattr(algorithm, "config", None))
+    except Exception:   # noqa: BLE001 -- a foreign config object: no settings, never a failed hook
+        return {}

@@ -28,14 +28,14 @@ class Knob:
     method: str = "training"
 
     def line(self) -> str:
-        return f"config.{self.method}({self.name}={_literal(self.value)})"
+        return f"config.{self.method}({self.name}={literal(self.value)})"
 
     def as_dict(self) -> dict:
         return {"knob": self.name, "current": self.current, "value": self.value, "why": self.why,
                 "line": self.line(), "method": self.method}
 
 
-def _literal(v: Any) -> str:
+def literal(v: Any) -> str:
     if isinstance(v, float):
         return _num(v)
     if isinstance(v, str) and v.startswith("DefaultModelConfig("):
@@ -282,13 +282,48 @@ def advice_text(knobs: list[Knob]) -> str:
     if not knobs:
         return ""
     first, rest = knobs[0], knobs[1:]
-    text = f"; try {first.name} {_show(first.current)} -> {_show(first.value)}: {first.line()}"
+    text = f"; try {first.name} {show(first.current)} -> {show(first.value)}: {first.line()}"
     if rest:
-        text += " (also: " + ", ".join(f"{x.name} -> {_show(x.value)}" for x in rest) + ")"
+        text += " (also: " + ", ".join(f"{x.name} -> {show(x.value)}" for x in rest) + ")"
     return text
 
 
-def _show(v: Any) -> str:
+def show(v: Any) -> str:
     if isinstance(v, float):
         return _num(v)
     return str(v)
+
+
+#: the most settings a run's start record keeps (an AlgorithmConfig has ~250)
+MAX_SETTINGS = 400
+
+
+def config_settings(config: Any) -> dict[str, Any]:
+    """The settings a diagnosis reads from a run's config, as plain JSON: every numeric and bool
+    setting by its RLlib name (a schedule ``[[t, v], ...]`` kept whole), the algorithm's name and
+    the default model's ``fcnet_hiddens`` / ``vf_share_layers``; {} for no config. Written into
+    ``run.json`` (``config``) at the start, so that a run directory says what its run was set to
+    (:meth:`Knobs.from_config` reads it back)."""
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping) and hasattr(config, "to_dict") and not hasattr(config, "lr"):
+        config = config.to_dict()
+    items = config.items() if isinstance(config, Mapping) else vars(config).items() if hasattr(config, "__dict__") \
+        else ()
+    out: dict[str, Any] = {}
+    for name, v in items:
+        if len(out) >= MAX_SETTINGS or not isinstance(name, str) or name.startswith("_"):
+            continue
+        if isinstance(v, bool) or (isinstance(v, (int, float)) and math.isfinite(v)):
+            out[name] = v
+        elif _schedule_start(v) is not None and isinstance(v, (list, tuple)) and len(v) <= 64:
+            out[name] = [[float(t), float(x)] for t, x in v]
+    knobs = Knobs.from_config(config)
+    if knobs.algo:
+        out["algo_class"] = knobs.algo
+    model = {k: v for k, v in (("vf_share_layers", knobs.vf_share_layers),
+                               ("fcnet_hiddens", list(knobs.fcnet_hiddens) if knobs.fcnet_hiddens else None))
+             if v is not None}
+    if model:
+        out["model_config"] = model
+    return out

@@ -78,7 +78,9 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     from ..checks.learner.curve_diagnosis import diagnose_run
     from .diagnose import action_space_of, not_assessable, read_results
     from ..report.model import Report
-    from ..report.render import console, print_events, print_gaps, print_references, verdict_text
+    from ..checks.advice import config_settings
+    from ..report.diagnosis_view import console_lines
+    from ..report.render import console, plain, print_events, print_gaps, print_references, verdict_text
 
     th = Thresholds.from_file(args.thresholds) if args.thresholds else None
     results, config = read_results(args.path)
@@ -88,7 +90,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     missing, judged = not_assessable(results, space)
     report = Report(target=str(args.path), events=events, not_assessable=missing,
                     not_judged=None if judged else "no signal the rules read is ever a finite number",
-                    learning=enough.to_dict(),
+                    learning=enough.to_dict(), settings=config_settings(config) if config else None,
                     summary={"iterations": len(results), "config": "found" if config else "none (advice without "
                              "current values)", "action_space": str(space) if space is not None else "unknown"})
     human = console(sys.stderr if args.json == "-" else None)
@@ -98,6 +100,8 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     line.append(f"; {len(results)} iterations read, {len(loud)} finding(s)"
                 f"{'' if config else ' (no config in the results: advice has no current values)'}")
     human.print(line)
+    for text in console_lines(report.diagnosis()):
+        human.print(plain(text))
     print_gaps(human, report)
     print_references(human, report)
     _write_json(args.json, report.to_json())

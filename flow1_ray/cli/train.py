@@ -20,6 +20,7 @@ import warnings
 from typing import Any
 
 from ..common import codes as C
+from ..common.schema import ALL_MODULES, ENTROPY, MEAN_KL
 from ..common.errors import Flow1InputError
 
 INJECT = {
@@ -88,9 +89,21 @@ def iteration_line(i: int, n: int, result: dict, t0: float) -> str:
     ret = result.get("env_runners", {}).get("episode_return_mean", float("nan"))
     steps = result.get("num_env_steps_sampled_lifetime", 0)
     steps = int(steps) if isinstance(steps, (int, float)) and steps == steps else 0
-    return (f"iter {i}/{n}  steps {steps:,}  return {float(ret):6.1f}  "
+    return (f"iter {i}/{n}  steps {steps:,}  return {float(ret):6.1f}  {_policy_numbers(result)}  "
             f"workers alive {w.get('alive', 0)} dead {w.get('dead', 0)} stalled {w.get('stalled', 0)}  "
             f"FAIL {ev.get(C.FAIL, 0)} WARN {ev.get(C.WARN, 0)}  {time.monotonic() - t0:.0f} s")
+
+
+def _policy_numbers(result: dict) -> str:
+    """``entropy 0.67 KL 0.012``: the policy's entropy and KL this iteration, the mean over its
+    RLModules (``-`` where the iteration trained none: an asynchronous learner's)."""
+    learners = result.get("learners") if isinstance(result.get("learners"), dict) else {}
+    mods = [v for k, v in learners.items() if k != ALL_MODULES and isinstance(v, dict)]
+
+    def mean(key: str) -> str:
+        xs = [float(v[key]) for v in mods if isinstance(v.get(key), (int, float)) and not isinstance(v.get(key), bool)]
+        return f"{sum(xs) / len(xs):.3g}" if xs else "-"
+    return f"entropy {mean(ENTROPY)} KL {mean(MEAN_KL)}"
 
 
 def _train(algo: Any, iterations: int, con: Any, quiet: bool, log: Any) -> str | None:

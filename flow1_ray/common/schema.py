@@ -58,6 +58,12 @@ LEARNER_DIR = "learner"        # LEARNER_COLUMNS below
 SNAPSHOTS_DIR = "snapshots"    # train batches and gradient norms saved after a finding
 CHECKPOINTS_DIR = "checkpoints"  # checkpoint_every: iter<N>/ (algo.save_to_path), the newest kept
 WHATIF_DIR = "whatif"          # flow1 whatif: <UTC stamp>/ verdicts.json, verdicts.md, curves.parquet
+DIAGNOSIS_JSON = "diagnosis.json"  # the diagnosis (flow1_ray.diagnosis.diagnose; docs: guides/diagnosis.md)
+
+#: a what-if verdict on one advice (``verdicts.json``'s "verdict"): the judge writes them, the
+#: report and the diagnosis read them
+WHATIF_HELD, WHATIF_NOT_HELD, WHATIF_HARMFUL, WHATIF_INCONCLUSIVE, WHATIF_NOT_IN_EFFECT = (
+    "held", "did not hold", "harmful", "inconclusive", "knob not in effect")
 LOG_FILE = "flow1.log"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

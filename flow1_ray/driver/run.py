@@ -63,8 +63,9 @@ def runner_keys(algorithm: Any) -> list[str]:
 class Flow1Run:
     """Driver-side handle on one run's actors."""
 
-    def __init__(self, opts: Flow1Options, algorithm: str | None = None) -> None:
-        """``algorithm``: the Algorithm's class name (``PPO``), written in ``run.json``."""
+    def __init__(self, opts: Flow1Options, algorithm: str | None = None, config: dict | None = None) -> None:
+        """``algorithm``: the Algorithm's class name (``PPO``) and ``config`` its settings
+        (:func:`~flow1_ray.checks.advice.config_settings`), written in ``run.json``."""
         import ray
 
         from ..hub.hub import make_hub_actor
@@ -89,7 +90,7 @@ class Flow1Run:
             max_pending_calls=3 * opts.max_pending_calls,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote(str(self.run_dir), self.run_id, self.job_id, opts.as_dict(), opts.state_actions and not own_states,
-                  os.getpid(), algorithm)
+                  os.getpid(), algorithm, config)
         #: where the clusterer's calls go: its own actor with a GPU share, else the hub
         self.states = self.hub if opts.state_actions else None
         self.states_actor = None

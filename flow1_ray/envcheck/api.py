@@ -25,7 +25,7 @@ from ..checks.thresholds import DEFAULT, Thresholds
 from ..common import codes as C
 from ..common.errors import Flow1InputError
 from ..common.events import Event
-from ..report import Report
+from ..report.model import Report
 from .judge import CheckInterrupted, EnvLike, drive
 
 #: Modules whose checks ``check_env`` runs; each clean one gets a PASS row.

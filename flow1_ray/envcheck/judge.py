@@ -31,7 +31,7 @@ from .drive_single import single_agent_driver
 from .watch import NO_WATCH, Watch
 
 if TYPE_CHECKING:
-    from ..report import Report
+    from ..report.model import Report
 
 #: the one parameter of an RLlib env class or creator, called with ``{}`` when nothing else is required
 RLLIB_CONFIG_ARGS = ("config", "env_config")

@@ -38,16 +38,19 @@ class HubCore:
     """The hub's parts and its life, without Ray: what :func:`make_hub_actor` wraps."""
 
     def __init__(self, run_dir: str, run_id: str, job_id: str, opts: dict, states: bool,
-                 owner_pid: int | None = None, restarted: bool = False, algorithm: str | None = None) -> None:
+                 owner_pid: int | None = None, restarted: bool = False, algorithm: str | None = None,
+                 config: dict | None = None) -> None:
         """``opts``: the Flow1Options as a dict; ``states``: whether the state clusterer
         lives here (False: none, or its own GPU actor); ``owner_pid``: the Algorithm's
         process (on this node: the hub's node affinity), watched so that its death is
         written down before Ray ends the hub with it; ``restarted``: Ray rebuilt this actor;
-        ``algorithm``: the Algorithm's class name, for ``run.json``."""
+        ``algorithm``: the Algorithm's class name and ``config`` its settings
+        (:func:`~flow1_ray.checks.advice.config_settings`), for ``run.json``."""
         self.started_at = time.time()  # a restart (Ray's) is a new incarnation
         self.closed = False
         self.recorder = RecorderService(run_dir, run_id, opts["flush_interval_s"], opts, job_id=job_id,
-                                        **({"algorithm": algorithm} if algorithm else {}))
+                                        **({"algorithm": algorithm} if algorithm else {}),
+                                        **({"config": config} if config else {}))
         self.monitor = MonitorService(run_id, job_id, opts["stall_timeout_s"], opts["stall_action"],
                                       opts["probe_interval_s"], opts["heartbeat_interval_s"],
                                       opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded,
@@ -240,10 +243,10 @@ def make_hub_actor():
 
     class Flow1Hub:
         def __init__(self, run_dir: str, run_id: str, job_id: str, opts: dict, states: bool,
-                     owner_pid: int | None = None, algorithm: str | None = None) -> None:
+                     owner_pid: int | None = None, algorithm: str | None = None, config: dict | None = None) -> None:
             self.core = HubCore(run_dir, run_id, job_id, opts, states, owner_pid,
                                 restarted=ray.get_runtime_context().was_current_actor_reconstructed,
-                                algorithm=algorithm)
+                                algorithm=algorithm, config=config)
 
     for group, paths in METHODS.items():
         for path in paths:

@@ -1,5 +1,2 @@
-"""Reports: a set of events with a verdict, as JSON, Markdown-ish text or a console view."""
-
-from .model import Report
-
-__all__ = ["Report"]
+"""Reports: a set of events with a verdict (:class:`.model.Report`), as JSON, Markdown, HTML,
+a console view and the live panel."""

@@ -10,10 +10,11 @@ their rows from here.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
+from ..common import codes as C
 from ..common import schema as S
 from ..rundir.reading import PNG_MAGIC
 
@@ -99,9 +100,32 @@ def views(rows: list[dict]) -> tuple[list[dict], list[str]]:
     return sorted(out, key=lambda v: v["cluster"]), skipped
 
 
-def flagged(vs: list[dict]) -> list[dict]:
-    """The clusters with a verdict other than OK, the largest first (at most DESCRIBED)."""
-    return sorted((v for v in vs if v["verdict"] != S.VERDICT_OK), key=lambda v: -v["size"])[:DESCRIBED]
+#: the cluster verdicts a snapshot raises as findings (one STATE_ACTION event per verdict)
+CLUSTER_CODES = (C.CHAOS, C.BLIND_SPOT, C.ERROR_FIXATION, C.RARE_STATE)
+
+
+def warned(events: Iterable[Any], module: str | None, rows: list[dict]) -> set[str]:
+    """The cluster verdicts the last snapshot of this module's ``rows`` raised as a WARN or FAIL:
+    its STATE_ACTION events, matched by the snapshot's index and iteration (a restarted clusterer
+    numbers its snapshots from 0 again); an undecided policy's CHAOS clusters were informational
+    (PASS), not flagged."""
+    last = latest(rows)
+    key = snapshot_key(last[0]) if last else None
+    out = set()
+    for e in events:
+        ev = getattr(e, "evidence", None) or {}
+        if e.code in CLUSTER_CODES and e.status != C.PASS and ev.get("module") in (None, module) \
+                and key == (e.iteration if isinstance(e.iteration, int) else -1,
+                            ev.get("snapshot") if isinstance(ev.get("snapshot"), int) else -1):
+            out.add(e.code)
+    return out
+
+
+def flagged(vs: list[dict], warned_codes: set[str]) -> list[dict]:
+    """The clusters whose verdict the snapshot raised as a finding (``warned_codes``: see
+    :func:`warned`), the largest first (at most DESCRIBED); the others are in the list of all
+    clusters, informational."""
+    return sorted((v for v in vs if v["verdict"] in warned_codes), key=lambda v: -v["size"])[:DESCRIBED]
 
 
 def summary_row(v: dict) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from ..rundir.runrecord import RUN_JSON, completeness
 from ..rundir.reading import PART_COLUMN, heatmap_names, list_parts, name_bad_rows, read_parts, snapshot_names
 from ..rundir.store import (CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR,
     SNAPSHOTS_DIR, Location)
-from ..rundir.life import events_problem, missing_events, no_verdict
+from ..rundir.life import events_problem, learning_of, missing_events, no_verdict
 from .model import GAP_CODES, Report
 from .views import TIMELINE
 
@@ -284,9 +284,13 @@ class RunFollower:
             readable = self.events_exist and (self.events_read > 0 or not bad)
             problem = None if readable else events_problem(self.events_exist, bad)
             life["problems"] = list(life.get("problems") or [])
+            start = life.get("start") if isinstance(life.get("start"), dict) else {}
             return Report(target=one_line(self.dir.name), events=list(self.findings) + list(self.gap_events),
                           skipped=life["problems"] + skipped, completeness=life,
-                          not_judged=no_verdict(life, problem))
+                          not_judged=no_verdict(life, problem),
+                          learning=learning_of(life, self.metric_rows(), self.learner),
+                          settings=start.get("config") if isinstance(start.get("config"), dict) else None,
+                          summary={"run_dir": str(self.dir), "whatif": list(self.whatifs)})
 
     def metric_rows(self) -> list[dict]:
         return [self.metrics[i] for i in sorted(self.metrics)]

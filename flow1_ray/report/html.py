@@ -26,104 +26,13 @@ from ..rundir.reading import read_file, read_table
 from ..rundir.store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
 from ..clustering.describe import HOW_TO_READ
 from ..rundir.cost_record import cost_table
+from .diagnosis_view import html_context
+from .html_template import TEMPLATE
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, code_entries, ema_label, findings_by_module, rule_signals, timeline_marks
 
 log = logging.getLogger(__name__)
 
-TEMPLATE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>flow1 report: {{ target }}</title>
-<style>
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#222;max-width:1200px}
-h1{font-size:1.4rem} h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
-.verdict{font-size:1.2rem;font-weight:600;padding:.5rem 1rem;border-radius:4px;display:inline-block}
-.PASS{background:#e8f6ec;color:#1e7b34} .WARN{background:#fff4e0;color:#9a5b00} .FAIL{background:#fde8e6;color:#a61b0f}
-.NOT_JUDGED{background:#eceff1;color:#37474f} .GAPS{background:#fff8e1;color:#7a5c00}
-table{border-collapse:collapse;width:100%;font-size:.9rem} td,th{border:1px solid #ddd;padding:.3rem .5rem;vertical-align:top;text-align:left}
-th{background:#f5f5f5} pre{white-space:pre-wrap;font-size:.8rem;margin:.2rem 0;max-height:16rem;overflow:auto}
-img{max-width:100%} .muted{color:#777} details summary{cursor:pointer}
-td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixelated;border:1px solid #ccc} img.clustermap{max-width:640px}
-</style></head><body>
-<h1>flow1 report: {{ target }}</h1>
-<p><span class="verdict {{ kind }}" id="verdict">{{ verdict }}</span>
- {{ counts.FAIL }} FAIL, {{ counts.WARN }} WARN, {{ counts.PASS }} PASS</p>
-{% if not_judged %}<p id="not-judged">Not judged: {{ not_judged }}</p>{% endif %}
-{% if life %}<p class="muted" id="life">Run: {{ life }}</p>{% endif %}
-{% if gaps %}<h2>Gaps</h2><p>What flow1 did not see whole:</p>
-<ul id="gaps">{% for g in gaps %}<li>{{ g }}</li>{% endfor %}</ul>{% endif %}
-<p class="muted" id="numbers">{% for k, v in numbers %}{{ k }}: {{ v }}{% if not loop.last %} · {% endif %}{% endfor %}</p>
-
-<h2>Findings</h2>
-{% if not modules %}<p>No WARN or FAIL.</p>{% endif %}
-{% for module, events in modules %}
-<h3>{{ module }}</h3>
-<table class="findings"><tr><th>time (UTC)</th><th>status</th><th>code</th><th>where</th><th>message</th></tr>
-{% for e in events %}<tr class="{{ e.status }}"><td>{{ e.ts }}</td><td>{{ e.status }}</td><td><a href="#{{ e.anchor }}">{{ e.code }}</a></td>
-<td>{{ e.where }}</td><td>{{ e.message }}
-{% for c in e.led_to %}<p class="led-to">led to: {{ c }}</p>{% endfor %}
-{% if e.knobs %}<ul>{% for k in e.knobs %}<li><code>{{ k.line }}</code> ({{ k.knob }} {{ k.current }} &rarr; {{ k.value }}: {{ k.why }})</li>{% endfor %}</ul>{% endif %}
-<details><summary>evidence</summary><pre>{{ e.evidence }}</pre>
-<p class="muted">What {{ e.code }} means: <a href="#{{ e.anchor }}">below</a>; in flow1's docs, <code>{{ e.reference }}</code>.</p></details></td></tr>{% endfor %}
-</table>
-{% endfor %}
-
-<h2>Workers</h2>
-{% if timeline %}<img id="timeline" alt="worker timeline" src="data:image/png;base64,{{ timeline }}">
-{% else %}<p>No worker died, stalled or restarted.</p>{% endif %}
-
-<h2>Training curves</h2>
-{% if curves %}<img id="curves" alt="training curves" src="data:image/png;base64,{{ curves }}">
-{% else %}<p class="muted">No metrics in this run directory.</p>{% endif %}
-{% if signals %}<h3>The learner rules' signals</h3>
-<img id="signals" alt="the learner rules' signals" src="data:image/png;base64,{{ signals }}">{% endif %}
-
-<h2>State clusters x actions</h2>
-{% for m in cluster_modules %}<section class="clusters" id="clusters-{{ loop.index }}">
-<h3>{{ m.module }}: the flagged clusters of the last snapshot{% if m.iteration is not none %} (iteration {{ m.iteration }}){% endif %}</h3>
-<p class="muted">{{ how_to_read }}</p>
-{% if m.flagged %}<table class="clusters"><tr><th>cluster</th><th>verdict</th><th>states</th><th>top action</th><th>what sets its states apart (centroid vs the mean of all states)</th>{% if m.thumbs %}<th>a state of it</th>{% endif %}</tr>
-{% for c in m.flagged %}<tr class="cluster"><td>{{ c.cluster }}</td><td>{{ c.verdict }}</td><td class="n">{{ c.size }} ({{ "%.1f"|format(100 * c.share) }} %)</td>
-<td>{% if c.top_action is not none %}{{ c.top_action }}{% if c.p_top is not none %} at {{ "%.2f"|format(c.p_top) }}{% endif %}{% endif %}</td>
-<td class="description">{{ c.description or "(not recorded: a run written before cluster descriptions)" }}</td>
-{% if m.thumbs %}<td>{% if c.png %}<img class="thumb" alt="a state of cluster {{ c.cluster }}" src="data:image/png;base64,{{ c.png }}">{% else %}<span class="muted">no frame kept</span>{% endif %}</td>{% endif %}</tr>{% endfor %}
-</table>{% else %}<p>Every cluster is OK.</p>{% endif %}
-{% if m.map %}<figure><img class="clustermap" alt="cluster map of {{ m.module }}" src="data:image/png;base64,{{ m.map }}">
-<figcaption>The clusters on a plane (the first two principal components of their centroids, standardised features): clusters close together hold similar states; size = states, colour = verdict.</figcaption></figure>{% endif %}
-{% if m.described %}<details><summary>every cluster of this snapshot ({{ m.all|length }})</summary>
-<table class="clusters-all"><tr><th>cluster</th><th>verdict</th><th>states</th><th>what sets its states apart</th></tr>
-{% for c in m.all %}<tr><td>{{ c.cluster }}</td><td>{{ c.verdict }}</td><td>{{ c.size }}</td><td>{{ c.description or "" }}</td></tr>{% endfor %}
-</table></details>{% endif %}
-</section>{% endfor %}
-{% for name, png in heatmaps %}<figure><img alt="{{ name }}" src="data:image/png;base64,{{ png }}">
-<figcaption>{{ name }}</figcaption></figure>{% else %}<p class="muted">No heatmap.</p>{% endfor %}
-
-{% if gradients %}<h2>Gradients (last trace)</h2>
-<table><tr><th>module</th><th>layer</th><th>gradient RMS</th><th>iteration</th></tr>
-{% for g in gradients %}<tr><td>{{ g.module_id }}</td><td>{{ g.layer }}</td><td>{{ g.grad_rms }}</td><td>{{ g.iteration }}</td></tr>{% endfor %}
-</table>{% endif %}
-{% for w in whatifs %}<h2 id="whatif-{{ loop.index }}">What-if {{ w.id }}: the advice tested</h2>
-<p class="muted">From {{ w.checkpoint }}{% if w.iteration %} (iteration {{ w.iteration }}){% endif %}, {{ w.seeds }} seeds x {{ w.iterations }} iterations a branch; each branch's curve against the baseline's (the mean over seeds, the band their range).</p>
-<table class="whatif"><tr><th>branch</th><th>finding</th><th>verdict</th><th>why</th></tr>
-{% for v in w.verdicts %}<tr><td><code>{{ v.branch }}</code></td><td>{{ v.finding or "(the return)" }}</td><td>{{ v.verdict }}</td>
-<td>{{ v.why }}{% for r in v.readback %}<br><span class="muted">read back: {{ r }}</span>{% endfor %}</td></tr>{% endfor %}
-{% for f in w.failed %}<tr><td colspan="4">failed: {{ f }}</td></tr>{% endfor %}
-</table>
-{% if w.png %}<img alt="what-if {{ w.id }} curves" src="data:image/png;base64,{{ w.png }}">{% endif %}
-{% endfor %}
-{% if cost %}<h2>flow1's own cost</h2><p class="muted">{{ cost[0] }}</p>
-<table><tr><th>feature</th><th>CPU per env step</th><th>share of the runner's</th><th>budget</th></tr>
-{% for r in cost[1] %}<tr><td>{{ r[0] }}</td><td>{{ r[1] }}</td><td>{{ r[2] }}</td><td>{{ r[3] }}</td></tr>{% endfor %}</table>{% endif %}
-{% if snapshots %}<h2>Learner snapshots</h2><ul>{% for s in snapshots %}<li>{{ s }}</li>{% endfor %}</ul>{% endif %}
-{% if codes %}<h2 id="codes">What the codes mean</h2>
-<p class="muted">Each code of the findings above, as flow1's rules declare it (the trigger with the default thresholds; a finding's evidence holds the thresholds it was judged with). The full entry of each is in flow1's docs, on the page named.</p>
-<dl class="codes">{% for c in codes %}<dt id="{{ c.anchor }}"><b>{{ c.code }}</b>{% if c.status %} ({{ c.module }}, default {{ c.status }}){% endif %}</dt>
-<dd>{% if c.trigger %}Raised when: {{ c.trigger }}.{% else %}Not a code of this flow1 version.{% endif %}
-{% if c.knobs %} Knobs its advice may turn: {% for k in c.knobs %}<code>{{ k }}</code>{% if not loop.last %}, {% endif %}{% endfor %}.{% endif %}
-<br><span class="muted">flow1's docs: <code>{{ c.reference }}</code></span></dd>{% endfor %}</dl>{% endif %}
-</body></html>
-"""
 
 
 def _png(fig: Any) -> str:
@@ -291,17 +200,18 @@ def _drawn(what: str, draw: Any, skipped: list[str]) -> str | None:
         return None
 
 
-def _cluster_modules(d: Location, late: list[str]) -> list[dict]:
-    """Per module, the last snapshot's clusters: the flagged ones (with thumbnails as
-    base64), all of them, and the cluster map (what cannot be read was named by the report)."""
-    from .clusters import by_module, flagged, has_map, usable, views
+def _cluster_modules(d: Location, late: list[str], events: list) -> list[dict]:
+    """Per module, the last snapshot's clusters: the flagged ones (raised as a WARN; with
+    thumbnails as base64), all of them, and the cluster map (what cannot be read was named by
+    the report)."""
+    from .clusters import by_module, flagged, has_map, usable, views, warned
 
     table, _ = usable(read_table(d, CLUSTERS_DIR).table)
     out = []
     for module, rows in by_module(table.to_pylist() if table.num_rows else []).items():
         vs, _ = views(rows)
         shown = [{**v, "png": base64.b64encode(v["thumbnail"]).decode("ascii") if v["thumbnail"] else None}
-                 for v in flagged(vs)]
+                 for v in flagged(vs, warned(events, module, rows))]
         its = [r.get("iteration") for r in rows if isinstance(r.get("iteration"), int)]
         out.append({"module": module, "iteration": max(its) if its else None, "flagged": shown, "all": vs,
                     "thumbs": any(v["thumbnail"] for v in vs), "described": any(v["description"] for v in vs),
@@ -360,7 +270,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
                 late.append(why or name)
                 continue
             heatmaps.append((name.rsplit("/", 1)[-1], base64.b64encode(png).decode("ascii")))
-        cluster_modules = _cluster_modules(d, late)
+        cluster_modules = _cluster_modules(d, late, report.events)
         curves = _drawn("training curves", lambda: _curves(d), late)
         signals = _drawn("the learner rules' signals", lambda: _signals(d), late)
         gradients = last_trace(read_table(d, LEARNER_DIR).table.to_pylist())
@@ -375,7 +285,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     return env.from_string(TEMPLATE).render(
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
         not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
-        modules=modules, codes=code_entries(e["code"] for _, evs in modules for e in evs), timeline=timeline,
+        dx=html_context(report.diagnosis()), modules=modules, codes=code_entries(e["code"] for _, evs in modules for e in evs), timeline=timeline,
         curves=curves, signals=signals, heatmaps=heatmaps,
         gradients=gradients, snapshots=snapshots, whatifs=whatifs, cluster_modules=cluster_modules,
         how_to_read=HOW_TO_READ, cost=cost_table(((report.completeness or {}).get("stop") or {}).get("cost")))

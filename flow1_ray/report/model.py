@@ -10,11 +10,13 @@ from typing import Any
 from ..rundir.cost_record import cost_table
 from ..common import codes as C
 from ..common.events import Event, jsonable, one_line
-from ..common.schema import EVIDENCE_DIR
+from ..common.schema import DIAGNOSIS_JSON, EVIDENCE_DIR
 from ..rundir.store import EVENTS_DIR, REPORT_JSON, REPORT_MD, Location, write_events
 from ..checks.run.death_cause import consequences, led_to
 from ..rundir.life import _after, life_gaps, life_line
 from ..checks.learner.sufficiency import iterations
+from ..diagnosis.diagnose import diagnose
+from .diagnosis_view import markdown_lines
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
 NOT_JUDGED = "NOT JUDGED"
@@ -84,6 +86,9 @@ class Report:
     #: :mod:`flow1_ray.checks.learner.sufficiency`); None for a report that judges no learning
     #: (``check_env``)
     learning: dict[str, Any] | None = None
+    #: the run's config settings (``run.json``'s ``config``, or a result file's config), for the
+    #: diagnosis; None when the run did not record them
+    settings: dict[str, Any] | None = None
 
     @property
     def short(self) -> str | None:
@@ -191,8 +196,17 @@ class Report:
             return 1
         return 2 if self.short and not allow_short else 0
 
+    def diagnosis(self) -> dict[str, Any]:
+        """The run's diagnosis (:func:`flow1_ray.diagnosis.diagnose`) as ``diagnosis.json`` holds
+        it: read from the events, the learning data, the config in ``run.json`` and the what-ifs."""
+        rows = [v for w in self.summary.get("whatif") or [] for v in w.get("verdicts") or []]
+        rows += [e.evidence for e in self.events if e.code == C.WHATIF_VERDICT and e.evidence.get("verdict")]
+        return diagnose(self.events, self.learning, self.settings, rows, self.not_judged, self.short,
+                        run=str(self.summary.get("run_dir") or self.target)).to_dict()
+
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "verdict": self.verdict, "counts": self.by_status(),
+                "diagnosis": self.diagnosis(),
                 "not_judged": self.not_judged, "gaps": self.gaps(), "skipped": list(self.skipped),
                 "not_assessable": list(self.not_assessable), "completeness": jsonable(self.completeness),
                 "learning": jsonable(self.learning),
@@ -245,7 +259,7 @@ class Report:
             e.evidence["diff_file"] = f"{EVIDENCE_DIR}/{name}"
 
     def write_summary(self, run_dir: "str | os.PathLike | Location") -> "Location":
-        """report.json and report.md only (the events are already in the directory).
+        """report.json, diagnosis.json and report.md only (the events are already in the directory).
 
         Args:
             run_dir: the run directory, a local path or a filesystem URI; both files are
@@ -255,7 +269,9 @@ class Report:
             The run directory's :class:`~flow1_ray.rundir.store.Location`.
         """
         d = Location(run_dir)
-        (d / REPORT_JSON).write_text(self.to_json())
+        doc = self.to_dict()
+        (d / REPORT_JSON).write_text(json.dumps(doc, indent=2))
+        (d / DIAGNOSIS_JSON).write_text(json.dumps(doc["diagnosis"], indent=2))
         (d / REPORT_MD).write_text(self.to_markdown())
         return d
 
@@ -274,11 +290,17 @@ class Report:
         gaps = self.gaps()
         if gaps:
             lines += ["Gaps (what flow1 did not see whole):", ""] + [f"- {md(g)}" for g in gaps] + [""]
+        diagnosis = self.diagnosis()
+        lines += markdown_lines(diagnosis, md) + ["## Findings", ""]
+        follows = {(c["code"], c.get("ts")) for c in diagnosis.get("chain") or []}
+        primary = (diagnosis.get("primary") or {}).get("code")
         lines += ["| time (UTC) | module | status | code | evidence |", "|---|---|---|---|---|"]
         by_origin = consequences(self.events)
         for e in self.events:
             if e.status != C.PASS or e.advisory:
                 after = "".join(f" (led to: {c})" for c in led_to(e, by_origin))
+                if (e.code, e.ts.isoformat()) in follows:
+                    after += f" (follows from {primary}: see the diagnosis)"
                 lines.append(f"| {e.ts:%Y-%m-%d %H:%M:%S} | {md(e.module)} | {md(e.status)} | {md(e.code)} | "
                              f"{md(e.message + after)} |")
         codes = dict.fromkeys(e.code for e in self.events if e.status != C.PASS or e.advisory)

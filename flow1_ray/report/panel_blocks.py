@@ -14,6 +14,7 @@ from ..common import codes as C
 from ..common import schema as S
 from ..rundir.reading import read_file
 from ..rundir.store import HEATMAPS_DIR
+from .diagnosis_view import where_text
 from .follow import RunFollower
 from .model import Report, life_line, verdict_kind
 from .panel_figures import GRAPH_CONFIG, cluster_map_figure, whatif_figure
@@ -83,12 +84,12 @@ def clusters_block(f: RunFollower) -> list:
     from dash import dcc, html
 
     from ..clustering.describe import HOW_TO_READ
-    from .clusters import flagged, has_map, views
+    from .clusters import flagged, has_map, views, warned
 
     out: list = []
     for i, (module, rows) in enumerate(sorted(f.clusters.items())):
         vs, _ = views(rows)   # a thumbnail that is not a PNG was named when the rows were read
-        shown = flagged(vs)
+        shown = flagged(vs, warned(f.findings, module, rows))
         thumbs = any(v["thumbnail"] for v in vs)
         head = [html.Th(t) for t in ("cluster", "verdict", "states", "top action", "what sets its states apart")]
         body = []
@@ -108,19 +109,46 @@ def clusters_block(f: RunFollower) -> list:
             html.Summary(f"what the flagged clusters of {module} hold ({len(shown)} of {len(vs)} clusters)"),
             html.P(HOW_TO_READ, className="muted", style={"fontSize": ".8rem"}),
             html.Table([html.Tr(head + ([html.Th("a state of it")] if thumbs else []))] + body)
-            if body else html.P("Every cluster is OK.", className="muted")]
+            if body else html.P("No cluster verdict was raised as a WARN: any other verdict is informational (a "
+                                "policy still undecided, or decided clusters too few to judge).", className="muted")]
             + ([dcc.Graph(id=f"cluster-map-{i}", figure=cluster_map_figure(module, vs), config=GRAPH_CONFIG)]
                if has_map(vs) else [])))
     return out
+
+
+def diagnosis_card(d: dict) -> list:
+    """The diagnosis first: the primary symptom, its most likely cause and standing, the change
+    (before and after), its expected effect, and what follows from it."""
+    from dash import html
+
+    if d.get("state") != "sick" or not d.get("primary"):
+        return [html.Div(id="diagnosis", className="diagnosis muted", children=[html.B("Diagnosis: "), d.get("line")])]
+    p, top = d["primary"], (d.get("causes") or [None])[0]
+    body = [html.Div([html.B("Diagnosis: "), html.Span(p["status"], className=f"verdict {p['status']}"), " ",
+                      html.B(p["code"]), where_text(p)], className="head"),
+            html.Div(p.get("message") or "", className="msg")]
+    if top is not None and top["standing"] != "observed":
+        body.append(html.Div([html.B("Most likely cause: "), top["text"], html.Span(f" ({top['standing']})",
+                                                                                    className="muted")]))
+    if top is not None and top.get("change"):
+        ch = top["change"]
+        body.append(html.Div([html.B("Change: "), html.Code(ch["before"]), " -> ", html.Code(ch["after"])]))
+        body.append(html.Div([html.B("Expected effect: "), top.get("expected") or ""], className="muted"))
+    if d.get("chain"):
+        body.append(html.Div([html.B("Follows from it: "), ", ".join(dict.fromkeys(c["code"] for c in d["chain"]))]))
+    return [html.Article(id="diagnosis", className=f"diagnosis finding f-{p['status']}", children=body)]
 
 
 def cause_block(f: RunFollower) -> list:
     from dash import html
 
     rows = current_findings(f.findings)
+    diagnosis = f.report().diagnosis()
     if not rows:
-        return [html.P("No WARN or FAIL: nothing flow1 checks is wrong so far.", className="muted")]
-    out = []
+        return diagnosis_card(diagnosis) + [
+            html.P("No WARN or FAIL: nothing flow1 checks is wrong so far.", className="muted")]
+    out = diagnosis_card(diagnosis)
+    follows = {c["code"]: diagnosis["primary"]["code"] for c in diagnosis.get("chain") or []}
     meaning = {c["code"]: c for c in code_entries(r["code"] for r in rows)}
     for r in rows:
         m = meaning[r["code"]]
@@ -130,6 +158,8 @@ def cause_block(f: RunFollower) -> list:
         out.append(html.Article(className=f"finding f-{r['status']}", children=[
             html.Div(head, className="head"), html.Div(r["message"], className="msg"),
             *[html.Div(f"led to: {c}", className="led-to") for c in r.get("led_to", [])],
+            *([html.Div(f"follows from {follows[r['code']]}: see the diagnosis", className="led-to")]
+              if r["code"] in follows else []),
             html.Details([html.Summary("evidence"), html.Pre(r["evidence"]),
                           html.P([f"What {r['code']} means" + (f" (raised when {m['trigger']})" if m["trigger"] else "")
                                   + ": flow1's docs, ", html.Code(r["reference"])], className="muted reference")])]))

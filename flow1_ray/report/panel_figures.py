@@ -86,9 +86,14 @@ def policy_figure(f: RunFollower) -> Any:
     panels = [(S.ENTROPY_RATIO, "entropy / max entropy"), (S.MEAN_KL, "KL (old -> new policy)")]
     panels += [(col, f"{title} ({', '.join(codes)})") for col, title, codes in rule_signals()
                if any(isinstance(r.get(col), (int, float)) and not isinstance(r.get(col), bool) for r in f.learner)]
-    cols = 2 if len(panels) == 2 else 3
+    cols = 2
     nrows = -(-len(panels) // cols)
-    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=[esc(t) for _, t in panels])
+    # a rule's title is long ("clip fraction (ratios outside 1 +- clip_param) (CLIP_FRACTION)"):
+    # two columns (three ran titles into each other in a quadrant half a 1100-px page wide), each
+    # title wrapped to the width of a column, each line escaped on its own; the rows spaced for
+    # two-line titles
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=[title_lines(t) for _, t in panels],
+                        vertical_spacing=min(0.3, 0.6 / max(nrows, 1)) if nrows > 1 else 0.2)
     for mid in sorted({r["module_id"] for r in f.learner}):
         mine = sorted((r for r in f.learner if r["module_id"] == mid), key=lambda r: r["iteration"])
         x = [r["iteration"] for r in mine]
@@ -96,8 +101,22 @@ def policy_figure(f: RunFollower) -> Any:
             fig.add_trace(go.Scatter(x=x, y=[r.get(col) for r in mine], name=esc(mid), legendgroup=esc(mid),
                                      showlegend=i == 0, mode=_mode(len(x))), row=i // cols + 1, col=i % cols + 1)
     _iterations_axis(fig, [r["iteration"] for r in f.learner])
-    fig.update_annotations(font_size=12)
-    return _layout(fig, 230 * nrows)
+    fig.update_annotations(font_size=11)
+    fig = _layout(fig, 260 * nrows)
+    fig.update_layout(margin={"t": 44})
+    return fig
+
+
+#: characters of a subplot title's line in the policy figure (two columns in a quadrant)
+TITLE_CHARS = 34
+
+
+def title_lines(text: str, width: int = TITLE_CHARS) -> str:
+    """A subplot title wrapped at ``width`` characters: each line escaped (:func:`esc`), joined
+    by Plotly's ``<br>``."""
+    import textwrap
+
+    return "<br>".join(esc(line) for line in textwrap.wrap(one_line(text), width) or [""])
 
 
 def timeline_figure(f: RunFollower) -> Any:

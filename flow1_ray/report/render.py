@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..common import codes as C
 from ..common.events import Event, one_line
+from .diagnosis_view import console_lines
 from .model import GAP_CODES, Report, life_line, verdict_kind
 
 STYLE = {C.PASS: "green", C.WARN: "yellow", C.FAIL: "bold red", "GAPS": "yellow", "NOT_JUDGED": "bold magenta"}
@@ -129,6 +130,8 @@ def print_run_report(con: Console, report: Report) -> None:
                           f"{w.get('alive', '?')}, dead {w.get('dead', '?')}, stalled {w.get('stalled', '?')}, "
                           f"restarts {w.get('restarts', '?')}"))
     con.print(t)
+    for line in console_lines(report.diagnosis()):
+        con.print(plain(line))
     print_gaps(con, report)
     print_references(con, report)
     sa = s.get("state_actions") or {}

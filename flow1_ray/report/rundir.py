@@ -18,9 +18,10 @@ from ..common.events import Event, events_from_table, one_line
 from ..rundir.reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
 from ..rundir.runrecord import RUN_JSON, completeness
 from ..rundir.store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
-from .clusters import by_module, flagged, latest, snapshot_key, summary_row, usable, views
+from .clusters import (by_module, flagged, latest, snapshot_key, summary_row, usable, views,
+                       warned)
 from .follow import is_run_dir
-from ..rundir.life import events_problem, missing_events, no_verdict
+from ..rundir.life import events_problem, learning_of, missing_events, no_verdict
 from .model import Report
 
 
@@ -62,7 +63,7 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
                         "workers": {k.split("/")[-1]: _number(v) for k, v in last.items()
                                     if isinstance(k, str) and k.startswith(S.WORKER_METRIC_PREFIX)},
                         "samples_dropped": _number(last.get(S.SAMPLES_DROPPED))})
-    states, more = _state_actions(d)
+    states, more = _state_actions(d, events)
     skipped += more
     if states:
         summary["state_actions"] = states
@@ -70,26 +71,17 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
     skipped += more
     if learner:
         summary["learner"] = learner
-    learning = _learning(life, rows, learner_rows)
+    learning = learning_of(life, rows, learner_rows)
     from .whatif import read_whatifs
 
     whatifs, more = read_whatifs(d)
     skipped += more
     if whatifs:
         summary["whatif"] = whatifs
+    start = life.get("start") if isinstance(life.get("start"), dict) else {}
+    settings = start.get("config") if isinstance(start.get("config"), dict) else None
     return Report(target=one_line(d.name), events=events, summary=summary, skipped=skipped, not_judged=not_judged,
-                  completeness=life, learning=learning)
-
-
-def _learning(life: dict, metrics_rows: list[dict], learner_rows: list[dict]) -> dict | None:
-    """Which trend rules had their data (:mod:`flow1_ray.checks.learner.sufficiency`), from the
-    tables; None for a run that never finished an iteration's row and is still running (its
-    learning is not yet a question) or whose start record is missing."""
-    from ..checks.learner.sufficiency import count_from_tables, sufficiency
-
-    if not life.get("started") or (life.get("state") == "running" and not metrics_rows):
-        return None
-    return sufficiency(count_from_tables(metrics_rows, learner_rows)).to_dict()
+                  completeness=life, learning=learning, settings=settings)
 
 
 def read_events(d: Location) -> tuple[list[Event], list[str], bool]:
@@ -142,7 +134,7 @@ def _last_snapshot(rows: list[dict]) -> dict:
             "clusters": len(mine), "states": sum(_int(r.get("size")) or 0 for r in mine), "verdicts": verdicts}
 
 
-def _state_actions(d: Location) -> tuple[dict, list[str]]:
+def _state_actions(d: Location, events: list[Event]) -> tuple[dict, list[str]]:
     """The last state-cluster snapshot (verdict counts) and the heatmaps, if the run has
     them; a multi-agent run's RLModules each under ``modules`` (the first at the top too)."""
     out: dict = {}
@@ -154,7 +146,8 @@ def _state_actions(d: Location) -> tuple[dict, list[str]]:
         per[m] = _last_snapshot(rs)
         vs, more = views(rs)
         skipped += [x for x in more if x not in skipped]
-        described = [summary_row(v) for v in flagged(vs) if v["description"] is not None]
+        described = [summary_row(v) for v in flagged(vs, warned(events, m, rs))
+                     if v["description"] is not None]
         if described:   # what the flagged clusters hold (a run written before descriptions has none)
             per[m]["described"] = described
     if per:

@@ -30,6 +30,10 @@ def _verdict_row(v: Any) -> dict | None:
         return None
     row = {k: _str(v.get(k)) for k in _TEXT}
     back = v.get("readback") if isinstance(v.get("readback"), list) else []
+    changes = v.get("changes") if isinstance(v.get("changes"), list) else []
+    row["knobs"] = [c["knob"] for c in changes if isinstance(c, dict) and isinstance(c.get("knob"), str)]
+    p = (v.get("symptom") or {}).get("p_better") if isinstance(v.get("symptom"), dict) else None
+    row["p_better"] = p if isinstance(p, (int, float)) and not isinstance(p, bool) else None
     row["readback"] = sorted({f"{x.get('knob')}: asked {x.get('asked')!r}, after the restore "
                               f"{x.get('after_restore')!r} ({x.get('status')})"
                               for x in back if isinstance(x, dict) and x.get("status") != "in effect"})

@@ -73,3 +73,15 @@ def life_line(completeness: dict[str, Any] | None) -> str | None:
         return f"{head}; stopped cleanly{after} ({stop.get('how')}) at {stop.get('stopped_at')}"
     more = life_gaps(c)
     return f"{head}; " + (more[0] if more else f"last data at {c.get('last_data_at') or 'unknown'}")
+
+
+def learning_of(life: dict, metrics_rows: list[dict], learner_rows: list[dict]) -> dict | None:
+    """Which trend rules had enough data to judge (:mod:`flow1_ray.checks.learner.sufficiency`),
+    from the run's metrics and learner rows; None for a run that never finished an iteration's
+    row and is still running (its learning is not yet a question) or whose start record is
+    missing."""
+    from ..checks.learner.sufficiency import count_from_tables, sufficiency
+
+    if not life.get("started") or (life.get("state") == "running" and not metrics_rows):
+        return None
+    return sufficiency(count_from_tables(metrics_rows, learner_rows)).to_dict()

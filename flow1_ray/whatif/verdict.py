@@ -27,11 +27,12 @@ from typing import Sequence
 import numpy as np
 
 from ..checks.learner.learner_curves import CurveThresholds
+from ..common import schema as S
 
 #: one-sided error rate of "held" and of "harmful" when the knob changes nothing
 ALPHA = 0.05
 HELD, NOT_HELD, HARMFUL, INCONCLUSIVE, NOT_IN_EFFECT = (
-    "held", "did not hold", "harmful", "inconclusive", "knob not in effect")
+    S.WHATIF_HELD, S.WHATIF_NOT_HELD, S.WHATIF_HARMFUL, S.WHATIF_INCONCLUSIVE, S.WHATIF_NOT_IN_EFFECT)
 #: exact permutations up to this many splits, else this many random ones
 EXACT_MAX = 20000
 

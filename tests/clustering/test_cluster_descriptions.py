@@ -6,6 +6,7 @@ the findings, the report and the panel; old and damaged run directories still re
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import re
@@ -30,6 +31,7 @@ from flow1_ray.clustering.heatmap import row_labels
 from flow1_ray.clustering.features import flatten_observations
 from flow1_ray.report.html import render_html
 from flow1_ray.report.rundir import load_run_report
+from flow1_ray.report.clusters import CLUSTER_CODES
 
 EVIL = '<script>alert("cluster")</script><img src=x onerror="alert(2)">'
 
@@ -209,9 +211,14 @@ def _image_run(tmp_path, sends: int = 6):
     rng = np.random.default_rng(0)
     obs_space, eps = _episodes(rng, 6)
     sampler = StateSampler(obs_space, spaces.Discrete(2), 1.0, Sender("runner/states", lambda: None, 1), seed=3)
-    core = ClustererCore(n_clusters=4, backend="sklearn")
+    # two snapshots, and a 5 % share: a verdict is a WARN (a flagged cluster) once its clusters hold
+    # state_warn_share of the states at each of the last state_warn_snapshots (2) snapshots; the
+    # fixated corner holds 6 % here (the default 10 % would leave it informational)
+    core = ClustererCore(n_clusters=4, backend="sklearn", thresholds={"state_warn_share": 0.05})
     batches = []
-    for _ in range(sends):
+    for k in range(sends):
+        if k == sends // 2:
+            core.compute_snapshot(iteration=1, return_mean=5.0)
         sampler.add(eps)
         b = sampler.batch()["modules"]["default_policy"]
         for st in sampler.streams.values():   # what a delivered send does (maybe_send)
@@ -254,7 +261,9 @@ def test_a_runner_sends_a_few_downscaled_frames_and_the_clusters_get_thumbnails_
     # the report: each flagged cluster's description and its thumbnail, embedded
     report = load_run_report(run)
     page = render_html(report, run)
-    flagged = [r for r in rows if r["verdict"] != "OK"]
+    warned = {e.code for e in report.events if e.code in CLUSTER_CODES and e.status != C.PASS}
+    assert C.ERROR_FIXATION in warned, [(e.code, e.status) for e in report.events]
+    flagged = [r for r in rows if r["verdict"] in warned]
     shown = re.findall(r'<img class="thumb" alt="a state of cluster (\d+)" src="data:image/png;base64,([^"]+)"', page)
     assert sorted(int(c) for c, _ in shown) == sorted(r["cluster"] for r in flagged)
     for c, data in shown:
@@ -282,9 +291,12 @@ def _blob_map():
     return analyze_state_actions(x, a, spaces.Discrete(6), n_clusters=6, backend="sklearn", failures=f)
 
 
-def _run_with_clusters(run, tables: list[pa.Table]) -> None:
+def _run_with_clusters(run, tables: list[pa.Table], m=None) -> None:
+    """The tables as the run's clusters/ parts; with ``m`` (the map they came from), its
+    snapshot's events too, every verdict a WARN (a decided policy's, as a live run raises them)."""
     rec = RecorderCore(str(run), "run", flush_interval_s=3600)
-    rec.add_events([])
+    rec.add_events([] if m is None else m.snapshot_events(snapshot=0, iteration=3, warn=set(CLUSTER_CODES),
+                                                          module="default_policy"))
     rec.flush()
     rec.close()
     (run / "clusters").mkdir(exist_ok=True)
@@ -295,8 +307,9 @@ def _run_with_clusters(run, tables: list[pa.Table]) -> None:
 def test_a_run_written_before_descriptions_still_reads_and_shows_its_clusters_by_number(tmp_path):
     from flow1_ray.report.panel_callbacks import REFRESH_OUTPUTS, Runs, panel_callbacks
 
-    old = _blob_map().to_arrow(snapshot=0, iteration=3, module="default_policy").select(list(OLD_COLUMNS))
-    _run_with_clusters(tmp_path, [old])
+    m = _blob_map()
+    old = m.to_arrow(snapshot=0, iteration=3, module="default_policy").select(list(OLD_COLUMNS))
+    _run_with_clusters(tmp_path, [old], m)
     report = load_run_report(tmp_path)
     assert report.skipped == [] and "described" not in report.summary["state_actions"]
     page = render_html(report, tmp_path)
@@ -310,8 +323,9 @@ def test_a_run_written_before_descriptions_still_reads_and_shows_its_clusters_by
 def test_damaged_description_columns_are_named_and_hostile_text_stays_text(tmp_path):
     from flow1_ray.report.panel_callbacks import REFRESH_OUTPUTS, Runs, panel_callbacks
 
-    t = _blob_map().to_arrow(snapshot=0, iteration=3, module="default_policy")
-    flagged = [i for i, v in enumerate(t.column("verdict").to_pylist()) if v != "OK"]
+    m = _blob_map()
+    t = m.to_arrow(snapshot=0, iteration=3, module="default_policy")
+    flagged = [i for i, v in enumerate(t.column("verdict").to_pylist()) if v in CLUSTER_CODES]
     desc = t.column("description").to_pylist()
     desc[flagged[0]] = EVIL
     thumbs = [b"\x89PNG\r\n\x1a\n" + b"x" * 100_000 if i == flagged[0] else b"<svg onload=alert(3)>" if i == flagged[1]
@@ -320,7 +334,7 @@ def test_damaged_description_columns_are_named_and_hostile_text_stays_text(tmp_p
         .set_column(t.column_names.index("thumbnail"), "thumbnail", pa.array(thumbs, pa.binary()))
     foreign = t.set_column(t.column_names.index("map_x"), "map_x", pa.array(["left"] * t.num_rows)) \
         .set_column(t.column_names.index("snapshot"), "snapshot", pa.array([1] * t.num_rows, pa.int64()))
-    _run_with_clusters(tmp_path, [hostile])
+    _run_with_clusters(tmp_path, [hostile], m)
     report = load_run_report(tmp_path)
     assert report.skipped == ["clusters: 2 thumbnail(s) that are not PNGs of <= 65536 bytes left out"]
     page = render_html(report, tmp_path)
@@ -345,11 +359,19 @@ def test_the_panel_shows_what_the_flagged_clusters_hold_as_text_with_their_thumb
     # a hostile description in a later part of the same snapshot's module
     t = out.rows
     desc = t.column("description").to_pylist()
-    flagged = [i for i, v in enumerate(t.column("verdict").to_pylist()) if v != "OK"]
+    warned = {e.code for e in load_run_report(run).events if e.code in CLUSTER_CODES and e.status != C.PASS}
+    flagged = [i for i, v in enumerate(t.column("verdict").to_pylist()) if v in warned]
+    assert flagged
     desc[flagged[0]] = f"{desc[flagged[0]]} {EVIL}"
     pq.write_table(t.set_column(t.column_names.index("description"), "description", pa.array(desc))
                    .set_column(t.column_names.index("iteration"), "iteration", pa.array([3] * t.num_rows, pa.int64())),
                    run / "clusters" / "part-99999999999999999999-0.parquet")
+    # ... a snapshot at iteration 3, whose verdicts were raised as at iteration 2
+    rec = RecorderCore(str(run), "image-run", flush_interval_s=3600)
+    rec.add_events([dataclasses.replace(e, iteration=3) for e in load_run_report(run).events
+                    if e.code in warned and e.status != C.PASS])
+    rec.flush()
+    rec.close()
     with Served(run, env=cli_env) as served:
         d = chrome()
         try:

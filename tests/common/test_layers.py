@@ -21,6 +21,7 @@ LAYERS = (
     "clustering",  # KMeans engines, state features, the state x action maps
     "rundir",      # the run directory written and read back as untrusted input
     "liveness",    # the lock files of EnvRunners and Learners, and their directory
+    "diagnosis",   # a run's findings read as one diagnosis: primary symptom, causes, the change
     "report",      # a run's report: Markdown, JSON, HTML, the live panel
     "envcheck",    # the offline env checker (check_env, flow1 check)
     "whatif",      # what-if branches of a run

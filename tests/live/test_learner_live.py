@@ -88,6 +88,27 @@ def test_a_huge_learning_rate_spikes_the_kl_collapses_the_entropy_and_the_guard_
     assert results[0]["flow1"]["learner"]["stopped_by"] == C.KL_SPIKE
 
 
+def test_the_sick_run_is_one_diagnosis_the_spike_first_the_lr_to_change(sick_run):
+    """Read back as a user's report: one primary symptom (the KL spike at iteration 1), what
+    follows from it under it, the step as its most likely cause on independent signals, and the
+    change as the config line of the run's own lr (the what-if test may have run already: then
+    the standing is its verdict)."""
+    from flow1_ray.report.rundir import load_run_report
+
+    rep = load_run_report(sick_run["run_dir"])
+    assert rep.settings["lr"] == 0.05 and rep.settings["num_epochs"] == 10 and rep.settings["algo_class"] == "PPO"
+    d = rep.diagnosis()
+    assert d["state"] == "sick" and d["primary"]["code"] == C.KL_SPIKE and d["primary"]["iteration"] == 1, d["line"]
+    assert C.ENTROPY_COLLAPSE in {c["code"] for c in d["chain"]}, d["chain"]
+    top = d["causes"][0]
+    assert top["id"] == "step_too_large", d["causes"]
+    assert top["standing"] in ("supported by 2 or more independent signals", "tested: held"), top
+    assert {"KL", "entropy", "lr", "num_epochs"} <= {x["signal"] for x in top["for"]}
+    ch = top["change"]
+    assert ch["knob"] == "lr" and ch["before"] == "config.training(lr=0.05)" and ch["after"].startswith(
+        "config.training(lr=") and 0 < ch["value"] < 0.05
+
+
 def test_a_zeroed_policy_head_is_named_gradient_zero(ray_session, tmp_path):
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
     from sick_modules import ZeroedPolicyHead

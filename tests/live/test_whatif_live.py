@@ -72,6 +72,12 @@ def test_the_sick_runs_advice_is_tested_the_lr_cures_the_collapse_a_10x_lr_never
     assert {(r["branch"], r["seed"]) for r in curves} == {(b, s) for b in branches for s in range(3)}
     assert {r["default_optimizer_learning_rate"] for r in curves if r["branch"] == advised} == {float(advised[3:])}
     assert "Traceback" not in p.stderr and "core_worker" not in p.stderr   # Ray's lines went to ray.log
+    # the run's diagnosis now holds the what-if's answer: the step's cause is tested, and held
+    from flow1_ray.report.rundir import load_run_report
+
+    top = load_run_report(run_dir).diagnosis()["causes"][0]
+    assert top["id"] == "step_too_large" and top["standing"] == "tested: held", top
+    assert top["tested"]["branch"] == advised and top["tested"]["p_better"] == pytest.approx(0.05)
 
 
 def test_rolling_checkpoints_are_bounded_and_a_neutral_knob_never_holds(ray_session, tmp_path):

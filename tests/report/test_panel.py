@@ -50,10 +50,13 @@ def test_the_follower_reads_only_new_parts_and_finds_runs(tmp_path):
     rec.flush()
     assert f.poll(force=True) and f.code_counts[C.WORKER_STALLED] == 1 and f.counts[C.FAIL] == 3
     assert f.stamps == {"events": 2, "metrics": 1} and len(f.timeline) == 2
-    assert f.report().verdict == C.FAIL and f.report().gaps()[0].startswith("still running (iteration 3")
+    # as flow1 report reads it: 3 iterations are too few to judge learning, and the run still runs
+    gaps = f.report().gaps()
+    assert f.report().verdict == C.FAIL and gaps[0].startswith("not enough data to judge learning: 3 iterations")
+    assert gaps[1].startswith("still running (iteration 3")
     rec.close()
     f.poll(force=True)   # now, not after the throttle
-    assert f.report().gaps() == [] and f.report().completeness["state"] == "stopped"
+    assert f.report().gaps() == gaps[:1] and f.report().completeness["state"] == "stopped"
     RecorderCore(str(tmp_path / "runs" / "20260102-000000-bbbbbb"), "run-2")   # a run that just started
     assert [r.name for r in find_runs(tmp_path / "runs")] == ["20260102-000000-bbbbbb", "20260101-000000-aaaaaa"]
     (tmp_path / "other").mkdir()
@@ -197,7 +200,9 @@ const legend = g.querySelector('g.legend');
 return {legend: legend ? box(legend) : null, svg: box(g.querySelector('.main-svg')),
         plot: [...g.querySelectorAll('.cartesianlayer .bg, .nsewdrag')].map(box),
         titles: [...g.querySelectorAll('g.g-xtitle text, g[class^="g-x"][class$="title"] text')]
-                .filter(t => t.textContent).map(t => [t.textContent, box(t)])};
+                .filter(t => t.textContent).map(t => [t.textContent, box(t)]),
+        subtitles: [...g.querySelectorAll('g.annotation')].filter(a => a.textContent)
+                   .map(a => [a.textContent, box(a)])};
 """
 
 
@@ -211,16 +216,21 @@ def _timeline_run(run) -> None:
     rec = _recorder(run)
     rec.add_events([Event(code, "w", {}, worker_index=w, pid=20 + w) for w, code in (
         (2, C.WORKER_DIED), (3, C.WORKER_STALLED), (4, C.WORKER_RESTARTED), (5, C.ENV_CRASHED))])
-    rec.add_learner_rows([{"iteration": i, "module_id": mid, "kind": "module", "entropy_ratio": 0.9 - 0.1 * i,
-                           "mean_kl_loss": 0.01} for i in (1, 2, 3) for mid in ("default_policy", "other")])
+    from flow1_ray.report.views import rule_signals
+
+    signals = {col: 0.5 for col, _, _ in rule_signals()}   # every rule's subplot, with its long title
+    rec.add_learner_rows([{"iteration": i, "module_id": mid, "kind": "module", **signals,
+                           "entropy_ratio": 0.9 - 0.1 * i, "mean_kl_loss": 0.01}
+                          for i in (1, 2, 3) for mid in ("default_policy", "other")])
     rec.flush()
 
 
 @needs_browser
 def test_no_legend_of_the_panel_covers_an_axis_title_or_the_plot(tmp_path, cli_env):
-    """The legends sit below the x-axis titles, inside the figure: on a wide page (two
-    quadrants a row), a narrower one (legends wrap) and one column (one panel, one browser,
-    the window resized and the page loaded again at each width)."""
+    """The legends sit below the x-axis titles, inside the figure, and no two subplot titles of
+    the learner rules run into each other: on a wide page (two quadrants a row), a narrower one
+    (legends wrap) and one column (one panel, one browser, the window resized and the page
+    loaded again at each width)."""
     run = tmp_path / "20260101-000000-aaaaaa"
     _timeline_run(run)
     with Served(run, env=cli_env) as served:
@@ -239,6 +249,10 @@ def test_no_legend_of_the_panel_covers_an_axis_title_or_the_plot(tmp_path, cli_e
                                                             f"the axis title {label!r} {title}"
                     for plot in got["plot"]:
                         assert not _overlap(legend, plot), f"{graph} at {width}px: the legend covers the plot"
+                    subs = got["subtitles"]   # the learner rules' subplot titles, side by side
+                    for i, (a, box_a) in enumerate(subs):
+                        for b, box_b in subs[i + 1:]:
+                            assert not _overlap(box_a, box_b), f"{graph} at {width}px: {a!r} runs into {b!r}"
                     svg = got["svg"]
                     assert svg[0] <= legend[0] and legend[2] <= svg[2] and legend[3] <= svg[3] + 0.5, \
                         f"{graph} at {width}px: the legend {legend} leaves the figure {svg}"

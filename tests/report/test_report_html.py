@@ -229,7 +229,7 @@ def test_a_learner_rules_signal_is_drawn_by_the_report_and_the_panel_from_its_vi
     assert ema_label(d) == "EMA (alpha 0.95 per episode)"
     f = RunFollower(d)
     f.poll(force=True)
-    titles = [a.text for a in policy_figure(f).layout.annotations]
+    titles = [a.text.replace("<br>", " ") for a in policy_figure(f).layout.annotations]
     assert any("value function explained variance (VALUE_NOT_LEARNING)" in t for t in titles), titles
     assert [t.name for t in return_figure(f).data][-1] == "EMA (alpha 0.95 per episode)"
 
@@ -251,7 +251,7 @@ def test_an_off_policy_runs_q_values_and_temperature_are_drawn_and_a_ppo_run_get
         assert 'id="signals"' in render_html(load_run_report(d), d) or name == "ppo"
         f = RunFollower(d)
         f.poll(force=True)
-        return [a.text for a in policy_figure(f).layout.annotations]
+        return [a.text.replace("<br>", " ") for a in policy_figure(f).layout.annotations]
 
     sac = titles(lambda it: {"qf_mean": -5.0 * it, "qf_max": -1.0, "qf_min": -6.0 * it, "alpha_value": 0.9 ** it},
                  "sac")

@@ -233,8 +233,8 @@ def test_rllibs_own_memory_leaking_env_is_named_at_its_line():
     """RLlib's MemoryLeakingEnv (its example of the slightest leak: one dict entry per
     episode), stepped through gymnasium's vector env: the window names its line in RLlib's
     package as the env's -- the innermost env's classes are the env's wherever they ship, its
-    base RandomEnv too (a 2-frame traceback inside RandomEnv's space sampling, whose numpy RNG
-    keeps ~10-20 KB of blocks in the first seconds of tracing, was once the framework's)."""
+    base RandomEnv too (a 2-frame traceback inside RandomEnv's space sampling was once booked
+    to the framework)."""
     from ray.rllib.examples.envs.classes.memory_leaking_env import MemoryLeakingEnv
 
     cfg = {"observation_space": gym.spaces.Box(-1.0, 1.0, (4,), np.float32), "action_space": gym.spaces.Discrete(2),
@@ -248,6 +248,9 @@ def test_rllibs_own_memory_leaking_env_is_named_at_its_line():
         return 2
 
     out = _run_window(sampler, steps, step, every=100)
-    assert out["sites"][ENV] and out["sites"][ENV][0]["site"].startswith(
-        "ray/rllib/examples/envs/classes/memory_leaking_env.py:"), out["sites"]
+    # its line among the env's sites: beside it, RandomEnv's space sampling keeps ~10-20 KB of
+    # numpy blocks in the first seconds of tracing (bounded, the env's code too), which a loaded
+    # machine's slower steps can rank above a 1-second window's few dict entries
+    assert any(x["site"].startswith("ray/rllib/examples/envs/classes/memory_leaking_env.py:")
+               for x in out["sites"][ENV]), out["sites"]
     assert out["grown"][ENV] > 2 * out["grown"][FRAMEWORK], out["sites"]

@@ -1,0 +1,112 @@
+"""The diagnosis (``report.json["diagnosis"]``, ``diagnosis.json``) as the console's lines and
+the report's top section: what to read first, before the list of findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_MAX_MESSAGE = 240
+
+
+def _short(text: Any, n: int = _MAX_MESSAGE) -> str:
+    s = " ".join(str(text or "").split())
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def where_text(p: dict) -> str:
+    at = [f"iteration {p['iteration']}"] if p.get("iteration") is not None else []
+    at += [f"worker {p['worker_index']}"] if p.get("worker_index") is not None else []
+    at += [f"module {p['module_id']}"] if p.get("module_id") else []
+    return f" at {', '.join(at)}" if at else ""
+
+
+def _signals(c: dict) -> str:
+    return ", ".join(dict.fromkeys(s["signal"] for s in c.get("for") or []))
+
+
+def standing_text(c: dict) -> str:
+    out = c["standing"]
+    if c.get("for") and c["standing"] != "observed":
+        out += f" ({_signals(c)})"
+    if c.get("contradicted"):
+        out += f"; contradicted by {', '.join(dict.fromkeys(s['signal'] for s in c.get('against') or []))}"
+    if (c.get("tested") or {}).get("p_better") is not None:
+        out += f"; p {c['tested']['p_better']:.3g}"
+    return out
+
+
+def console_lines(d: dict | None) -> list[str]:
+    """Three to six lines: the primary symptom, its most likely cause and standing, the change,
+    its expected effect, what follows from it and what else was found."""
+    if not d:
+        return []
+    if d.get("state") != "sick" or not d.get("primary"):
+        return [f"diagnosis: {_short(d.get('line'))}"]
+    p, causes = d["primary"], d.get("causes") or []
+    out = [f"diagnosis: {p['code']} ({p['status']}){where_text(p)}: {_short(p.get('message'), 200)}"]
+    top = causes[0] if causes else None
+    if top is not None and top["standing"] != "observed":
+        out.append(f"  most likely cause: {_short(top['text'], 160)} -- {standing_text(top)}")
+    if top is not None and top.get("change"):
+        ch = top["change"]
+        out.append(f"  change: {ch['before']}  ->  {ch['after']}")
+        out.append(f"  expected effect: {_short(top.get('expected'), 200)}")
+    chain, others = d.get("chain") or [], d.get("others") or []
+    tail = []
+    if chain:
+        tail.append(f"follows from it: {', '.join(dict.fromkeys(c['code'] for c in chain))}")
+    if others:
+        tail.append(f"also found: {', '.join(dict.fromkeys(c['code'] for c in others))}")
+    if tail:
+        out.append("  " + "; ".join(tail))
+    return out
+
+
+def markdown_lines(d: dict | None, md) -> list[str]:
+    """The report's "Diagnosis" section (every run string through ``md``)."""
+    if not d:
+        return []
+    out = ["## Diagnosis", ""]
+    if d.get("state") != "sick" or not d.get("primary"):
+        return out + [md(d.get("line")), ""]
+    p = d["primary"]
+    out += [f"**Primary symptom: {md(p['code'])} ({md(p['status'])}){md(where_text(p))}**: {md(p.get('message'))}", ""]
+    causes = d.get("causes") or []
+    if causes and causes[0]["standing"] != "observed":
+        out += ["| rank | cause | standing | not assessable |", "|---|---|---|---|"]
+        out += [f"| {c['rank']} | {md(c['text'])} | {md(standing_text(c))} | {md('; '.join(c.get('not_assessable') or []))} |"
+                for c in causes]
+        out.append("")
+    top = causes[0] if causes else None
+    if top is not None and top.get("change"):
+        ch = top["change"]
+        out += [f"The change to make ({md(ch.get('why'))}):", "", "```python", f"# before: {ch['before']}",
+                ch["after"], "```", ""]
+        sched = ch.get("schedule")
+        if sched and sched.get("after_line"):
+            out += [f"The run set {md(ch['knob'])} as a schedule: {md(sched['value_at_step'])} at step "
+                    f"{md(sched['step'])}; the schedule scaled to the advised value there:", "", "```python",
+                    sched["after_line"], "```", ""]
+        out += [f"Expected effect: {md(top.get('expected'))}", ""]
+    if d.get("chain"):
+        out += ["Follows from it (its advice waits for this one):", ""]
+        out += [f"- {md(c['code'])} ({md(c['status'])}{md(where_text(c))}): {md(c['why'])}" for c in d["chain"]] + [""]
+    if d.get("others"):
+        out += ["Also found (not explained by it):", ""]
+        out += [f"- {md(c['code'])} ({md(c['status'])}{md(where_text(c))})" for c in d["others"]] + [""]
+    return out
+
+
+def html_context(d: dict | None) -> dict | None:
+    """The diagnosis as the HTML page's template reads it (None: no diagnosis to show)."""
+    if not d:
+        return None
+    out = dict(d)
+    causes = d.get("causes") or []
+    out["causes"] = [dict(c, standing_text=standing_text(c)) for c in causes]
+    out["ranked"] = bool(causes) and causes[0]["standing"] != "observed"
+    out["top"] = causes[0] if causes else None
+    out["where"] = where_text(d["primary"]) if d.get("primary") else ""
+    out["chain"] = [dict(c, where=where_text(c)) for c in d.get("chain") or []]
+    out["others"] = [dict(c, where=where_text(c)) for c in d.get("others") or []]
+    return out
