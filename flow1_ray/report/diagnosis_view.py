@@ -20,6 +20,15 @@ def where_text(p: dict) -> str:
     return f" at {', '.join(at)}" if at else ""
 
 
+def symptom_text(p: dict) -> str:
+    """The primary symptom's message without what the diagnosis says beside it: the module it
+    names (said in :func:`where_text`) and its own advice (the change, said once below)."""
+    text = str(p.get("message") or "")
+    if p.get("module_id"):
+        text = text.removeprefix(f"module {p['module_id']!r}: ")
+    return text.split("; try ", 1)[0]
+
+
 def _signals(c: dict) -> str:
     return ", ".join(dict.fromkeys(s["signal"] for s in c.get("for") or []))
 
@@ -37,13 +46,15 @@ def standing_text(c: dict) -> str:
 
 def console_lines(d: dict | None) -> list[str]:
     """Three to six lines: the primary symptom, its most likely cause and standing, the change,
-    its expected effect, what follows from it and what else was found."""
+    its expected effect, what follows from it and what else was found; one for a healthy run;
+    none for a short or unjudged one (its gap line says why)."""
     if not d:
         return []
     if d.get("state") != "sick" or not d.get("primary"):
-        return [f"diagnosis: {_short(d.get('line'))}"]
+        # a short or unjudged run's line is the verdict's own gap line already: not said twice
+        return [f"diagnosis: {_short(d.get('line'))}"] if d.get("state") == "healthy" else []
     p, causes = d["primary"], d.get("causes") or []
-    out = [f"diagnosis: {p['code']} ({p['status']}){where_text(p)}: {_short(p.get('message'), 200)}"]
+    out = [f"diagnosis: {p['code']} ({p['status']}){where_text(p)}: {_short(symptom_text(p), 200)}"]
     top = causes[0] if causes else None
     if top is not None and top["standing"] != "observed":
         out.append(f"  most likely cause: {_short(top['text'], 160)} -- {standing_text(top)}")
@@ -70,7 +81,7 @@ def markdown_lines(d: dict | None, md) -> list[str]:
     if d.get("state") != "sick" or not d.get("primary"):
         return out + [md(d.get("line")), ""]
     p = d["primary"]
-    out += [f"**Primary symptom: {md(p['code'])} ({md(p['status'])}){md(where_text(p))}**: {md(p.get('message'))}", ""]
+    out += [f"**Primary symptom: {md(p['code'])} ({md(p['status'])}){md(where_text(p))}**: {md(symptom_text(p))}", ""]
     causes = d.get("causes") or []
     if causes and causes[0]["standing"] != "observed":
         out += ["| rank | cause | standing | not assessable |", "|---|---|---|---|"]
@@ -107,6 +118,7 @@ def html_context(d: dict | None) -> dict | None:
     out["ranked"] = bool(causes) and causes[0]["standing"] != "observed"
     out["top"] = causes[0] if causes else None
     out["where"] = where_text(d["primary"]) if d.get("primary") else ""
+    out["symptom"] = symptom_text(d["primary"]) if d.get("primary") else ""
     out["chain"] = [dict(c, where=where_text(c)) for c in d.get("chain") or []]
     out["others"] = [dict(c, where=where_text(c)) for c in d.get("others") or []]
     return out

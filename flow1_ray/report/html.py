@@ -281,11 +281,12 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     if late:
         report.skipped.extend(x for x in late if x not in report.skipped)
     env = jinja2.Environment(autoescape=True)
-    modules = findings_by_module(report.events)
+    diagnosis = report.diagnosis()
+    modules = findings_by_module(report.events, diagnosis)
     return env.from_string(TEMPLATE).render(
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),
         not_judged=report.not_judged, life=life_line(report.completeness), gaps=report.gaps(), numbers=numbers,
-        dx=html_context(report.diagnosis()), modules=modules, codes=code_entries(e["code"] for _, evs in modules for e in evs), timeline=timeline,
+        dx=html_context(diagnosis), modules=modules, codes=code_entries(e["code"] for _, evs in modules for e in evs), timeline=timeline,
         curves=curves, signals=signals, heatmaps=heatmaps,
         gradients=gradients, snapshots=snapshots, whatifs=whatifs, cluster_modules=cluster_modules,
         how_to_read=HOW_TO_READ, cost=cost_table(((report.completeness or {}).get("stop") or {}).get("cost")))

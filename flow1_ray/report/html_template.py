@@ -27,7 +27,7 @@ td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixela
 
 <h2>Diagnosis</h2>
 <section id="diagnosis">{% if dx.state != "sick" %}<p>{{ dx.line }}</p>{% else %}
-<p><b>Primary symptom:</b> <span class="{{ dx.primary.status }}">{{ dx.primary.status }}</span> <b>{{ dx.primary.code }}</b>{{ dx.where }}: {{ dx.primary.message }}</p>
+<p><b>Primary symptom:</b> <span class="{{ dx.primary.status }}">{{ dx.primary.status }}</span> <b>{{ dx.primary.code }}</b>{{ dx.where }}: {{ dx.symptom }}</p>
 {% if dx.ranked %}<table id="causes"><tr><th>rank</th><th>cause</th><th>standing</th><th>not assessable</th></tr>
 {% for c in dx.causes %}<tr><td>{{ c.rank }}</td><td>{{ c.text }}</td><td>{{ c.standing_text }}</td><td>{{ c.not_assessable|join("; ") }}</td></tr>{% endfor %}</table>{% endif %}
 {% if dx.top and dx.top.change %}<p><b>The change to make</b> ({{ dx.top.change.why }}):</p>
@@ -49,6 +49,7 @@ td.n{white-space:nowrap} img.thumb{width:96px;height:auto;image-rendering:pixela
 {% for e in events %}<tr class="{{ e.status }}"><td>{{ e.ts }}</td><td>{{ e.status }}</td><td><a href="#{{ e.anchor }}">{{ e.code }}</a></td>
 <td>{{ e.where }}</td><td>{{ e.message }}
 {% for c in e.led_to %}<p class="led-to">led to: {{ c }}</p>{% endfor %}
+{% if e.follows %}<p class="follows">follows from {{ e.follows }} (see the diagnosis): its advice waits for that one</p>{% endif %}
 {% if e.knobs %}<ul>{% for k in e.knobs %}<li><code>{{ k.line }}</code> ({{ k.knob }} {{ k.current }} &rarr; {{ k.value }}: {{ k.why }})</li>{% endfor %}</ul>{% endif %}
 <details><summary>evidence</summary><pre>{{ e.evidence }}</pre>
 <p class="muted">What {{ e.code }} means: <a href="#{{ e.anchor }}">below</a>; in flow1's docs, <code>{{ e.reference }}</code>.</p></details></td></tr>{% endfor %}

@@ -14,7 +14,7 @@ from ..common import codes as C
 from ..common import schema as S
 from ..rundir.reading import read_file
 from ..rundir.store import HEATMAPS_DIR
-from .diagnosis_view import where_text
+from .diagnosis_view import symptom_text, where_text
 from .follow import RunFollower
 from .model import Report, life_line, verdict_kind
 from .panel_figures import GRAPH_CONFIG, cluster_map_figure, whatif_figure
@@ -126,7 +126,7 @@ def diagnosis_card(d: dict) -> list:
     p, top = d["primary"], (d.get("causes") or [None])[0]
     body = [html.Div([html.B("Diagnosis: "), html.Span(p["status"], className=f"verdict {p['status']}"), " ",
                       html.B(p["code"]), where_text(p)], className="head"),
-            html.Div(p.get("message") or "", className="msg")]
+            html.Div(symptom_text(p), className="msg")]
     if top is not None and top["standing"] != "observed":
         body.append(html.Div([html.B("Most likely cause: "), top["text"], html.Span(f" ({top['standing']})",
                                                                                     className="muted")]))
@@ -158,7 +158,7 @@ def cause_block(f: RunFollower) -> list:
         out.append(html.Article(className=f"finding f-{r['status']}", children=[
             html.Div(head, className="head"), html.Div(r["message"], className="msg"),
             *[html.Div(f"led to: {c}", className="led-to") for c in r.get("led_to", [])],
-            *([html.Div(f"follows from {follows[r['code']]}: see the diagnosis", className="led-to")]
+            *([html.Div(f"follows from {follows[r['code']]}: see the diagnosis", className="follows")]
               if r["code"] in follows else []),
             html.Details([html.Summary("evidence"), html.Pre(r["evidence"]),
                           html.P([f"What {r['code']} means" + (f" (raised when {m['trigger']})" if m["trigger"] else "")

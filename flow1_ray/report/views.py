@@ -64,15 +64,21 @@ def is_finding(e: Event) -> bool:
     return e.status != C.PASS or e.advisory
 
 
-def findings_by_module(events: Iterable[Event]) -> list[tuple[str, list[dict]]]:
+def findings_by_module(events: Iterable[Event], diagnosis: dict | None = None) -> list[tuple[str, list[dict]]]:
     """WARN, FAIL and advisory events grouped by module, each group in time order; a finding
-    that led to a death says so (``led_to``)."""
+    that led to a death says so (``led_to``); one that follows from the diagnosis's primary
+    symptom says so (``follows``: the primary's code) and keeps its advice back."""
     events = list(events)
     by_origin = consequences(events)
+    chain = {(c.get("code"), c.get("ts")) for c in (diagnosis or {}).get("chain") or []}
+    primary = ((diagnosis or {}).get("primary") or {}).get("code")
     out: dict[str, list[dict]] = {}
     for e in events:
         if is_finding(e):
-            out.setdefault(e.module, []).append({**finding_row(e), "led_to": led_to(e, by_origin)})
+            row = {**finding_row(e), "led_to": led_to(e, by_origin)}
+            if (e.code, e.ts.isoformat()) in chain:
+                row.update(follows=primary, knobs=[])
+            out.setdefault(e.module, []).append(row)
     return sorted(out.items())
 
 

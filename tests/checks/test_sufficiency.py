@@ -39,7 +39,7 @@ def test_a_two_iteration_run_is_not_enough_to_judge_learning():
     assert not enough.enough and not learns & set(enough.judged), enough.judged   # (LR_DECAYED needs 2)
     assert enough.line.startswith("not enough data to judge learning: 2 iterations, 40 episodes"), enough.line
     # the nearest need is named: the PPO rules that judge on 5 iterations of their signal
-    assert "KL_TOO_HIGH" in enough.line and "need 5 iterations with its signal" in enough.line, enough.line
+    assert "KL_TOO_HIGH" in enough.line and "each need 5 iterations with its signal" in enough.line, enough.line
     assert "ALPHA_COLLAPSE" not in enough.short, "SAC's alpha was never recorded: the rule does not apply"
     report = Report(target="r", learning=enough.to_dict())
     assert report.status == C.PASS and report.verdict.startswith("PASS, but learning not judged"), report.verdict

@@ -53,9 +53,10 @@ def test_the_html_page_shows_the_diagnosis_first():
     assert '<ul id="chain">' in page and 'id="causes"' in page
 
 
-def test_a_healthy_and_a_short_run_say_so_in_one_line():
+def test_a_healthy_run_says_so_in_one_line_and_a_short_one_once():
     assert console_lines(Report(target="ok", learning=JUDGED).diagnosis()) == [
         "diagnosis: no symptom: every check that had its data passed"]
     short = {"enough": False, "judged": [], "short": {}, "line": "not enough data to judge learning: 2 iterations"}
-    assert console_lines(Report(target="s", learning=short).diagnosis()) == [
-        "diagnosis: not enough data to judge learning: 2 iterations"]
+    rep = Report(target="s", learning=short)
+    assert rep.diagnosis()["line"] == "not enough data to judge learning: 2 iterations"
+    assert console_lines(rep.diagnosis()) == [] and rep.gaps() == [rep.short]   # said once, as a gap

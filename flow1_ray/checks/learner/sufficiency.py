@@ -131,7 +131,8 @@ def sufficiency(count: DataCount, thresholds: Thresholds = DEFAULT, window: int 
         if nearest:
             need, _, text = min(nearest)
             codes = ", ".join(c for n, c, _ in sorted(nearest) if n == need)
-            first = f"the first learning rules ({codes}) need {text}"
+            first = (f"the first learning rules ({codes}) each need {text}" if "," in codes
+                     else f"the first learning rule ({codes}) needs {text}")
         else:
             first = "no learning signal was recorded (no return, no learner stats)"
         line = f"not enough data to judge learning: {iterations(count.iterations)}, {eps}; {first}"
