@@ -59,6 +59,10 @@ def _lr_tiny(k: Knobs) -> bool | None:
     return None if k.lr is None else k.lr < 1e-5
 
 
+def _lr_q_high(k: Knobs) -> bool | None:
+    return None if k.lr is None else k.lr >= 0.01
+
+
 def _epochs_many(k: Knobs) -> bool | None:
     return None if k.num_epochs is None else k.num_epochs >= 10
 
@@ -147,6 +151,13 @@ CAUSES: tuple[Cause, ...] = (
                  Sign("Q values", "the Q estimates diverge", ("Q_DIVERGENCE",)),
                  Sign("grad_clip", "no gradient clipping (grad_clip unset)", setting=_no_grad_clip)),
           knobs=("grad_clip", "grad_clip_by")),
+    Cause("q_step_too_large",
+          "the Q-learning step is too large: each update overshoots its own targets (lr)",
+          symptoms=("Q_DIVERGENCE", "GRADIENT_EXPLODING", "REWARD_DROP"),
+          signs=(Sign("Q values", "the Q estimates diverge", ("Q_DIVERGENCE",)),
+                 _GRAD_BLOWUP,
+                 Sign("lr", "lr is 0.01 or more, past Adam's usual range for Q-learning", setting=_lr_q_high)),
+          knobs=("lr", "critic_lr", "grad_clip"), algos=("DQN", "SAC")),
     Cause("q_overestimation",
           "the Q targets chase their own overestimates (a single Q network, a target updated too often, a "
           "step too large)",
@@ -154,6 +165,13 @@ CAUSES: tuple[Cause, ...] = (
           signs=(Sign("Q values", "the Q estimates diverge", ("Q_DIVERGENCE",)),
                  Sign("double_q", "double_q is off", setting=_single_q, algos=("DQN",))),
           knobs=("target_network_update_freq", "double_q", "lr", "tau"), algos=("DQN", "SAC")),
+    Cause("forward_cuts_gradient",
+          "the RLModule's forward cuts the gradient of layers it trains (a `* 0`, a detach, an output no "
+          "loss term uses): a bug in the module, no knob fixes it",
+          symptoms=("GRADIENT_ZERO", "POLICY_LOSS_STUCK", "VALUE_NOT_LEARNING"),
+          signs=(Sign("layer gradients", "a trained layer's gradient is exactly 0 and the loss does not explain it",
+                      ("GRADIENT_ZERO",), when=lambda ev: ev.get("cause") in ("zero_passed_back", "not_in_loss",
+                                                                              "unknown")),)),
     Cause("plasticity_loss",
           "units of the network go dormant: it loses the capacity to learn what comes next",
           symptoms=("DORMANT_UNITS", "GRADIENT_VANISHING", "REWARD_DROP"),

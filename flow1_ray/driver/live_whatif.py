@@ -46,6 +46,7 @@ class LiveWhatif:
                   for e in events if e.status in (C.WARN, C.FAIL) and (e.evidence or {}).get("knobs")]
         if not advice:
             return None
+        advice = diagnosis_first(events, advice)
         run_dir = self.run_dir()
         if not run_dir.local:
             self.launched = self.opts.whatif_max
@@ -119,3 +120,27 @@ def verdict_events(o: Any) -> list[Event]:
         out.append(Event(C.WHATIF_VERDICT, f"what-if branch {r.branch} seed {r.seed} failed: {r.error}",
                          {**where, "branch": r.branch, "seed": r.seed, "error": r.error}))
     return out
+
+
+def diagnosis_first(events: list[Event], advice: list) -> list:
+    """The advice in the order the what-if should test it: the change of the diagnosis's most
+    likely cause first (its finding's branch first, that knob first in it), so that the first
+    verdict to arrive is on the cause, and the diagnosis's standing for it updates. Any other
+    order is kept; a diagnosis that cannot be made leaves the advice as it came."""
+    from dataclasses import replace
+
+    from ..diagnosis.diagnose import diagnose
+
+    try:
+        causes = diagnose(events).to_dict()["causes"]
+        change = (causes[0] if causes else {}).get("change") or {}
+    except Exception:   # noqa: BLE001 -- the order is a preference, never a failure of the run
+        return advice
+    if not change:
+        return advice
+    out = []
+    for a in advice:
+        if a.code == change.get("from"):
+            a = replace(a, knobs=tuple(sorted(a.knobs, key=lambda k: k.get("knob") != change.get("knob"))))
+        out.append(a)
+    return sorted(out, key=lambda a: a.code != change.get("from"))

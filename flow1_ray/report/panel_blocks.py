@@ -173,11 +173,20 @@ def hypothesis_block(f: RunFollower) -> list:
     if not hs and not f.whatifs:
         return [html.P("Nothing to test yet: no finding points at a knob, a frame or a batch.", className="muted")]
     out: list = []
-    knobs = [h for h in hs if h["kind"] == "knob"]
+    # the diagnosis's change first; the advice of a finding that follows from the primary symptom last, said so
+    d = f.report().diagnosis()
+    change = ((d.get("causes") or [{}])[0]).get("change") or {}
+    chain = {c["code"] for c in d.get("chain") or []}
+    primary = (d.get("primary") or {}).get("code")
+    knobs = sorted((h for h in hs if h["kind"] == "knob"),
+                   key=lambda h: (not (h["code"] == change.get("from") and h["knob"] == change.get("knob")),
+                                  h["code"] in chain))
     if knobs:
         out.append(html.Table([html.Tr([html.Th(t) for t in ("finding", "knob", "now -> try", "why", "config")])] + [
             html.Tr(className=h["status"].lower(), children=[
-                html.Td(h["code"]), html.Td(h["knob"]), html.Td(f"{h['current']} -> {h['value']}"), html.Td(h["why"]),
+                html.Td(h["code"]), html.Td(h["knob"]), html.Td(f"{h['current']} -> {h['value']}"),
+                html.Td([h["why"]] + ([html.Div(f"waits for {primary}: it may follow from it", className="muted")]
+                                      if h["code"] in chain else [])),
                 html.Td(html.Code(h["line"]))]) for h in knobs]))
     frames = [h for h in hs if h["kind"] == "frame"]
     if frames:

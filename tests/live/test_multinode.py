@@ -20,9 +20,11 @@ pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster_job(tmp_path_factory) -> dict:
-    """tests/jobs/multinode_job.py run once: its JSON object."""
+    """tests/jobs/multinode_job.py run once: its JSON object. Session-scoped (a subprocess's
+    output, nothing held open): a module-scoped one was torn down and run again (~70 s each) when
+    pytest-xdist ran another module's test between this module's two."""
     from conftest import WORKER_PATH
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
