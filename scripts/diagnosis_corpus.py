@@ -105,7 +105,10 @@ def _moving_goal(cb, seed):
 
 
 def _nan_obs(cb, seed):
-    return _ppo(cb, seed, env=_nan_env, train_batch_size_per_learner=500)
+    from ray.tune.registry import register_env
+
+    register_env("corpus-nan-obs", _nan_env)   # zoo's envs take no config: made by a creator
+    return _ppo(cb, seed, env="corpus-nan-obs", train_batch_size_per_learner=500)
 
 
 def _nan_env(config):
@@ -129,7 +132,7 @@ CASES: tuple[Case, ...] = (
     # healthy runs: diagnosed healthy (no symptom), whatever else they are
     Case("ppo-healthy", HEALTHY, lambda cb, s: _ppo(cb, s), 10, seeds=(0, 1)),
     Case("appo-healthy", HEALTHY, lambda cb, s: _appo(cb, s), 8),
-    Case("dqn-healthy", HEALTHY, lambda cb, s: _dqn(cb, s), 8),
+    Case("dqn-healthy", HEALTHY, lambda cb, s: _dqn(cb, s), 8, seeds=(0, 1)),
     Case("sac-healthy", HEALTHY, lambda cb, s: _sac(cb, s), 5),
     Case("multi-agent-healthy", HEALTHY, lambda cb, s: _multi_agent(cb, s), 8),
     # the policy's step far too large
@@ -143,14 +146,14 @@ CASES: tuple[Case, ...] = (
     Case("multi-agent-lr-0.05", "step_too_large", lambda cb, s: _multi_agent(cb, s, lr=0.05, num_epochs=10), 6,
          ("KL_SPIKE", "KL_TOO_HIGH", "CLIP_FRACTION", "ENTROPY_COLLAPSE")),
     # the step decayed away: an lr schedule to ~0
-    Case("ppo-lr-schedule-to-zero", "step_too_small", lambda cb, s: _ppo(cb, s, lr=_SCHEDULE_TO_ZERO), 10,
+    Case("ppo-lr-schedule-to-zero", "step_too_small", lambda cb, s: _ppo(cb, s, lr=_SCHEDULE_TO_ZERO), 14,
          ("LR_DECAYED", "KL_TOO_LOW", "POLICY_LOSS_STUCK"), seeds=(0, 1)),
     # the critic: its loss clipped away (Pendulum's returns, RLlib's vf_clip_param 10)
     Case("ppo-pendulum-vf-clip", "value_loss_clipped",
-         lambda cb, s: _ppo(cb, s, env="Pendulum-v1", runners=0, minibatch_size=250, num_epochs=2), 4,
+         lambda cb, s: _ppo(cb, s, env="Pendulum-v1", runners=0, minibatch_size=250, num_epochs=2), 6,
          ("GRADIENT_ZERO", "VALUE_NOT_LEARNING"), seeds=(0, 1)),
     # the value head swamps a shared trunk
-    Case("ppo-shared-trunk-vf-1000", "value_swamps_trunk", _shared_trunk, 4, ("VALUE_DOMINATES",), seeds=(0, 1)),
+    Case("ppo-shared-trunk-vf-1000", "value_swamps_trunk", _shared_trunk, 6, ("VALUE_DOMINATES",), seeds=(0, 1)),
     # a module whose forward cuts its policy head's gradient
     Case("ppo-zeroed-policy-head", "forward_cuts_gradient", _zeroed_head, 3, ("GRADIENT_ZERO",), seeds=(0, 1)),
     # Q-learning's step far too large
@@ -175,8 +178,10 @@ def run_case(case: Case, seed: int, out: Path) -> Path | None:
     from flow1_ray import Flow1Callbacks
 
     opts = {"audit_reward": True} if case.label == "reward_unearned" else {}
+    # the Learner traced every 10th update (the default 50 leaves a 4-iteration run a trace or two:
+    # the gradient rules need a few in a row); no state maps (no cause reads them here)
     cb = Flow1Callbacks.with_options(output_dir=str(out / f"{case.name}-s{seed}"), print_events=False,
-                                     state_actions=False, **opts)
+                                     state_actions=False, grad_every=10, **opts)
     algo = case.make(cb, seed).build_algo()
     result = None
     try:

@@ -63,6 +63,11 @@ def _lr_q_high(k: Knobs) -> bool | None:
     return None if k.lr is None else k.lr >= 0.01
 
 
+def _stale_settings(k: Knobs) -> bool | None:
+    b, it = k.number("broadcast_interval"), k.number("circular_buffer_iterations_per_batch")
+    return None if b is None and it is None else (b or 1) > 1 or (it or 0) > 2
+
+
 def _epochs_many(k: Knobs) -> bool | None:
     return None if k.num_epochs is None else k.num_epochs >= 10
 
@@ -92,6 +97,8 @@ _CLIP_SATURATED = Sign("clip fraction", "most probability ratios fall outside th
 _CLIP_NEVER = Sign("clip fraction", "no probability ratio reaches the clip", ("CLIP_FRACTION",),
                    when=_case("never_reached"))
 _ENTROPY = Sign("entropy", "the policy's entropy collapsed", ("ENTROPY_COLLAPSE",))
+_LAG = Sign("importance ratio", "the behaviour policy is far behind the learner's (mean importance ratio)",
+            ("POLICY_LAG",))
 _GRAD_BLOWUP = Sign("gradient norm", "the gradient norm jumped far above its running median", ("GRADIENT_EXPLODING",))
 
 CAUSES: tuple[Cause, ...] = (
@@ -100,14 +107,22 @@ CAUSES: tuple[Cause, ...] = (
           "from the one that sampled its batch (lr, num_epochs, clip_param)",
           symptoms=("KL_SPIKE", "KL_TOO_HIGH", "CLIP_FRACTION", "ENTROPY_COLLAPSE", "REWARD_DROP",
                     "VALUE_NOT_LEARNING", "GRADIENT_ZERO", "GRADIENT_EXPLODING", "DORMANT_UNITS", "ERROR_FIXATION",
-                    "NEW_FIXATION", "POLICY_LOSS_STUCK"),
-          signs=(_KL_HIGH, _CLIP_SATURATED, _ENTROPY, _GRAD_BLOWUP,
+                    "NEW_FIXATION", "POLICY_LOSS_STUCK", "POLICY_LAG"),
+          signs=(_KL_HIGH, _CLIP_SATURATED, _ENTROPY, _GRAD_BLOWUP, _LAG,
                  Sign("lr", "lr is above 1e-3, past Adam's usual range for a policy gradient", setting=_lr_high,
                       algos=POLICY_GRADIENT),
                  Sign("num_epochs", "num_epochs >= 10 passes over each batch", setting=_epochs_many,
                       algos=POLICY_GRADIENT)),
           against=(_KL_LOW, _CLIP_NEVER),
           knobs=("lr", "num_epochs", "clip_param"), algos=POLICY_GRADIENT),
+    Cause("stale_samples",
+          "the runners sample with weights far behind the learner's: each batch is learnt from after the "
+          "policy moved on (broadcast_interval, circular_buffer_iterations_per_batch)",
+          symptoms=("POLICY_LAG", "ENTROPY_COLLAPSE", "REWARD_DROP"),
+          signs=(_LAG,
+                 Sign("weight broadcast", "the runners get new weights only every few updates, or each batch is "
+                                          "learnt from more than twice", setting=_stale_settings)),
+          knobs=("broadcast_interval", "circular_buffer_iterations_per_batch"), algos=("APPO", "IMPALA")),
     Cause("no_entropy_bonus",
           "the policy settles on one action before it has explored: no entropy bonus holds it open",
           symptoms=("ENTROPY_COLLAPSE", "ERROR_FIXATION", "NEW_FIXATION", "REWARD_DROP"),
