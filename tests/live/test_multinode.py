@@ -21,30 +21,19 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def cluster_job(tmp_path_factory, request) -> dict:
-    """tests/jobs/multinode_job.py run once for the whole test run: its JSON object. The two
-    tests of this module may land on the two pytest-xdist workers (their xdist_group did not keep
-    them together: the ~70 s job ran twice in CI), so the first worker runs the job under a file
-    lock in the run's shared temporary folder and the other reads its result."""
-    from filelock import FileLock
-
+def cluster_job(tmp_path_factory) -> dict:
+    """tests/jobs/multinode_job.py run once: its JSON object. Session-scoped (a subprocess's
+    output, nothing held open): a module-scoped one was torn down and run again (~70 s each) when
+    pytest-xdist ran another module's test between this module's two."""
     from conftest import WORKER_PATH
 
-    shared = tmp_path_factory.getbasetemp().parent   # the same folder for every worker of this run
-    uid = getattr(request.config, "workerinput", {}).get("testrun_uid", f"pid{os.getpid()}")
-    cache = shared / f"multinode-{uid}.json"
-    with FileLock(str(cache) + ".lock"):
-        if cache.is_file():
-            return json.loads(cache.read_text())
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (*WORKER_PATH, env.get("PYTHONPATH", "")) if p)
-        proc = subprocess.run([sys.executable, str(TESTS / "jobs" / "multinode_job.py"),
-                               str(tmp_path_factory.mktemp("nodes"))],
-                              env=env, capture_output=True, text=True, timeout=400)
-        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-        cache.write_text(lines[-1][len("RESULT "):])
-        return json.loads(lines[-1][len("RESULT "):])
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*WORKER_PATH, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, str(TESTS / "jobs" / "multinode_job.py"), str(tmp_path_factory.mktemp("nodes"))],
+                          env=env, capture_output=True, text=True, timeout=400)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(lines[-1][len("RESULT "):])
 
 
 def test_on_a_cluster_the_whatif_branches_spread_over_the_nodes(cluster_job):
