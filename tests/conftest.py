@@ -112,13 +112,14 @@ def ray_session():
     # workers import test-only classes (hooks, zoo envs) from tests/ too
     # address="local": a new Ray of our own, even when another cluster on this machine left its
     # address behind (a killed driver, a multi-node test in another process)
+    # Ray's processes inherit this process's environment: a job runtime_env with the same
+    # variables cost ~6 % more CPU per live test (each worker's start goes through its agent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*WORKER_PATH, os.environ.get("PYTHONPATH", "")) if p)
+    os.environ.update(S3_ENV)   # the loopback S3 of test_object_store.py (moto) takes any key
+    # Ray's processes report their metrics at Ray's default interval (10 s): the metrics
+    # test waits up to a minute for a series; a 1 s interval cost ~40 s of CPU a suite
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
-             log_to_driver=False, configure_logging=False, _metrics_export_port=METRICS_PORT,
-             # Ray's processes report their metrics at Ray's default interval (10 s): the metrics
-             # test waits up to a minute for a series; a 1 s interval cost ~40 s of CPU a suite
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([*WORKER_PATH, os.environ.get("PYTHONPATH", "")]),
-                                       # the loopback S3 of test_object_store.py (moto) takes any key
-                                       **S3_ENV}})
+             log_to_driver=False, configure_logging=False, _metrics_export_port=METRICS_PORT)
     yield ray
     ray.shutdown()
 
