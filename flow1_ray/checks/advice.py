@@ -74,12 +74,25 @@ def _schedule_start(v: Any) -> float | None:
     return None
 
 
+def _schedule(v: Any) -> tuple | None:
+    """An RLlib schedule ``[[t0, v0], [t1, v1], ...]`` as ((t, v), ...) of numbers; None for a
+    plain value or anything else."""
+    if not isinstance(v, (list, tuple)) or not v:
+        return None
+    try:
+        pairs = tuple((int(t), float(x)) for t, x in v)
+    except (TypeError, ValueError):
+        return None
+    return pairs
+
+
 @dataclass(frozen=True)
 class Knobs:
     """The settings a curve finding can point at, as this run set them (None: unknown)."""
 
     algo: str | None = None
     lr: float | None = None
+    lr_schedule: tuple | None = None         # the lr's schedule ((t, v), ...) where the config set one
     entropy_coeff: float | None = None
     kl_target: float | None = None
     use_kl_loss: bool | None = None
@@ -124,7 +137,7 @@ class Knobs:
         hidden = model.get("fcnet_hiddens")
         return cls(
             algo=str(algo_name) if algo_name else None,
-            lr=_schedule_start(lr_raw),
+            lr=_schedule_start(lr_raw), lr_schedule=_schedule(lr_raw),
             entropy_coeff=num("entropy_coeff"), kl_target=num("kl_target"),
             use_kl_loss=_get(config, "use_kl_loss"), vf_loss_coeff=num("vf_loss_coeff"),
             clip_param=num("clip_param"), grad_clip=num("grad_clip"),
@@ -227,10 +240,13 @@ def vf_clip_knob(clip: float, unclipped: float) -> Knob:
 
 
 def lr_floor_knobs(k: Knobs, lr_first: float, t_now: int | None) -> list[Knob]:
+    """The run's lr schedule with each point kept at or above 10 % of the first lr (where the
+    config set no schedule: one from the first lr to that floor at the current step)."""
     end = _round(lr_first * 0.1)
-    t = int(t_now or 1_000_000)
-    return [Knob("lr", [[0, lr_first], [t, end]], [[0, _round(lr_first)], [t, end]],
-                 "keep 10-20% of the first lr at the end (cosine-like); a schedule to ~0 freezes the critic")]
+    why = "keep 10-20% of the first lr at the end (cosine-like); a schedule to ~0 freezes the critic"
+    if k.lr_schedule:
+        return [Knob("lr", [[t, v] for t, v in k.lr_schedule], [[t, max(v, end)] for t, v in k.lr_schedule], why)]
+    return [Knob("lr", lr_first, [[0, _round(lr_first)], [int(t_now or 1_000_000), end]], why)]
 
 
 def stuck_knobs(k: Knobs, lr_now: float | None, clip_fraction: float | None = None) -> list[Knob]:

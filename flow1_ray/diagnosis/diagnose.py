@@ -90,7 +90,8 @@ def diagnose(events: list[Event], learning: dict | None = None, settings: dict |
     causes = ctx.ranked(primary)
     explained = {id(e) for e, _ in chain} | {id(primary)}
     line = _line(primary, causes)
-    return Diagnosis(SICK, line, _summary(primary), [{**_summary(e), "why": why} for e, why in chain],
+    return Diagnosis(SICK, line, {**_summary(primary), **_lasted(primary, events)},
+                     [{**_summary(e), "why": why} for e, why in chain],
                      causes, [_summary(e) for e in found if id(e) not in explained])
 
 
@@ -266,6 +267,14 @@ def _summary(e: Event) -> dict:
            "iteration": e.iteration, "env_step": e.env_step, "ts": e.ts.isoformat(), "worker_index": e.worker_index,
            "module_id": _module(e), "reference": C.reference(e.code)}
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _lasted(primary: Event, events: list[Event]) -> dict:
+    """The last iteration the primary symptom was raised at (its module's, WARN or FAIL): where
+    its interval on the curves ends."""
+    its = [e.iteration for e in events if e.code == primary.code and e.status != C.PASS and e.iteration is not None
+           and _module(e) == _module(primary)]
+    return {"last_iteration": max(its)} if its and primary.iteration is not None else {}
 
 
 def _line(primary: Event, causes: list[dict]) -> str:

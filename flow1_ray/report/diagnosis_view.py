@@ -122,3 +122,42 @@ def html_context(d: dict | None) -> dict | None:
     out["chain"] = [dict(c, where=where_text(c)) for c in d.get("chain") or []]
     out["others"] = [dict(c, where=where_text(c)) for c in d.get("others") or []]
     return out
+
+
+#: the standings whose signs are not marked on the curves (nothing of the run points at them)
+_UNMARKED = ("not assessable", "not supported", "tested: did not hold", "tested: harmful")
+#: the colours of the marks: the primary symptom's interval, its most likely cause's signs
+SYMPTOM_COLOUR, CAUSE_COLOUR = "#d62728", "#ff7f0e"
+
+
+def anomaly_marks(d: dict | None) -> list[dict]:
+    """What the curves of the report and the panel mark, by iteration: the primary symptom's
+    interval (``kind`` "symptom": from the iteration it was first raised at to the last, a band)
+    and where each sign of its most likely cause began (``kind`` "cause": a line), each with
+    ``code``, ``start`` and ``end``. None for a run that is not sick, or whose symptom has no
+    iteration (a finding of the env checker, a death before the first iteration)."""
+    p = (d or {}).get("primary") or {}
+    if (d or {}).get("state") != "sick" or not isinstance(p.get("iteration"), int):
+        return []
+    end = p.get("last_iteration") if isinstance(p.get("last_iteration"), int) else p["iteration"]
+    out = [{"kind": "symptom", "code": p["code"], "start": p["iteration"], "end": max(end, p["iteration"])}]
+    top = ((d or {}).get("causes") or [None])[0]
+    if top and top.get("standing") not in _UNMARKED:
+        for s in top.get("for") or []:
+            if isinstance(s.get("iteration"), int) and s.get("code") and not any(m["code"] == s["code"] for m in out):
+                out.append({"kind": "cause", "code": s["code"], "start": s["iteration"], "end": s["iteration"]})
+    return out
+
+
+def mark_legend(marks: list[dict]) -> dict[str, str]:
+    """The legend's entry for each kind of mark: one for the symptom's band, one for all the
+    cause's lines."""
+    out = {}
+    for m in marks:
+        if m["kind"] == "symptom":
+            span = f"{m['start']}" if m["end"] == m["start"] else f"{m['start']}-{m['end']}"
+            out["symptom"] = f"{m['code']}, the primary symptom (iteration {span})"
+    signs = [f"{m['code']} ({m['start']})" for m in marks if m["kind"] == "cause"]
+    if signs:
+        out["cause"] = f"its cause's signs began: {', '.join(signs)}"
+    return out

@@ -107,6 +107,7 @@ class RunFollower:
         self.events_exist = True                  # events/ is there (maybe not readable)
         self.life: dict = completeness(self.dir)
         self._life_at = time.monotonic()
+        self._diagnosis: tuple | None = None      # (what it was read from, the diagnosis)
 
     def poll(self, force: bool = False) -> bool:
         """Read the parts that landed since the last poll; True when something was new.
@@ -291,6 +292,14 @@ class RunFollower:
                           learning=learning_of(life, self.metric_rows(), self.learner),
                           settings=start.get("config") if isinstance(start.get("config"), dict) else None,
                           summary={"run_dir": str(self.dir), "whatif": list(self.whatifs)})
+
+    def diagnosis(self) -> dict:
+        """:meth:`report`'s diagnosis, made again only when what it reads changed since (a
+        source's stamp, the run's life state): the panel asks for it at every tick."""
+        key = (tuple(sorted(self.stamps.items())), self.life.get("state"), len(self.skipped))
+        if self._diagnosis is None or self._diagnosis[0] != key:
+            self._diagnosis = (key, self.report().diagnosis())
+        return self._diagnosis[1]
 
     def metric_rows(self) -> list[dict]:
         return [self.metrics[i] for i in sorted(self.metrics)]

@@ -26,7 +26,7 @@ from ..rundir.reading import read_file, read_table
 from ..rundir.store import CLUSTERS_DIR, LEARNER_DIR, METRICS_DIR, Location
 from ..clustering.describe import HOW_TO_READ
 from ..rundir.cost_record import cost_table
-from .diagnosis_view import html_context
+from .diagnosis_view import CAUSE_COLOUR, SYMPTOM_COLOUR, anomaly_marks, html_context, mark_legend
 from .html_template import TEMPLATE
 from .model import Report, life_line, verdict_kind
 from .views import STATE_COLOURS, code_entries, ema_label, findings_by_module, rule_signals, timeline_marks
@@ -78,9 +78,33 @@ def _num(v: Any) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
 
 
-def _curves(d: Location) -> str | None:
+def _mark(ax: Any, marks: list[dict]) -> None:
+    """The diagnosis's marks on one axis (:func:`~.diagnosis_view.anomaly_marks`): the primary
+    symptom's iterations shaded, each sign of its cause a dashed line."""
+    for m in marks:
+        if m["kind"] == "symptom":
+            ax.axvspan(m["start"] - 0.5, m["end"] + 0.5, color=SYMPTOM_COLOUR, alpha=0.12, zorder=0)
+        else:
+            ax.axvline(m["start"], color=CAUSE_COLOUR, linestyle="--", linewidth=1, zorder=0)
+
+
+def _mark_legend(fig: Any, marks: list[dict]) -> None:
+    """What the marks are, once below the figure's plots (a plot's own legend is too narrow)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    names = mark_legend(marks)
+    handles = {"symptom": Patch(color=SYMPTOM_COLOUR, alpha=0.12),
+               "cause": Line2D([], [], color=CAUSE_COLOUR, linestyle="--", linewidth=1)}
+    if names:
+        fig.legend([handles[k] for k in names], list(names.values()), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=len(names), fontsize=8, frameon=False)
+
+
+def _curves(d: Location, marks: list[dict] = ()) -> str | None:
     """The return and its EMA per iteration; the learner's entropy ratio and KL per module
-    (parts that cannot be read are already named by the report: left out here)."""
+    (parts that cannot be read are already named by the report: left out here); the
+    diagnosis's ``marks`` on each."""
     rows = [r for r in read_table(d, METRICS_DIR).table.to_pylist() if isinstance(r.get("iteration"), int)]
     learner = [r for r in read_table(d, LEARNER_DIR).table.to_pylist() if r.get("kind") == "module"
                and isinstance(r.get("module_id"), str) and isinstance(r.get("iteration"), int)]
@@ -101,6 +125,9 @@ def _curves(d: Location) -> str | None:
     if evaluated:   # the evaluation runners' return beside the training runners' (TRAIN_EVAL_GAP)
         axes[0].plot(*zip(*evaluated), "o-", markersize=3, label="evaluation return")
     axes[0].set_title("episode return")
+    for ax in axes:
+        _mark(ax, list(marks))
+    _mark_legend(fig, list(marks))
     axes[0].legend(fontsize=7)
     for mid in sorted({r["module_id"] for r in learner}):
         mine = sorted((r for r in learner if r["module_id"] == mid), key=lambda r: r["iteration"])
@@ -120,9 +147,10 @@ def _curves(d: Location) -> str | None:
     return _png(fig)
 
 
-def _signals(d: Location) -> str | None:
+def _signals(d: Location, marks: list[dict] = ()) -> str | None:
     """One small chart per learner-rule signal that has data (VALUE_NOT_LEARNING's explained
-    variance, the policy loss, the learning rate...), per module; the codes it feeds in the title."""
+    variance, the policy loss, the learning rate...), per module; the codes it feeds in the
+    title; the diagnosis's ``marks`` on each."""
     learner = [r for r in read_table(d, LEARNER_DIR).table.to_pylist() if r.get("kind") == "module"
                and isinstance(r.get("module_id"), str) and isinstance(r.get("iteration"), int)]
     shown = [(col, title, codes) for col, title, codes in rule_signals()
@@ -143,6 +171,7 @@ def _signals(d: Location) -> str | None:
             mine = sorted((r for r in learner if r["module_id"] == mid), key=lambda r: r["iteration"])
             ax.plot([r["iteration"] for r in mine], [_num(r.get(col)) for r in mine],
                     label=one_line(mid).replace("$", r"\$"))
+        _mark(ax, list(marks))
         ax.set_title(f"{title} ({', '.join(codes)})", fontsize=8)
         ax.set_xlabel("iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -150,6 +179,7 @@ def _signals(d: Location) -> str | None:
         ax.set_visible(False)
     axes.ravel()[0].legend(fontsize=7)
     fig.tight_layout()
+    _mark_legend(fig, list(marks))
     return _png(fig)
 
 
@@ -261,6 +291,7 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     numbers = [(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else v)
                for k, v in numbers]
     heatmaps, gradients, snapshots, whatifs, cluster_modules = [], [], [], [], []
+    diagnosis = report.diagnosis()
     curves = signals = None
     late: list[str] = []   # what could not be drawn now (the verdict below already counts the rest)
     if d is not None:
@@ -271,8 +302,9 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
                 continue
             heatmaps.append((name.rsplit("/", 1)[-1], base64.b64encode(png).decode("ascii")))
         cluster_modules = _cluster_modules(d, late, report.events)
-        curves = _drawn("training curves", lambda: _curves(d), late)
-        signals = _drawn("the learner rules' signals", lambda: _signals(d), late)
+        marks = anomaly_marks(diagnosis)
+        curves = _drawn("training curves", lambda: _curves(d, marks), late)
+        signals = _drawn("the learner rules' signals", lambda: _signals(d, marks), late)
         gradients = last_trace(read_table(d, LEARNER_DIR).table.to_pylist())
         snapshots = (s.get("learner") or {}).get("snapshots", [])
         for w in s.get("whatif") or []:
@@ -281,7 +313,6 @@ def render_html(report: Report, run_dir: "str | Location | None" = None) -> str:
     if late:
         report.skipped.extend(x for x in late if x not in report.skipped)
     env = jinja2.Environment(autoescape=True)
-    diagnosis = report.diagnosis()
     modules = findings_by_module(report.events, diagnosis)
     return env.from_string(TEMPLATE).render(
         target=report.target, verdict=report.verdict, kind=verdict_kind(report.verdict), counts=report.by_status(),

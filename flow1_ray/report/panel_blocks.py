@@ -143,7 +143,7 @@ def cause_block(f: RunFollower) -> list:
     from dash import html
 
     rows = current_findings(f.findings)
-    diagnosis = f.report().diagnosis()
+    diagnosis = f.diagnosis()
     if not rows:
         return diagnosis_card(diagnosis) + [
             html.P("No WARN or FAIL: nothing flow1 checks is wrong so far.", className="muted")]
@@ -174,7 +174,7 @@ def hypothesis_block(f: RunFollower) -> list:
         return [html.P("Nothing to test yet: no finding points at a knob, a frame or a batch.", className="muted")]
     out: list = []
     # the diagnosis's change first; the advice of a finding that follows from the primary symptom last, said so
-    d = f.report().diagnosis()
+    d = f.diagnosis()
     change = ((d.get("causes") or [{}])[0]).get("change") or {}
     chain = {c["code"] for c in d.get("chain") or []}
     primary = (d.get("primary") or {}).get("code")

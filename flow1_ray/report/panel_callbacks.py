@@ -19,6 +19,7 @@ from ..common import schema as S
 from ..common.errors import Flow1InputError
 from ..common.events import one_line
 from ..rundir.store import CLUSTERS_DIR, EVENTS_DIR, HEATMAPS_DIR, LEARNER_DIR, METRICS_DIR, SNAPSHOTS_DIR, Location
+from .diagnosis_view import anomaly_marks
 from .follow import RunFollower, find_runs, is_run_dir
 from .model import life_line, verdict_kind
 from .panel_blocks import (cause_block, clusters_block, heatmap_block, hypothesis_block, result_numbers, risk_block,
@@ -77,14 +78,16 @@ REFRESH_TARGETS: dict[str, tuple[str, str]] = {
 REFRESH_OUTPUTS = tuple(REFRESH_TARGETS)
 
 
-def _quadrants(f: RunFollower, changed: Callable[..., bool]) -> dict[str, Any]:
-    """What the sources that changed (``changed(*subs)``) redraw; the rest stays as shown."""
+def _quadrants(f: RunFollower, changed: Callable[..., bool], marks: list[dict]) -> dict[str, Any]:
+    """What the sources that changed (``changed(*subs)``) redraw; the rest stays as shown. The
+    curves are redrawn too when the diagnosis's ``marks`` on them changed."""
     from dash import no_update as keep
 
     ev, mt, ln, hm = changed(EVENTS_DIR), changed(METRICS_DIR), changed(LEARNER_DIR), changed(HEATMAPS_DIR)
+    mk = changed("marks")
     return {"result-numbers": result_numbers(f) if ev or mt else keep,
-            "return-graph": return_figure(f) if mt else keep,
-            "policy-graph": (policy_figure(f) if f.learner else keep) if ln else keep,
+            "return-graph": return_figure(f, marks) if mt or mk else keep,
+            "policy-graph": (policy_figure(f, marks) if f.learner else keep) if ln or mk else keep,
             "policy-wrap": ({} if f.learner else {"display": "none"}) if ln else keep,
             "heatmap": heatmap_block(f) if hm else keep,
             "clusters": clusters_block(f) if changed(CLUSTERS_DIR) else keep,
@@ -111,7 +114,8 @@ def _draw(runs: Runs, name: str | None, seen: dict | None) -> tuple:
     updated = f"{label} · {ago} · read {dt.datetime.now():%H:%M:%S}"
     if f.skipped:
         updated += f" · {len(f.skipped)} item(s) skipped"
-    stamps = {"run": name, **f.stamps}
+    marks = anomaly_marks(f.diagnosis())
+    stamps = {"run": name, **f.stamps, "marks": hashlib.blake2b(repr(marks).encode(), digest_size=8).hexdigest()}
     seen = seen if isinstance(seen, dict) and seen.get("run") == name else {}
 
     def changed(*subs: str) -> bool:
@@ -123,7 +127,7 @@ def _draw(runs: Runs, name: str | None, seen: dict | None) -> tuple:
     stamps["head"] = hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
     out = {"run-name": name if not seen else no_update, "verdict": verdict,
            "verdict-class": f"verdict {verdict_kind(verdict)}", "updated": updated,
-           **_quadrants(f, changed), "seen": stamps,
+           **_quadrants(f, changed, marks), "seen": stamps,
            "result-head": verdict_block(report) if changed("head") else no_update}
     return tuple(out[k] for k in REFRESH_OUTPUTS)
 

@@ -14,6 +14,7 @@ from typing import Any
 from ..common import schema as S
 from ..common.events import one_line
 from ..rundir.store import Location
+from .diagnosis_view import CAUSE_COLOUR, SYMPTOM_COLOUR, mark_legend
 from .follow import RunFollower
 from .views import STATE_COLOURS, ema_label, rule_signals, timeline_marks
 
@@ -57,7 +58,25 @@ def _layout(fig: Any, height: int) -> Any:
     return fig
 
 
-def return_figure(f: RunFollower) -> Any:
+def _mark(fig: Any, marks: list[dict], subplots: bool = False) -> None:
+    """The diagnosis's marks (:func:`~flow1_ray.report.diagnosis_view.anomaly_marks`) on every
+    plot of ``fig``: the primary symptom's iterations shaded, each sign of its cause a dashed
+    line; each kind named once in the legend."""
+    where = {"row": "all", "col": "all"} if subplots else {}
+    names = mark_legend(marks)
+    for m in marks:
+        first, name = len(fig.layout.shapes), names.pop(m["kind"], None)
+        if m["kind"] == "symptom":
+            fig.add_vrect(x0=m["start"] - 0.5, x1=m["end"] + 0.5, fillcolor=SYMPTOM_COLOUR, opacity=0.12,
+                          line_width=0, layer="below", showlegend=False, **where)
+        else:
+            fig.add_vline(x=m["start"], line_dash="dash", line_color=CAUSE_COLOUR, line_width=1, showlegend=False,
+                          **where)
+        if name and len(fig.layout.shapes) > first:
+            fig.layout.shapes[first].update(name=esc(name), showlegend=True)
+
+
+def return_figure(f: RunFollower, marks: list[dict] = ()) -> Any:
     import plotly.graph_objects as go
 
     rows = f.metric_rows()
@@ -73,13 +92,15 @@ def return_figure(f: RunFollower) -> Any:
         fig.add_scatter(x=[r["iteration"] for r in evaluated], y=[r[S.EVAL_RETURN] for r in evaluated],
                         mode="lines+markers", name="evaluation return")
     _iterations_axis(fig, it)
+    _mark(fig, list(marks))
     fig.update_layout(title={"text": "episode return", "font": {"size": 13}})
     return _layout(fig, 250)
 
 
-def policy_figure(f: RunFollower) -> Any:
+def policy_figure(f: RunFollower, marks: list[dict] = ()) -> Any:
     """Entropy ratio and KL per module, then every learner rule's signal that has data
-    (:func:`~flow1_ray.report.views.rule_signals`: a new rule's View is drawn here too)."""
+    (:func:`~flow1_ray.report.views.rule_signals`: a new rule's View is drawn here too); the
+    diagnosis's ``marks`` on each."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -101,6 +122,7 @@ def policy_figure(f: RunFollower) -> Any:
             fig.add_trace(go.Scatter(x=x, y=[r.get(col) for r in mine], name=esc(mid), legendgroup=esc(mid),
                                      showlegend=i == 0, mode=_mode(len(x))), row=i // cols + 1, col=i % cols + 1)
     _iterations_axis(fig, [r["iteration"] for r in f.learner])
+    _mark(fig, list(marks), subplots=True)
     fig.update_annotations(font_size=11)
     fig = _layout(fig, 260 * nrows)
     fig.update_layout(margin={"t": 44})

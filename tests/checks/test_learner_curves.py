@@ -187,6 +187,32 @@ def test_lr_decayed_to_nothing_while_the_policy_stopped_moving_proposes_a_floor(
     assert f.evidence["lr_first"] == 3e-4 and "lr=[[0, 0.0003]" in f.message
 
 
+def test_an_lr_decayed_before_anything_was_learnt_is_named_on_a_noisy_return():
+    """A schedule to 1e-9 by the third iteration: the policy is frozen (KL ~1e-9) and the return
+    wanders around its first level (CartPole's ~20-50 at random), never flat enough to count as
+    stalled, never beyond its noise: the rule names the decay. The same decay at the end of a
+    run that learned (the return at its best) stays silent: annealing is not a fault."""
+    lrs = [3e-4, 1e-4, 1e-9] + [1e-9] * 9
+    frozen = [{**p, "default_optimizer_learning_rate": lr, "mean_kl_loss": 0.01 if lr > 1e-6 else 5e-9}
+              for p, lr in zip(_healthy(12), lrs)]
+    noisy = [40.0, 36.0, 44.0, 38.0, 47.0, 39.0, 45.0, 50.0, 41.0, 46.0, 52.0, 48.0]   # up and down, within its noise
+    schedule = {**PPO, "lr": [[0, 3e-4], [2000, 1e-9]]}
+    results = _run(frozen, returns=noisy, episodes=40)
+    for r in results:   # the episodes' spread, from which the return's noise is known (random CartPole: 10-90)
+        r["env_runners"].update(episode_return_min=10.0, episode_return_max=90.0)
+    ev = diagnose_curves(results, config=schedule, action_space=gym.spaces.Discrete(2))
+    (f,) = [e for e in ev if e.code == C.LR_DECAYED]
+    assert f.status == C.WARN and "the return never rose beyond its noise" in f.message, f.message
+    # the advice keeps the run's own schedule, each point at or above 10 % of the first lr
+    assert "try lr [[0, 0.0003], [2000, 1e-09]] -> [[0, 0.0003], [2000, 3e-05]]" in f.message, f.message
+    annealed = [{**p, "default_optimizer_learning_rate": 3e-4 * (1 - i / 12) + 1e-9, "mean_kl_loss": 0.01 if i < 8 else 1e-4}
+                for i, p in enumerate(_healthy(12))]
+    learnt = [20, 80, 160, 260, 380, 470, 495, 500, 500, 499, 500, 500]
+    ev = diagnose_curves(_run(annealed, returns=learnt, episodes=10), config={**PPO, "lr": [[0, 3e-4], [12000, 0.0]]},
+                         action_space=gym.spaces.Discrete(2))
+    assert C.LR_DECAYED not in _codes(ev), [(e.code, e.message) for e in ev]
+
+
 def test_knobs_read_a_live_config_object_and_its_dict_alike():
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig

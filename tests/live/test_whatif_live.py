@@ -218,3 +218,18 @@ def test_live_whatif_runs_beside_the_sick_run_and_records_its_verdicts(ray_sessi
     assert len(spike) == 1 and spike[0]["verdict"] in (HELD, INCONCLUSIVE, NOT_HELD), verdicts
     assert len(spike[0]["symptom"]["baseline"]) == len(spike[0]["symptom"]["branch"]) == 2, spike
     assert trained_after_start >= 2   # train() went on while the branches ran
+    # the diagnosis took the verdict in: the cause it ranked first before (the update step) names
+    # the branch that tested its change (the live what-if's first) and, where the verdict decided
+    # something, stands by it
+    from flow1_ray.report.rundir import load_run_report
+
+    causes = load_run_report(run_dir).diagnosis()["causes"]
+    top = next(c for c in causes if c["id"] == "step_too_large")   # a verdict that did not hold moves it down
+    branch = spike[0]["branch"]
+    got = {f: v["verdict"] for (b, f), v in verdicts.items() if b == branch}
+    assert top["tested"] and top["tested"]["branch"] == branch, top
+    assert top["tested"]["verdict"] in got.values() and top["expected"].startswith(f"what-if {branch}: "), (top, got)
+    decided = {HELD: "tested: held", NOT_HELD: "tested: did not hold", HARMFUL: "tested: harmful"}
+    assert top["standing"] == decided.get(top["tested"]["verdict"], top["standing"]), top
+    if top["tested"]["verdict"] not in decided:
+        assert not top["standing"].startswith("tested"), top

@@ -106,7 +106,8 @@ RULES = (
          view=View(S.LEARNER_DIR, ("vf_pi_trunk_ratio",), "value / policy gradient into the shared trunk")),
     Rule("LR_DECAYED", C.TRAIN_CURVES, C.WARN,
          "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving "
-         "(KL < {kl_low:g}) or the return stalled", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
+         "(KL < {kl_low:g}) with the return stalled or never past its noise (no KL recorded: the return "
+         "stalled)", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
          knobs=("lr",), view=View(S.LEARNER_DIR, ("default_optimizer_learning_rate",), "learning rate"),
          needs=Needs((2,), learns=False)),
     Rule("VALUE_NOT_LEARNING", C.TRAIN_CURVES, C.WARN,
@@ -371,15 +372,22 @@ class ModuleCurves:
         if r.lr is None or not self.lr_first:
             return None
         window = list(self.kls)[-th.kl_window:]
-        stopped = (len(window) >= th.kl_window and statistics.median(window) < th.kl_low) if self.kl_measured \
-            else bool(run.stalled)
-        decayed = r.lr < th.lr_floor_ratio * self.lr_first and stopped and bool(run.stalled)
+        # the return "stalled" (flat below its best) misses a return frozen near its start by a
+        # decayed lr: a noisy return never holds flat, so with the policy measured still, a
+        # return that never rose beyond its noise counts too (an annealed run that learned
+        # and rests at its best is neither)
+        frozen = "stalled" if run.stalled is True else "never rose beyond its noise" if run.learned is False else None
+        still = len(window) >= th.kl_window and statistics.median(window) < th.kl_low
+        stopped = (still and frozen is not None) if self.kl_measured else run.stalled is True
+        decayed = r.lr < th.lr_floor_ratio * self.lr_first and stopped
         if not once(self.armed, "lr", decayed):
             return None
         knobs = A.lr_floor_knobs(self.knobs, self.lr_first, int(r.env_steps) if r.env_steps else None)
+        why = (f"the policy stopped moving (KL < {th.kl_low:g}) and the return {frozen}" if self.kl_measured
+               else "the return stalled")
         return Finding(C.LR_DECAYED, (
             f"{self._where()}: the learning rate decayed to {r.lr:.3g}, {r.lr / self.lr_first:.1%} of its first value "
-            f"{self.lr_first:.3g}, while {'the policy stopped moving (KL < ' + format(th.kl_low, 'g') + ')' if self.kl_measured else 'the return stalled'}; "
+            f"{self.lr_first:.3g}, while {why}; "
             f"expected >= {th.lr_floor_ratio:.0%} until the return plateaus (a schedule to ~0 freezes the "
             f"critic)" + A.advice_text(knobs)),
             {"module_id": self.module_id, "lr": r.lr, "lr_first": self.lr_first, "floor_ratio": th.lr_floor_ratio,
