@@ -61,6 +61,15 @@ class Flow1Options:
     (tracemalloc, 4-5x the runner's CPU a step meanwhile; at most 3 windows, 30 minutes apart) to tell whose code keeps the memory: the env's, the
     user's, the framework's or flow1's (MEMORY_LEAK_SUSPECTED vs MEMORY_GROWTH_NOT_ENV). Off: a growing
     RSS is judged without saying where. Never on while the process traces its allocations already."""
+    flight_recorder: bool = True
+    """Keep, per sub-env of each EnvRunner, what replays its current episode: the reset's seed and the env's
+    random state before it, the actions since, a digest of each observation and reward. On an env crash the
+    crashing sub-env's episode is sent to the run directory's ``repro/`` (``flow1 replay`` plays it again)."""
+    flight_mb: float = 8.0
+    """The flight recorder's rows per EnvRunner, in MB: an episode longer than they hold keeps its last steps
+    and its dump says the replay cannot start from its reset."""
+    repro_max: int = 20
+    """``repro/`` entries kept per run; repeats of one kind (code, worker) keep the first and the latest."""
     audit_reward: bool = False
     """REWARD_UNEARNED live: audit sub-env 0 of the first training runner for reward the env changes
     whatever the action."""
@@ -151,6 +160,9 @@ class Flow1Options:
         if self.n_clusters < 1 or self.heatmap_every < 1:
             raise ValueError(f"n_clusters and heatmap_every must be >= 1, got {self.n_clusters}, "
                              f"{self.heatmap_every}")
+        if not 0.0 < self.flight_mb <= 1024.0 or self.repro_max < 0:
+            raise ValueError(f"flight_mb must be in (0, 1024] and repro_max >= 0, got {self.flight_mb}, "
+                             f"{self.repro_max}")
         if self.state_send_interval_s < 0:
             raise ValueError(f"state_send_interval_s must be >= 0, got {self.state_send_interval_s}")
         if self.on_fail not in FAIL_ACTIONS:

@@ -149,6 +149,31 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """0: reproduced; 1: diverged or did not reproduce; 2: the entry or the env could not be used."""
+    import json
+
+    from ..replay import REPRODUCED, play
+
+    if not args.step_timeout > 0:
+        raise Flow1InputError(f"--step-timeout must be > 0, got {args.step_timeout}")
+    out = play(args.entry, env=args.env, step_timeout_s=args.step_timeout, pdb=args.pdb)
+    if args.pdb:
+        return 0
+    _write_json(args.json, json.dumps(out, indent=1, default=str))
+    line = f"flow1 replay: {out.get('result')} at step {out.get('step')}"
+    if out.get("exception"):
+        line += f": {out['exception']}" + (f" in {out['frame']}" if out.get("frame") else "")
+    if out.get("why"):
+        line += f" ({out['why']})"
+    print(line)
+    if out.get("stack"):
+        print(out["stack"], file=sys.stderr)
+    if out.get("result") == "failed":
+        return EXIT_USAGE
+    return 0 if out.get("result") == REPRODUCED else 1
+
+
 def _write_json(dest: str | None, text: str) -> None:
     if not dest:
         return
@@ -282,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_serve(args)
         if args.command == "whatif":
             return _cmd_whatif(args)
+        if args.command == "replay":
+            return _cmd_replay(args)
     except Flow1InputError as e:
         from ..common.events import one_line
 

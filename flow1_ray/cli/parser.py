@@ -31,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_whatif(sub)
     _add_serve(sub)
+    _add_replay(sub)
     return p
 
 
@@ -150,3 +151,17 @@ def _add_serve(sub: Any) -> None:
     s.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; the panel has no login)")
     s.add_argument("--port", type=int, default=8050, help="port (default 8050; 0 picks a free one)")
+
+
+def _add_replay(sub: Any) -> None:
+    """``flow1 replay``: a flight-recorder dump played again."""
+    r = sub.add_parser("replay", help="play a run's flight-recorder dump (RUN_DIR/repro/<entry>) again on this "
+                                      "machine: reproduced, diverged (the env does not replay from its seed) or "
+                                      "did not reproduce")
+    r.add_argument("entry", help="a repro entry: RUN_DIR/repro/<entry>")
+    r.add_argument("--env", metavar="MODULE:CLASS",
+                   help="the env's class or creator, where the run's cannot be imported by name (the entry says so)")
+    r.add_argument("--step-timeout", type=float, default=10.0,
+                   help="seconds one step may take before the replay calls it a hang (default 10)")
+    r.add_argument("--pdb", action="store_true", help="run the replay under pdb, in this terminal")
+    r.add_argument("--json", metavar="PATH", help="write the outcome as JSON to PATH ('-' for stdout)")

@@ -58,6 +58,7 @@ LEARNER_DIR = "learner"        # LEARNER_COLUMNS below
 SNAPSHOTS_DIR = "snapshots"    # train batches and gradient norms saved after a finding
 CHECKPOINTS_DIR = "checkpoints"  # checkpoint_every: iter<N>/ (algo.save_to_path), the newest kept
 WHATIF_DIR = "whatif"          # flow1 whatif: <UTC stamp>/ verdicts.json, verdicts.md, curves.parquet
+REPRO_DIR = "repro"            # flight-recorder dumps: <entry>/ manifest.json, arrays.npz (flow1 replay)
 DIAGNOSIS_JSON = "diagnosis.json"  # the diagnosis (flow1_ray.diagnosis.diagnose; docs: guides/diagnosis.md)
 
 #: a what-if verdict on one advice (``verdicts.json``'s "verdict"): the judge writes them, the

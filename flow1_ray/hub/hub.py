@@ -27,6 +27,7 @@ from ..common.iteration import row as iteration_row
 from .prometheus import METRICS_INTERVAL_S, make_run_metrics
 from .clusterer import StatesService, limit_threads
 from .monitor import MonitorService
+from .repro_store import ReproStore
 from .recorder import MIN_FLUSH_GAP_S, RecorderService
 
 #: Each part's request queue: the Recorder and the clusterer serve one call at a time (in
@@ -56,6 +57,7 @@ class HubCore:
                                       opts["thresholds"], send=self._record, crash_recorded=self.recorder.crash_recorded,
                                       findings_of=self.recorder.findings_of)
         self.recorder.alloc_sink = self._alloc_sites
+        self.repro = ReproStore(run_dir, opts.get("repro_max", 20))
         if restarted:
             self._rebuild(run_id)
         if opts["state_actions"]:  # heatmaps will come (from here or a GPU clusterer)
@@ -183,6 +185,10 @@ class HubCore:
     def full_status(self) -> dict:
         return {**self.monitor.full_status(), "started_at": self.started_at}
 
+    def add_repro(self, name: str, arrays: dict, manifest: dict, kind: str) -> str | None:
+        """A runner's flight-recorder dump: ``repro/<name>/`` (rundir/repro.py), bounded."""
+        return self.repro.add(name, arrays, manifest, kind)
+
     def ingest_states(self, batch: dict) -> None:
         if self.states is None:
             return
@@ -216,7 +222,7 @@ def _down_s(beat: dict | None, now: float) -> float | None:
 METHODS = {
     "recorder": ("recorder.ingest", "recorder.add_events", "recorder.add_metrics", "recorder.add_learner_rows",
                  "recorder.add_learner_snapshot", "recorder.add_snapshot", "recorder.note_dropped", "recorder.flush",
-                 "recorder.lines_since", "recorder.crash_recorded", "status", "close", "ping"),
+                 "recorder.lines_since", "recorder.crash_recorded", "add_repro", "status", "close", "ping"),
     "monitor": ("monitor.report", "monitor.probe_error", "monitor.probe_off", "monitor.set_keys",
                 "monitor.ensure_probes", "monitor.wait_probes", "monitor.probe_pids", "monitor.stop_probes",
                 "monitor.set_stopping",

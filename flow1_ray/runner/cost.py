@@ -24,7 +24,9 @@ The features (each its own line in the account):
 - ``alloc_sites``: the allocation-site windows of a runner whose RSS grows (runner/alloc_sites.py):
   their snapshots and grouping, and the runner's extra CPU while tracemalloc traces (4-5x its
   CPU a step for the window's ~5 s: ~4 s of the runner's sampling a window, at most one every
-  30 minutes, none while the RSS stays flat; its 1 % budget is met by a run of ~7 minutes or more).
+  30 minutes, none while the RSS stays flat; its 1 % budget is met by a run of ~7 minutes or more);
+- ``flight``: the flight recorder's row per vector step (runner/flight.py) and its reset
+  records; the row measured on one vector step in FLIGHT_EVERY.
 
 The runner's own CPU is the sampling thread's CPU inside ``sample()``, less flow1's part of it;
 the account's figure for a feature is its CPU per env step as a share of that.
@@ -36,7 +38,7 @@ import resource
 import time
 from typing import Any
 
-FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks", "alloc_sites")
+FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks", "alloc_sites", "flight")
 #: each feature's budget: its CPU per env step as a share of the runner's own CPU per step (on
 #: CartPole, the cheapest env there is: any heavier env makes every share smaller). Measured
 #: (scripts/bench_runner_overhead.py, docs/benchmarks): the liveness wrapper ~3.9 us a step in
@@ -44,7 +46,7 @@ FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks"
 #: 720 us; the checks are held near check_budget (1 % of sample()'s wall time) by the adaptive
 #: rate, a little more of the runner's CPU on a vectorised env (1.08 % with 16 sub-envs)
 BUDGETS = {"liveness": 0.015, "watchdog": 0.005, "checks": 0.015, "scan": 0.005, "states": 0.005,
-           "sends": 0.002, "hooks": 0.005, "alloc_sites": 0.01}
+           "sends": 0.002, "hooks": 0.005, "alloc_sites": 0.01, "flight": 0.01}
 #: the account opens after a runner's first this many env steps: what a run pays once (the
 #: first episodes always checked, the state sampler's first batch building its encoders, the
 #: first sends) is not a cost per step (measured: the state sampling's first calls were 18 us
@@ -54,6 +56,8 @@ WARMUP_STEPS = 2000
 LIVENESS_EVERY = 64
 #: one checked step in this many has its checks measured
 CHECKS_EVERY = 8
+#: one vector step in this many has its flight-recorder row measured
+FLIGHT_EVERY = 64
 
 thread_time = time.thread_time
 
@@ -117,8 +121,10 @@ class CostAccount:
         if not hasattr(self, "liveness"):
             self.liveness = Sampled(LIVENESS_EVERY)
             self.checks = Sampled(CHECKS_EVERY)
+            self.flight = Sampled(FLIGHT_EVERY)
         self.liveness.reset()
         self.checks.reset()
+        self.flight.reset()
         self.watchdog_from = None  # the watchdog's CPU when the account opened
 
     def add(self, feature: str, cpu_s: float) -> None:
@@ -147,7 +153,7 @@ class CostAccount:
 
     def as_dict(self) -> dict[str, Any]:
         cpu = {**self.cpu, "liveness": self.cpu["liveness"] + self.liveness.total(),
-               "checks": self.cpu["checks"] + self.checks.total()}
+               "checks": self.cpu["checks"] + self.checks.total(), "flight": self.cpu["flight"] + self.flight.total()}
         return {"runner_cpu_s": round(self.runner_s, 4), "steps": self.steps, "warmup_steps": self.warm,
                 "features_cpu_s": {k: round(v, 6) for k, v in cpu.items()}}
 

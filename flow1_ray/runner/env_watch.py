@@ -23,6 +23,8 @@ from ..liveness.holder import format_exception
 from ..liveness.lockfile import STEP_EMA
 from .alloc_sites import AllocSampler, Owners, env_code
 from .cost import thread_time
+from .flight import FlightRecorder, rng_state, unseeded_first
+from .flight_watch import crash_dumps, env_build_spec
 from .reward_audit import LiveRewardAudit, audits_here
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
@@ -51,6 +53,11 @@ def pipeline_scaling(env_runner: Any) -> tuple[bool, str] | None:
 class EnvWatch:
     """Wrappers on the env a runner steps; see the module's docstring."""
 
+    flight: FlightRecorder | None = None   # the flight recorder of the env's sub-envs (runner/flight.py)
+    flight_subs: list = []
+    flight_env: dict | None = None         # how to build a sub-env again
+    repro_count = 0
+
     def attach_env(self, env: Any) -> None:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created.
         A MultiAgentEnvRunner's vector env (RLlib's VectorMultiAgentEnv, per-agent
@@ -68,6 +75,7 @@ class EnvWatch:
         n = len(subs) if subs else int(getattr(env, "num_envs", 1) or 1)
         # NEXT_STEP autoreset: a sub-env reset inside the vector step is a step not taken
         resets_in_step = str(getattr(env, "autoreset_mode", "")).endswith("NEXT_STEP")
+        self._start_flight(subs, n, resets_in_step)
         self._wrap_vector_step(env, n)
         for sub in subs or ():  # one checker per sub-env: episodes of sub-envs interleave
             self._wrap_sub_env(sub, len(self.checkers), self._new_checker(sub), resets_in_step)
@@ -82,6 +90,62 @@ class EnvWatch:
             except Exception as e:
                 self.report_internal("the reward-logic audit", e)
 
+    def _start_flight(self, subs: Any, n: int, next_step: bool) -> None:
+        """A flight recorder for single-agent sub-envs (a multi-agent env's actions are dicts:
+        not recorded yet)."""
+        self.flight = None
+        if not self.opts.flight_recorder or self.multi_agent or not subs:
+            return
+        try:
+            self.flight = FlightRecorder(n, int(self.opts.flight_mb * 1024**2), next_step=next_step)
+            self.flight_subs = list(subs)
+            self.flight_env = env_build_spec(self.env_runner, self.index)
+        except Exception as e:
+            self.flight = None
+            self.report_internal("the flight recorder", e)
+
+    def _flight_before_reset(self, sub: Any, args: tuple, kwargs: dict) -> dict | None:
+        """The env's generator state before a reset; a first reset without a seed gets one drawn
+        here (as gymnasium would draw it, but a seed the replay knows)."""
+        if self.flight is None:
+            return None
+        state = rng_state(sub)
+        if state is None and kwargs.get("seed") is None and not args and unseeded_first(sub):
+            kwargs["seed"] = int.from_bytes(os.urandom(4), "little")
+        return state
+
+    def _flight_reset(self, index: int, kwargs: dict, state: dict | None, obs: Any) -> None:
+        flight = self.flight
+        if flight is None:
+            return
+        try:
+            flight.on_reset(index, kwargs.get("seed"), kwargs.get("options"), state, obs,
+                            bool(self.liveness.in_step_since))
+        except Exception as e:
+            self.flight = None
+            self.report_internal("the flight recorder", e)
+
+    def _flight_row(self) -> Any:
+        """The vector step's recording: one row of the flight recorder, measured on one vector
+        step in FLIGHT_EVERY; a failure of its own stops it and is said once."""
+        flight, acct, agent = self.flight, self.account, self
+        if flight is None:
+            return None
+        sampled = acct.flight
+        due, on_step = sampled.due, flight.on_step
+
+        def record(actions, out):
+            c0 = thread_time() if due() else None
+            try:
+                on_step(actions, out[0], out[1])
+            except Exception as e:
+                flight.off = f"{type(e).__name__}: {e}"
+                agent.flight = None
+                agent.report_internal("the flight recorder", e)
+            if c0 is not None:
+                sampled.add(thread_time() - c0 - acct.read_s)
+        return record
+
     def _wrap_vector_step(self, env: Any, n: int) -> None:
         """Liveness on the vector env's step, once per ``n`` sub-env steps: the stall clock,
         the progress stamp, the step count and time, and what the env raised. The sub-envs'
@@ -93,6 +157,7 @@ class EnvWatch:
         acct = self.account
         sampled = acct.liveness
         due = sampled.due
+        record = self._flight_row()
 
         def stamp(t0):
             """After the env's step: the progress stamp, the step count and time."""
@@ -110,13 +175,15 @@ class EnvWatch:
             try:
                 out = step(actions)
             except Exception as e:
-                agent._crashed(e)
+                agent._crashed(e, actions=actions)
                 raise
             g1, c2 = gc_pause_s(), thread_time()
             stamp(t0)
             c3 = thread_time()
             if ga == g0 and gc_pause_s() == g1:   # no garbage collection inside the two intervals
                 sampled.add((c1 - c0) + (c3 - c2) - 2 * acct.read_s)
+            if record is not None:
+                record(actions, out)
             return out
 
         def wrapped(actions):
@@ -126,9 +193,11 @@ class EnvWatch:
             try:
                 out = step(actions)
             except Exception as e:
-                agent._crashed(e)
+                agent._crashed(e, actions=actions)
                 raise
             stamp(t0)
+            if record is not None:
+                record(actions, out)
             return out
 
         env.step = wrapped
@@ -170,7 +239,7 @@ class EnvWatch:
             try:
                 out = step(action)
             except Exception as e:
-                agent._crashed(e)
+                agent._crashed(e, action=action, sub=index)
                 raise
             t1 = clock()
             c0, g1 = thread_time() if checks_due() else None, gc_pause_s()   # one in CHECKS_EVERY: its CPU
@@ -189,23 +258,18 @@ class EnvWatch:
             nonlocal first
             if resets_in_step and lv.in_step_since:
                 lv.steps -= 1
+            state = agent._flight_before_reset(sub, args, kwargs)
             try:
                 out = reset(*args, **kwargs)
             except Exception as e:
-                agent._crashed(e, "reset")
+                agent._flight_reset(index, kwargs, state, None)   # the failing reset is the episode to replay
+                agent._crashed(e, "reset", sub=index)
                 raise
+            agent._flight_reset(index, kwargs, state, out[0])
             if first or agent.rng.random() < budget.rate:
                 first = False
                 sub.step = checked_step
-                t1, c0 = clock(), thread_time()
-                try:
-                    with agent._lock:
-                        rc.on_reset(*out)
-                        fed.add(index)
-                except Exception as e:
-                    agent._internal(e)
-                acct.add("checks", thread_time() - c0)
-                budget.spent_s += clock() - t1
+                agent._checked_reset(rc, index, out)
             elif own:
                 sub.step = step
             else:
@@ -214,8 +278,21 @@ class EnvWatch:
 
         sub.reset = wrapped_reset
 
+    def _checked_reset(self, rc: Any, index: int, out: Any) -> None:
+        """A checked episode's reset through its checker, its CPU booked to the checks."""
+        t1, c0 = time.perf_counter(), thread_time()
+        try:
+            with self._lock:
+                rc.on_reset(*out)
+                self._fed.add(index)
+        except Exception as e:
+            self._internal(e)
+        self.account.add("checks", thread_time() - c0)
+        self.budget.spent_s += time.perf_counter() - t1
+
     # -- findings ------------------------------------------------------------------------
-    def _crashed(self, exc: BaseException, call: str = "step") -> None:
+    def _crashed(self, exc: BaseException, call: str = "step", action: Any = None, sub: int | None = None,
+                 actions: Any = None) -> None:
         """The env raised: record it next to the lock (the process may exit next) and send
         ENV_CRASHED now, before RLlib's restart delay and exit. An env that raises again and
         again (RLlib recreating it each time) is one incident: its first crash is the
@@ -235,6 +312,12 @@ class EnvWatch:
             seen = self._crashes.get(key)
             if seen is None:
                 self._crashes[key] = [1, 1, now, now]
+                try:   # the crashing sub-env's episode, for flow1 replay
+                    names = crash_dumps(self, exc, call, f, action, sub, actions)
+                    if names:
+                        f.evidence["repro"] = names
+                except Exception as e:
+                    self.report_internal("the flight recorder's dump", e)
                 self._send([f])
                 return
             seen[0] += 1

@@ -25,6 +25,7 @@ LAYERS = (
     "report",      # a run's report: Markdown, JSON, HTML, the live panel
     "envcheck",    # the offline env checker (check_env, flow1 check)
     "whatif",      # what-if branches of a run
+    "replay",      # flow1 replay: a flight-recorder dump played again
     "options",     # Flow1Callbacks' options
     "learner",     # what runs inside each Learner actor
     "runner",      # what runs inside each EnvRunner

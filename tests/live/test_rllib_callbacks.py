@@ -6,6 +6,7 @@ each scenario costs seconds, not minutes; one local Ray serves the whole session
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -163,6 +164,14 @@ def test_env_step_exception_on_a_remote_runner_is_named(ray_session, tmp_path):
         assert died["status"] == C.PASS and "not a second one" in died["message"]
     finally:
         algo.stop()
+    # the crashing sub-env's life was sent to the run's repro/ and plays again here: the same
+    # exception at the same step of the env's life (the 200th, over several episodes)
+    from flow1_ray.replay import REPRODUCED, play
+
+    (entry,) = json.loads(crash["evidence"])["repro"]
+    out = play(run.dir / entry)
+    assert out["result"] == REPRODUCED and out["step"] == 200, out
+    assert out["exception"].startswith("ValueError: injected physics fault at step 200"), out
 
 
 def test_hung_runner_is_stalled_with_its_stack_and_killed(ray_session, tmp_path):

@@ -1,0 +1,247 @@
+"""``flow1 replay RUN/repro/<entry>``: a flight-recorder dump played again on this machine.
+
+The env is built as the worker built it (rundir/repro.py's manifest: a gymnasium id made with
+the env_config, or the run's class or registered creator called with an RLlib-style env
+context; ``--env module:Class`` where the run's creator cannot be named). It is reset as the
+episode was: the env's random generator put back to its state before that reset, the same
+options; then the recorded actions are stepped, each observation's digest compared with the
+recorded one, and the action the run failed on is stepped last. The answer is one of:
+
+- *reproduced*: the same exception (type and message) at the same step;
+- *diverged*: an observation differs from the recorded one at step k before the failure: the
+  env does not replay from its seed and actions (global randomness, the clock, outside state);
+- *did not reproduce*: every step replayed, the last without the failure (or with another).
+
+``play`` runs the replay in a child process: a step that does not return within
+``step_timeout_s`` is a hang, reported with the child's stacks (faulthandler), whether the run
+hung there or not. ``load(entry, steps_before=N)`` replays in this process up to N steps before
+the failing one and returns the env there (a notebook, a debugger).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from .common.errors import Flow1InputError
+from .common.events import one_line
+from .rundir.repro import Digest, read_entry
+
+REPRODUCED, DIVERGED, NOT_REPRODUCED, HUNG = "reproduced", "diverged", "did not reproduce", "hung"
+#: a step's timeout in the child; a recorded hang is reproduced when the replay hangs there
+STEP_TIMEOUT_S = 10.0
+#: how close a replayed observation's digest must be to the recorded one
+DIGEST_RTOL = 1e-6
+
+
+def _import(spec: str) -> Any:
+    import importlib
+
+    module, _, qual = spec.partition(":")
+    if not module or not qual:
+        raise Flow1InputError(f"--env {spec!r}: expected module:Class")
+    try:
+        obj = importlib.import_module(module)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise Flow1InputError(f"cannot import {spec}: {type(e).__name__}: {one_line(e)[:200]}") from None
+    return obj
+
+
+def _context(env: dict) -> Any:
+    cfg = env.get("env_config") if isinstance(env.get("env_config"), dict) else {}
+    kw = {"worker_index": int(env.get("worker_index") or 0), "num_workers": int(env.get("num_workers") or 0)}
+    try:
+        from ray.rllib.env.env_context import EnvContext
+
+        return EnvContext(cfg, **kw)
+    except ImportError:   # without RLlib: a dict with the same attributes
+        class _Ctx(dict):
+            pass
+        ctx = _Ctx(cfg)
+        for k, v in kw.items():
+            setattr(ctx, k, v)
+        return ctx
+
+
+def build_env(env: dict, override: str | None = None) -> Any:
+    """One sub-env as the run's worker had it (``env``: the manifest's), through gymnasium's
+    make as RLlib does (its checker and order wrappers, the id's time limit)."""
+    import gymnasium as gym
+
+    how, spec = env.get("how"), override or env.get("spec")
+    if not spec:
+        raise Flow1InputError(f"the run's env cannot be built here: {env.get('why') or 'not recorded'}; "
+                              f"pass --env module:Class (the env's class or creator)")
+    if how == "gym id" and not override:
+        cfg = env.get("env_config") if isinstance(env.get("env_config"), dict) else {}
+        try:
+            return gym.make(spec, **cfg)
+        except Exception as e:   # noqa: BLE001 -- the env's own error, said in one line
+            raise Flow1InputError(f"gym.make({spec!r}) failed: {type(e).__name__}: {one_line(e)[:200]}") from None
+    target, ctx = _import(spec), _context(env)
+    gym.register("flow1-replay-v0", entry_point=lambda: target(ctx))
+    try:
+        return gym.make("flow1-replay-v0")
+    except Exception as e:   # noqa: BLE001
+        raise Flow1InputError(f"{spec}(env_config) failed: {type(e).__name__}: {one_line(e)[:200]}") from None
+    finally:
+        gym.registry.pop("flow1-replay-v0", None)
+
+
+def _reset(env: Any, episode: dict, state: dict | None) -> Any:
+    """Reset as an episode was: with its seed and options; the first episode of a replay
+    without a seed from the generator's recorded state (a reset without a seed continues
+    from it), the later ones from where the replay left the generator, as the run did."""
+    if episode.get("seed") is None and isinstance(state, dict):
+        env.reset(seed=0)   # makes the generator, whose state is then replaced
+        try:
+            env.unwrapped.np_random.bit_generator.state = state
+        except Exception as e:   # noqa: BLE001
+            raise Flow1InputError(f"the env's random state cannot be restored: {type(e).__name__}: {e}") from None
+    return env.reset(seed=episode.get("seed"), options=episode.get("options"))
+
+
+def _differs(digest: Digest, obs: Any, recorded: float) -> bool:
+    import numpy as np
+
+    got = digest.of(np.asarray(obs)[None], 1) if isinstance(obs, np.ndarray) else None
+    if got is None or recorded is None or (np.isnan(recorded) and np.isnan(got[0])):
+        return False
+    return not np.isclose(got[0], recorded, rtol=DIGEST_RTOL, atol=1e-9)
+
+
+def _action(a: Any) -> Any:
+    return a.item() if getattr(a, "ndim", None) == 0 else a
+
+
+def steps(man: dict, arrays: dict, env: Any, on_step: Any = None, until: int | None = None) -> dict:
+    """Replay in this process; the outcome as a dict (``result``, ``step``...). Steps are
+    counted over every replayed episode, as the manifest's failure step is. ``until``: stop
+    before this step and leave the env there."""
+    start, failure = man["start"], man["failure"]
+    digest = Digest()
+    episodes = start.get("episodes") or [{}]
+    acts = list(arrays.get("actions", []))
+    dig = arrays.get("digests")
+    bounds = [int(x) for x in arrays.get("episode_starts", [0])] + [len(acts)]
+    k = 0
+    for e, ep in enumerate(episodes):
+        last = e == len(episodes) - 1
+        try:
+            obs, _ = _reset(env, ep, start.get("rng_state") if e == 0 else None)
+        except Flow1InputError:
+            raise
+        except Exception as exc:   # noqa: BLE001 -- the env's own failure is the result
+            return _raised(exc, k, failure, during="reset")
+        if last and failure.get("call") == "reset":
+            return {"result": NOT_REPRODUCED, "step": k, "why": "the failing reset returned"}
+        if ep.get("first_digest") is not None and _differs(digest, obs, ep["first_digest"]):
+            return {"result": DIVERGED, "step": k, "why": f"the observation after the reset of episode {e + 1} "
+                                                          f"differs from the run's"}
+        plan = acts[bounds[e]:bounds[e + 1]] if e + 1 < len(bounds) else []
+        if last and arrays.get("failed_action") is not None:
+            plan = plan + [arrays["failed_action"]]
+        for j, a in enumerate(plan):
+            k += 1
+            if until is not None and k >= until:
+                return {"result": "stopped", "step": k - 1}
+            if on_step is not None:
+                on_step(k)
+            try:
+                obs, _r, _term, _trunc, _ = env.step(_action(a))
+            except Exception as exc:   # noqa: BLE001
+                return _raised(exc, k, failure)
+            row = bounds[e] + j
+            if dig is not None and row < bounds[e + 1] and row < len(dig) and _differs(digest, obs, float(dig[row])):
+                return {"result": DIVERGED, "step": k, "why": f"the observation after step {k} (episode {e + 1}) "
+                                                              f"differs from the run's"}
+    return {"result": NOT_REPRODUCED, "step": k, "why": f"all {k} steps replayed without the failure"}
+
+
+def _same_failure(got: str, recorded: str) -> bool:
+    """The same exception type and message, numbers aside (a pid, an address in the message)."""
+    import re
+
+    def norm(t: str) -> str:
+        return re.sub(r"0x[0-9a-fA-F]+|\d+", "#", t)
+    return norm(got) == norm(recorded)
+
+
+def _raised(e: BaseException, k: int, failure: dict, during: str = "step") -> dict:
+    import traceback
+
+    got = f"{type(e).__name__}: {e}"
+    frames = traceback.extract_tb(e.__traceback__)
+    frame = f"{frames[-1].name} ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else None
+    same = during == failure.get("call", "step") and _same_failure(got, str(failure.get("exception"))) \
+        and k == failure.get("step")
+    return {"result": REPRODUCED if same else NOT_REPRODUCED, "step": k, "exception": got[:2000], "frame": frame,
+            "why": None if same else f"raised {got[:200]} at step {k}; the run raised "
+                                     f"{str(failure.get('exception'))[:200]} at step {failure.get('step')}"}
+
+
+def load(entry: "str | os.PathLike", steps_before: int = 1, env: str | None = None) -> Any:
+    """The env replayed in this process up to ``steps_before`` steps before the failing one."""
+    man, arrays = read_entry(entry)
+    e = build_env(man["env"], env)
+    failing = int(man["failure"].get("step") or 0)
+    out = steps(man, arrays, e, until=max(1, failing - int(steps_before) + 1))
+    if out["result"] not in ("stopped",):
+        raise Flow1InputError(f"the replay ended before that step: {out['result']} at step {out['step']}")
+    return e
+
+
+def play(entry: "str | os.PathLike", env: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
+         pdb: bool = False) -> dict:
+    """Replay in a child process (see the module docstring); the outcome as a dict."""
+    read_entry(entry)   # a damaged entry: one line, before any child
+    cmd = [sys.executable, "-m", "flow1_ray.replay", os.fspath(entry), str(step_timeout_s)] + ([env] if env else [])
+    if pdb:
+        return {"result": "debugged", "code": subprocess.call(cmd + ["--pdb"] if env else cmd + ["", "--pdb"])}
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+    last = json.loads(lines[-1]) if lines else {}
+    if last.get("result"):
+        return last
+    stepped = [json.loads(x)["at"] for x in lines if '"at"' in x]
+    if "Timeout (" in p.stderr:   # faulthandler's dump: a step that did not return
+        at = stepped[-1] if stepped else 0
+        return {"result": HUNG, "step": at, "why": f"step {at} did not return within {step_timeout_s:g} s",
+                "stack": p.stderr[-4000:]}
+    return {"result": "failed", "step": stepped[-1] if stepped else None,
+            "why": f"the replay process ended with code {p.returncode}: {one_line(p.stderr[-400:])}"}
+
+
+def _child(argv: list[str]) -> int:
+    import faulthandler
+
+    entry, timeout = argv[0], float(argv[1])
+    override = argv[2] if len(argv) > 2 and argv[2] else None
+    man, arrays = read_entry(entry)
+    env = build_env(man["env"], override)
+    if "--pdb" in argv:
+        import pdb
+
+        return pdb.runcall(steps, man, arrays, env) and 0
+
+    def on_step(k: int) -> None:
+        print(json.dumps({"at": k}), flush=True)
+        faulthandler.dump_traceback_later(timeout, exit=True)
+
+    out = steps(man, arrays, env, on_step)
+    faulthandler.cancel_dump_traceback_later()
+    print(json.dumps(out, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(_child(sys.argv[1:]))
+    except Flow1InputError as e:
+        print(json.dumps({"result": "failed", "step": None, "why": str(e)}), flush=True)
+        sys.exit(2)

@@ -1,0 +1,126 @@
+"""The flight recorder in a runner's env (``runner/flight.py``): how to build the env again,
+which sub-env an exception came from, and the dump sent to the hub's ``repro/`` on an env
+crash. Called from :class:`~flow1_ray.runner.env_watch.EnvWatch`; every call is guarded by it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ..rundir.repro import entry_name
+
+#: sub-envs dumped for one crash when the exception does not say which one raised
+MAX_DUMPS_PER_CRASH = 4
+
+
+def importable(obj: Any) -> tuple[str | None, str | None]:
+    """(``module:qualname``, None) of a class or function another process can import by name,
+    or (None, why not)."""
+    module, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not module or not qual:
+        return None, f"{obj!r} has no importable name"
+    if "<" in qual:
+        return None, f"{module}.{qual} is defined inside a function or a lambda"
+    if module == "__main__":
+        return None, f"{qual} is defined in the script that ran the training (__main__)"
+    return f"{module}:{qual}", None
+
+
+def _json_config(config: Any) -> tuple[dict, list[str]]:
+    """The env_config's JSON-able part, and the keys left out (values only this process held)."""
+    out, left = {}, []
+    for k, v in dict(config or {}).items():
+        try:
+            json.dumps(v)
+            out[str(k)] = v
+        except (TypeError, ValueError):
+            left.append(str(k))
+    return out, left
+
+
+def env_build_spec(env_runner: Any, index: int) -> dict:
+    """How RLlib built this runner's sub-envs (``SingleAgentEnvRunner.make_env``): a registered
+    creator, a class called with the env context, or a gymnasium id made with the env_config."""
+    cfg = env_runner.config
+    env = getattr(cfg, "env", None)
+    config, left = _json_config(getattr(cfg, "env_config", None))
+    out: dict[str, Any] = {"env_config": config, "worker_index": index,
+                           "num_workers": int(getattr(env_runner, "num_workers", 0) or 0), "vector_index": 0}
+    if left:
+        out["env_config_left_out"] = left
+    if isinstance(env, str):
+        try:
+            from ray.tune.registry import ENV_CREATOR, _global_registry
+
+            creator = _global_registry.get(ENV_CREATOR, env) if _global_registry.contains(ENV_CREATOR, env) else None
+        except Exception:
+            creator = None
+        if creator is None:
+            return {**out, "how": "gym id", "spec": env}
+        spec, why = importable(creator)
+        return {**out, "how": "creator", "spec": spec, "registered": env, **({"why": why} if why else {})}
+    if callable(env):
+        spec, why = importable(env)
+        return {**out, "how": "class", "spec": spec, **({"why": why} if why else {})}
+    return {**out, "how": None, "spec": None, "why": f"config.env is {type(env).__name__}"}
+
+
+def raising_sub(exc: BaseException, subs: list) -> int | None:
+    """The index of the sub-env whose own method raised ``exc`` (a frame of the traceback
+    whose ``self`` is the sub-env or one of its wrappers), or None."""
+    ids: dict[int, int] = {}
+    for i, sub in enumerate(subs):
+        e, depth = sub, 0
+        while e is not None and depth < 16:
+            ids.setdefault(id(e), i)
+            e, depth = getattr(e, "env", None), depth + 1
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        me = tb.tb_frame.f_locals.get("self")
+        if me is not None and id(me) in ids:
+            found = ids[id(me)]   # the innermost wins: keep walking
+        tb = tb.tb_next
+    return found
+
+
+def crash_dumps(agent: Any, exc: BaseException, call: str, finding: Any, action: Any = None, sub: int | None = None,
+                actions: Any = None) -> list[str]:
+    """Send the crashing sub-env's episode to the hub's ``repro/`` (fire-and-forget); the
+    entries' names (``repro/<name>``) for the finding's evidence. ``action`` and ``sub``: the
+    action a checked sub-env's step raised on, and its index; ``actions``: the vector step's."""
+    import numpy as np
+
+    flight = agent.flight
+    if flight is None or flight.off:
+        return []
+    subs = agent.flight_subs
+    i = sub if sub is not None else raising_sub(exc, subs)
+    which = [i] if i is not None else list(range(min(flight.n, MAX_DUMPS_PER_CRASH)))
+    handle = agent.sender._target()
+    names = []
+    for k in which:
+        d = flight.dump(k)
+        if d is None:
+            continue
+        failed = action if (action is not None and k == sub) else (
+            actions[k] if isinstance(actions, np.ndarray) and len(actions) > k else None)
+        if failed is not None and call == "step":
+            d["arrays"]["failed_action"] = np.asarray(failed)
+        agent.repro_count += 1
+        name = entry_name(agent.kind, agent.index, os.getpid(), agent.repro_count, finding.code)
+        steps = d["meta"]["steps"]
+        manifest = {"finding": finding.code, "message": finding.message[:2000], "worker_index": agent.index,
+                    "kind": agent.kind, "pid": os.getpid(), "node_id": agent.node_id, "env": agent.flight_env,
+                    "start": d["meta"], "sub_envs": flight.n, "raising_sub_env_known": i is not None,
+                    "failure": {"call": call, "step": steps + (0 if call == "reset" else 1),
+                                "exception": f"{type(exc).__name__}: {exc}"[:2000],
+                                "frame": (finding.evidence or {}).get("frame")}}
+        if handle is not None:
+            try:
+                handle.add_repro.remote(name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
+            except Exception:
+                continue
+            names.append(f"repro/{name}")
+    return names

@@ -1,0 +1,41 @@
+"""Envs whose failures ``flow1 replay`` must make happen again, or say why not (tests/test_replay.py,
+tests/live). Each counts the steps of its own life (across episodes), as a simulator's state does."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class CrashesAtLifeStep(CartPoleEnv):
+    """Raises at the ``at``-th step of its life: a fault that depends on the episodes before."""
+
+    def __init__(self, config=None, render_mode=None):
+        super().__init__(render_mode=render_mode)
+        self.at = int((config or {}).get("at", 50))
+        self.life = 0
+
+    def step(self, action):
+        self.life += 1
+        if self.life == self.at:
+            x = float(self.state[0])
+            raise ValueError(f"cart left the track at life step {self.life} (x={x:.4f})")
+        return super().step(action)
+
+
+class HangsAtLifeStep(CrashesAtLifeStep):
+    def step(self, action):
+        if self.life + 1 == self.at:
+            time.sleep(3600)
+        return super().step(action)
+
+
+class GlobalRandomReset(CrashesAtLifeStep):
+    """Draws its initial state from numpy's global generator, which reset(seed) does not seed."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed, options=options)
+        self.state = np.random.uniform(-0.05, 0.05, size=4)
+        return np.array(self.state, dtype=np.float32), {}
