@@ -45,6 +45,7 @@ ARMS: dict[str, dict | None] = {
     "no-states": {"state_actions": False},
     "no-checks": {"sample_rate": 0.0},
     "wrappers-only": {"sample_rate": 0.0, "state_actions": False},
+    "no-flight": {"flight_recorder": False},
 }
 
 

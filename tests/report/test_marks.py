@@ -10,6 +10,7 @@ from flow1_ray.report.diagnosis_view import anomaly_marks, mark_legend
 from flow1_ray.report.follow import RunFollower
 from flow1_ray.report.model import Report
 
+from browser import needs_browser
 from sick_findings import JUDGED, PPO, finding, lr_knob, sick_ppo
 
 
@@ -93,3 +94,28 @@ def test_a_healthy_runs_panel_curves_carry_no_mark(tmp_path):
     f = RunFollower(tmp_path / "run")
     f.poll(force=True)
     assert anomaly_marks(f.diagnosis()) == [] and not return_figure(f, []).layout.shapes
+
+
+@needs_browser
+def test_the_panel_in_chromium_shades_the_symptoms_interval_and_names_the_marks_once(tmp_path, cli_env):
+    """Served by ``flow1 serve`` and drawn by a real browser: the return graph and the policy
+    graph carry the band (one per plot) and the legend names the symptom and the cause's signs."""
+    from browser import Served, chrome, screenshot, wait_for
+
+    _run(tmp_path / "run", _sick_events())
+    with Served(tmp_path / "run", env=cli_env) as served:
+        d = chrome(width=1500, height=1800)
+        try:
+            d.get(served.url)
+            js = ("const g = document.getElementById(arguments[0]); if (!g) return null;"
+                  "return {bands: g.querySelectorAll('.shapelayer path').length,"
+                  "legend: Array.from(g.querySelectorAll('.legendtext')).map(t => t.textContent)};")
+            for graph, plots in (("return-graph", 1), ("policy-graph", 2)):
+                got = wait_for(lambda: (b := d.execute_script(js, graph)) and b["bands"] and b, 20)
+                assert got, f"{graph}: no mark drawn"
+                assert got["bands"] >= 3 * plots, got   # a band and two lines on each plot
+                assert got["legend"].count("KL_SPIKE, the primary symptom (iteration 1-3)") == 1, got
+                assert sum(t.startswith("its cause's signs began") for t in got["legend"]) == 1, got
+            screenshot(d, "panel-marks", tmp_path)
+        finally:
+            d.quit()
