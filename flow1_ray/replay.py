@@ -144,7 +144,7 @@ def steps(man: dict, arrays: dict, env: Any, on_step: Any = None, until: int | N
             return {"result": DIVERGED, "step": k, "why": f"the observation after the reset of episode {e + 1} "
                                                           f"differs from the run's"}
         plan = acts[bounds[e]:bounds[e + 1]] if e + 1 < len(bounds) else []
-        if last and arrays.get("failed_action") is not None:
+        if last and arrays.get("failed_action") is not None and not failure.get("nonfinite"):
             plan = plan + [arrays["failed_action"]]
         for j, a in enumerate(plan):
             k += 1
@@ -153,14 +153,29 @@ def steps(man: dict, arrays: dict, env: Any, on_step: Any = None, until: int | N
             if on_step is not None:
                 on_step(k)
             try:
-                obs, _r, _term, _trunc, _ = env.step(_action(a))
+                obs, r, _term, _trunc, _ = env.step(_action(a))
             except Exception as exc:   # noqa: BLE001
                 return _raised(exc, k, failure)
+            if failure.get("nonfinite") and k == failure.get("step"):
+                return _nonfinite(failure["nonfinite"], obs if failure["nonfinite"] == "observation" else r, k)
             row = bounds[e] + j
             if dig is not None and row < bounds[e + 1] and row < len(dig) and _differs(digest, obs, float(dig[row])):
                 return {"result": DIVERGED, "step": k, "why": f"the observation after step {k} (episode {e + 1}) "
                                                               f"differs from the run's"}
     return {"result": NOT_REPRODUCED, "step": k, "why": f"all {k} steps replayed without the failure"}
+
+
+def _nonfinite(what: str, value: Any, k: int) -> dict:
+    import numpy as np
+
+    try:
+        bad = not bool(np.all(np.isfinite(np.asarray(value, dtype=np.float64))))
+    except (TypeError, ValueError):
+        bad = False
+    if bad:
+        return {"result": REPRODUCED, "step": k, "exception": None, "why": None,
+                "nonfinite": f"a NaN or inf {what} at step {k}, as in the run"}
+    return {"result": NOT_REPRODUCED, "step": k, "why": f"the {what} of step {k} is finite here; the run's was not"}
 
 
 def _same_failure(got: str, recorded: str) -> bool:

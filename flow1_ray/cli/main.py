@@ -164,6 +164,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     line = f"flow1 replay: {out.get('result')} at step {out.get('step')}"
     if out.get("exception"):
         line += f": {out['exception']}" + (f" in {out['frame']}" if out.get("frame") else "")
+    if out.get("nonfinite"):
+        line += f": {out['nonfinite']}"
     if out.get("why"):
         line += f" ({out['why']})"
     print(line)

@@ -358,7 +358,7 @@ class RunnerAgent(EnvWatch, SampleHolding):
         c3 = thread_time()
         acct.add("checks", c3 - c2)   # the judgements (and the log's new findings)
         if new or self.sender.has_news:
-            self._send(new)
+            self._send(self._dump_nonfinite(new))
         c4 = thread_time()
         acct.add("sends", c4 - c3)
         self._parts_s += c4 - c0

@@ -24,7 +24,7 @@ from ..liveness.lockfile import STEP_EMA
 from .alloc_sites import AllocSampler, Owners, env_code
 from .cost import thread_time
 from .flight import FlightRecorder, rng_state, unseeded_first
-from .flight_watch import crash_dumps, env_build_spec
+from .flight_watch import NONFINITE, crash_dumps, env_build_spec, nonfinite_dumps
 from .reward_audit import LiveRewardAudit, audits_here
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
@@ -57,6 +57,7 @@ class EnvWatch:
     flight_subs: list = []
     flight_env: dict | None = None         # how to build a sub-env again
     repro_count = 0
+    dumped_codes: frozenset = frozenset()   # the non-finite codes already dumped by this runner
 
     def attach_env(self, env: Any) -> None:
         """Wrap each sub-env of a (new) vector env; called from on_environment_created.
@@ -289,6 +290,20 @@ class EnvWatch:
             self._internal(e)
         self.account.add("checks", thread_time() - c0)
         self.budget.spent_s += time.perf_counter() - t1
+
+    def _dump_nonfinite(self, findings: list) -> list:
+        """A runner's first OBS_NAN_INF and REWARD_NAN each send the sub-envs that produced
+        one to ``repro/`` (named in the finding's evidence); the findings, for sending."""
+        for f in findings:
+            if f.code in NONFINITE and f.code not in self.dumped_codes and self.flight is not None:
+                self.dumped_codes = self.dumped_codes | {f.code}
+                try:
+                    names = nonfinite_dumps(self, f)
+                    if names:
+                        f.evidence["repro"] = names
+                except Exception as e:
+                    self.report_internal("the flight recorder's dump", e)
+        return findings
 
     # -- findings ------------------------------------------------------------------------
     def _crashed(self, exc: BaseException, call: str = "step", action: Any = None, sub: int | None = None,

@@ -162,6 +162,20 @@ class FlightRecorder:
                 out[name].extend(list(arr[a:b, i]) if arr is not None and arr.shape[1] > i else [None] * (b - a))
         return out
 
+    def first_nonfinite(self, i: int, what: str = "digests") -> int | None:
+        """The absolute row of sub-env ``i``'s first non-finite observation digest (or reward:
+        ``what="rewards"``) among the rows kept, or None."""
+        self._compact()
+        k = ("actions", "digests", "rewards").index(what) + 1
+        for chunk in self.chunks:
+            arr = chunk[k]
+            if arr is None or arr.shape[1] <= i:
+                continue
+            bad = np.flatnonzero(~np.isfinite(arr[:, i]))
+            if bad.size:
+                return chunk[0] + int(bad[0])
+        return None
+
     def dump(self, i: int) -> dict | None:
         """``arrays``: ``actions``, ``digests``, ``rewards`` (one row per step replayed) and
         ``episode_starts`` (each episode's first row among them); ``meta``: ``episodes`` (each
@@ -175,13 +189,14 @@ class FlightRecorder:
         if not life:
             eps = eps[-1:]
         cols: dict[str, list] = {"actions": [], "digests": [], "rewards": []}
-        starts = []
+        starts, rows = [], []
         for e in eps:
             lo = max(e["row"], self.first_row)
             hi = e["end"] if e["end"] is not None else self.next_row
             starts.append(len(cols["actions"]))
             for name, col in self._column(i, lo, hi).items():
                 cols[name].extend(col)
+            rows.extend(range(lo, lo + len(cols["actions"]) - starts[-1]))
         arrays: dict[str, np.ndarray] = {"episode_starts": np.asarray(starts, dtype=np.int64)}
         for name, col in cols.items():
             if col and all(x is not None for x in col):
@@ -193,4 +208,4 @@ class FlightRecorder:
                 "dropped_steps": 0 if whole else self.first_row - last["row"], "sub_env": i,
                 "rng_state": eps[0]["rng_state"],
                 "episodes": [{k: e[k] for k in ("seed", "options", "first_digest")} for e in eps]}
-        return {"arrays": arrays, "meta": meta}
+        return {"arrays": arrays, "meta": meta, "rows": rows}   # rows: each step's absolute row (not written)

@@ -124,3 +124,41 @@ def crash_dumps(agent: Any, exc: BaseException, call: str, finding: Any, action:
                 continue
             names.append(f"repro/{name}")
     return names
+
+
+#: findings whose non-finite values a replay can meet again: the array the recorder finds them in
+NONFINITE = {"OBS_NAN_INF": "digests", "REWARD_NAN": "rewards"}
+
+
+def nonfinite_dumps(agent: Any, finding: Any) -> list[str]:
+    """On the first OBS_NAN_INF or REWARD_NAN of a runner: each sub-env whose recorded values
+    hold a NaN or inf is sent to ``repro/``, cut at the step that produced it (the replay is
+    reproduced when its own step there produces one)."""
+    flight, what = agent.flight, NONFINITE.get(finding.code)
+    if flight is None or flight.off or what is None:
+        return []
+    handle, names = agent.sender._target(), []
+    for i in range(flight.n):
+        row = flight.first_nonfinite(i, what)
+        d = flight.dump(i) if row is not None else None
+        if d is None or handle is None:
+            continue
+        if row not in d["rows"]:
+            continue   # a row before the episodes kept, or an autoreset's own
+        step = d["rows"].index(row) + 1
+        for k in ("actions", "digests", "rewards"):
+            if k in d["arrays"]:
+                d["arrays"][k] = d["arrays"][k][:step]
+        agent.repro_count += 1
+        name = entry_name(agent.kind, agent.index, os.getpid(), agent.repro_count, finding.code)
+        manifest = {"finding": finding.code, "message": finding.message[:2000], "worker_index": agent.index,
+                    "kind": agent.kind, "pid": os.getpid(), "node_id": agent.node_id, "env": agent.flight_env,
+                    "start": {**d["meta"], "steps": step}, "sub_envs": flight.n,
+                    "failure": {"call": "step", "step": step, "nonfinite": what[:-1] if what == "rewards" else
+                                "observation", "exception": None}}
+        try:
+            handle.add_repro.remote(name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
+        except Exception:
+            continue
+        names.append(f"repro/{name}")
+    return names

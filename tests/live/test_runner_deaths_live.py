@@ -111,3 +111,10 @@ def test_a_runner_killed_by_anything_in_sample_names_the_cause_component_and_fra
             run.wait_events(lambda e: any(x["code"] == C.WORKER_RESTARTED for x in e), timeout=60, algo=algo)
     finally:
         algo.stop()
+    if case == "NaN observation":   # the sub-env's life up to its NaN went to repro/, and plays to it again
+        from flow1_ray.replay import REPRODUCED, play
+
+        (nan,) = [e for e in evs if e["code"] == C.OBS_NAN_INF]
+        (entry,) = json.loads(nan["evidence"])["repro"]
+        out = play(run.dir / entry)
+        assert out["result"] == REPRODUCED and out["nonfinite"].startswith("a NaN or inf observation at step "), out
