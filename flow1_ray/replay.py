@@ -226,7 +226,11 @@ def play(entry: "str | os.PathLike", env: str | None = None, step_timeout_s: flo
     stepped = [json.loads(x)["at"] for x in lines if '"at"' in x]
     if "Timeout (" in p.stderr:   # faulthandler's dump: a step that did not return
         at = stepped[-1] if stepped else 0
-        return {"result": HUNG, "step": at, "why": f"step {at} did not return within {step_timeout_s:g} s",
+        man, _ = read_entry(entry)
+        failure = man["failure"]
+        same = bool(failure.get("hang")) and failure.get("step") == at
+        return {"result": REPRODUCED if same else HUNG, "step": at, "hang": True,
+                "why": f"step {at} did not return within {step_timeout_s:g} s" + (", as in the run" if same else ""),
                 "stack": p.stderr[-4000:]}
     return {"result": "failed", "step": stepped[-1] if stepped else None,
             "why": f"the replay process ended with code {p.returncode}: {one_line(p.stderr[-400:])}"}

@@ -55,6 +55,7 @@ class NoLiveness:
 
     cause_recorded = False
     watchdog_cpu_s = 0.0
+    on_stall = None
 
     def __init__(self) -> None:
         self.state, self.steps, self.in_step_since, self.step_time_ema = IDLE, 0, 0.0, 0.0
@@ -111,6 +112,8 @@ class WorkerLiveness:
         self.interval = heartbeat_interval_s
         self.watchdog_cpu_s = 0.0   # the watchdog thread's own CPU
         self.stall_timeout = stall_timeout_s
+        #: called once from the watchdog thread when a step stalls: (seconds, the stepping thread's frame)
+        self.on_stall: Any = None
         self.worker_index = int(meta.get("worker_index", -1))
         self.state = IDLE
         self.steps = 0
@@ -236,6 +239,11 @@ class WorkerLiveness:
             since = self.in_step_since or max(self.last_progress, self.busy_since)
             if self.state == BUSY and not self._stack_written and now - since > self.stall_timeout:
                 self._write_stack(now - since)
+                if self.on_stall is not None and self.in_step_since:   # the runner's flight recorder
+                    try:
+                        self.on_stall(now - since, sys._current_frames().get(self.sample_thread))
+                    except Exception:
+                        pass
             self._rearm(now, since)
             self.watchdog_cpu_s += time.thread_time() - c0   # flow1's cost account (runner/cost.py)
 

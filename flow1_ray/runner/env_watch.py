@@ -24,7 +24,7 @@ from ..liveness.lockfile import STEP_EMA
 from .alloc_sites import AllocSampler, Owners, env_code
 from .cost import thread_time
 from .flight import FlightRecorder, rng_state, unseeded_first
-from .flight_watch import NONFINITE, crash_dumps, env_build_spec, nonfinite_dumps
+from .flight_watch import NONFINITE, crash_dumps, env_build_spec, hang_dumps, nonfinite_dumps
 from .reward_audit import LiveRewardAudit, audits_here
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
@@ -101,6 +101,7 @@ class EnvWatch:
             self.flight = FlightRecorder(n, int(self.opts.flight_mb * 1024**2), next_step=next_step)
             self.flight_subs = list(subs)
             self.flight_env = env_build_spec(self.env_runner, self.index)
+            self.liveness.on_stall = self._stall_dump
         except Exception as e:
             self.flight = None
             self.report_internal("the flight recorder", e)
@@ -159,6 +160,7 @@ class EnvWatch:
         sampled = acct.liveness
         due = sampled.due
         record = self._flight_row()
+        flight = self.flight
 
         def stamp(t0):
             """After the env's step: the progress stamp, the step count and time."""
@@ -173,6 +175,8 @@ class EnvWatch:
             g0, c0 = gc_pause_s(), thread_time()
             t0 = lv.in_step_since = clock()
             c1, ga = thread_time(), gc_pause_s()
+            if flight is not None:
+                flight.pending = actions   # what a step that hangs was called with
             try:
                 out = step(actions)
             except Exception as e:
@@ -191,6 +195,8 @@ class EnvWatch:
             if due():
                 return measured(actions)
             t0 = lv.in_step_since = clock()
+            if flight is not None:
+                flight.pending = actions   # what a step that hangs was called with
             try:
                 out = step(actions)
             except Exception as e:
@@ -290,6 +296,16 @@ class EnvWatch:
             self._internal(e)
         self.account.add("checks", thread_time() - c0)
         self.budget.spent_s += time.perf_counter() - t1
+
+    def _stall_dump(self, stalled_s: float, frame: Any) -> None:
+        """The watchdog thread's call on a stalled step: the hanging sub-env to ``repro/``, once."""
+        if "ENV_HUNG" in self.dumped_codes:
+            return
+        self.dumped_codes = self.dumped_codes | {"ENV_HUNG"}
+        try:
+            hang_dumps(self, stalled_s, frame)
+        except Exception as e:
+            self.report_internal("the flight recorder's dump", e)
 
     def _dump_nonfinite(self, findings: list) -> list:
         """A runner's first OBS_NAN_INF and REWARD_NAN each send the sub-envs that produced

@@ -88,6 +88,7 @@ class FlightRecorder:
         self.whole_life = [True] * n    # the sub-env's first episode is still among its episodes
         self.digest = Digest()
         self.off: str | None = None     # why the recorder stopped (a failure of its own)
+        self.pending: Any = None        # the actions of the vector step under way (a hang's)
 
     def on_reset(self, i: int, seed: Any, options: Any, state: dict | None, obs: Any, in_step: bool) -> None:
         """Sub-env ``i`` reset; ``in_step``: inside a vector step (an autoreset)."""

@@ -85,6 +85,57 @@ def raising_sub(exc: BaseException, subs: list) -> int | None:
     return found
 
 
+def frame_sub(frame: Any, subs: list) -> int | None:
+    """The index of the sub-env whose own method the stack from ``frame`` outwards is in (the
+    innermost), or None."""
+    ids: dict[int, int] = {}
+    for i, sub in enumerate(subs):
+        e, depth = sub, 0
+        while e is not None and depth < 16:
+            ids.setdefault(id(e), i)
+            e, depth = getattr(e, "env", None), depth + 1
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        if me is not None and id(me) in ids:
+            return ids[id(me)]
+        frame = frame.f_back
+    return None
+
+
+def hang_dumps(agent: Any, stalled_s: float, frame: Any) -> list[str]:
+    """A step that stalls (the runner's watchdog thread, once): the hanging sub-env's life and
+    the action it hangs on, sent to ``repro/`` (a step holding the GIL stops that thread too:
+    then nothing is sent, and the lock file's stack says where)."""
+    import numpy as np
+
+    flight = agent.flight
+    if flight is None or flight.off:
+        return []
+    i = frame_sub(frame, agent.flight_subs)
+    pending = getattr(flight, "pending", None)
+    handle, names = agent.sender._target(), []
+    for k in [i] if i is not None else list(range(min(flight.n, MAX_DUMPS_PER_CRASH))):
+        d = flight.dump(k)
+        if d is None or handle is None:
+            continue
+        if isinstance(pending, np.ndarray) and len(pending) > k:
+            d["arrays"]["failed_action"] = np.asarray(pending[k])
+        agent.repro_count += 1
+        name = entry_name(agent.kind, agent.index, os.getpid(), agent.repro_count, "ENV_HUNG")
+        manifest = {"finding": "ENV_HUNG", "message": f"a step did not return within {stalled_s:.0f} s",
+                    "worker_index": agent.index, "kind": agent.kind, "pid": os.getpid(), "node_id": agent.node_id,
+                    "env": agent.flight_env, "start": d["meta"], "sub_envs": flight.n,
+                    "raising_sub_env_known": i is not None,
+                    "failure": {"call": "step", "step": d["meta"]["steps"] + 1, "hang": True, "exception": None,
+                                "stalled_s": round(stalled_s, 1)}}
+        try:
+            handle.add_repro.remote(name, d["arrays"], manifest, f"ENV_HUNG:{agent.kind}{agent.index}")
+        except Exception:
+            continue
+        names.append(f"repro/{name}")
+    return names
+
+
 def crash_dumps(agent: Any, exc: BaseException, call: str, finding: Any, action: Any = None, sub: int | None = None,
                 actions: Any = None) -> list[str]:
     """Send the crashing sub-env's episode to the hub's ``repro/`` (fire-and-forget); the

@@ -193,6 +193,14 @@ def test_hung_runner_is_stalled_with_its_stack_and_killed(ray_session, tmp_path)
     stopper.join(60)
     assert not stopper.is_alive(), "algo.stop() returned"
     assert time.time() - t0 < 60
+    # the runner's watchdog sent the hanging sub-env's life and the action it hung on: the replay
+    # hangs at the same step of the env's life, and says so within its step timeout
+    from flow1_ray.replay import REPRODUCED, play
+
+    (entry,) = [p for p in (run.dir / "repro").iterdir() if p.name.endswith("-env_hung")]
+    out = play(entry, step_timeout_s=2.0)
+    assert out["result"] == REPRODUCED and out["hang"] and out["step"] == 150, out
+    assert "_env_step_hangs_here" in out["stack"], out["stack"][-2000:]
 
 
 class _BrokenHook(Flow1Callbacks):
