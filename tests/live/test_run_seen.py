@@ -83,6 +83,15 @@ def test_a_crash_run_followed_live_then_reported_as_one_offline_page(tmp_path, c
     assert "the injected crash was named (ENV_CRASHED)" in stdout
     assert (run_dir / "report.json").exists() and (run_dir / "report.md").exists()
 
+    # the crash, made to happen again here from the flight recorder's dump: the same exception at the
+    # same step of the env's life, in seconds
+    crash = next(e for e in json.loads(flow1("report", str(run_dir), "--json", "-", env=cli_env).stdout)["events"]
+                 if e["code"] == "ENV_CRASHED" and e["status"] == "FAIL")
+    (entry,) = crash["evidence"]["repro"]
+    rp = flow1("replay", str(run_dir / entry), env=cli_env, timeout=60)
+    assert rp.returncode == 0, rp.stdout + rp.stderr
+    assert rp.stdout.startswith("flow1 replay: reproduced at step 400: ValueError: injected physics fault at step 400")
+
     rep = flow1("report", str(run_dir), "--json", "-", env=cli_env)  # no Ray running
     assert rep.returncode == 1 and "flow1 run: FAIL" in rep.stderr
     assert "ENV_CRASHED" in {e["code"] for e in json.loads(rep.stdout)["events"]}
