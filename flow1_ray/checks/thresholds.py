@@ -90,6 +90,7 @@ class Thresholds:
     value_loss_ratio: float = 3.0
     value_grad_ratio: float = 100.0
     lr_floor_ratio: float = 0.1
+    lr_frozen_kl: float = 1e-06
     value_ev_max: float = 0.0
     value_ev_window: int = 5
     value_ev_signal: float = 0.1

@@ -265,6 +265,7 @@ def _when(e: Event) -> tuple[float, float]:
 def _summary(e: Event) -> dict:
     out = {"code": e.code, "status": e.status, "stage": stage(e.code), "module": e.module, "message": e.message,
            "iteration": e.iteration, "env_step": e.env_step, "ts": e.ts.isoformat(), "worker_index": e.worker_index,
+           "pid": e.pid,
            "module_id": _module(e), "reference": C.reference(e.code)}
     return {k: v for k, v in out.items() if v is not None}
 

@@ -62,6 +62,8 @@ def console_lines(d: dict | None) -> list[str]:
         ch = top["change"]
         out.append(f"  change: {ch['before']}  ->  {ch['after']}")
         out.append(f"  expected effect: {_short(top.get('expected'), 200)}")
+    if d.get("reproduce"):
+        out.append(f"  make it happen again here: {d['reproduce']}")
     chain, others = d.get("chain") or [], d.get("others") or []
     tail = []
     if chain:
@@ -99,6 +101,9 @@ def markdown_lines(d: dict | None, md) -> list[str]:
                     f"{md(sched['step'])}; the schedule scaled to the advised value there:", "", "```python",
                     sched["after_line"], "```", ""]
         out += [f"Expected effect: {md(top.get('expected'))}", ""]
+    if d.get("reproduce"):
+        out += ["Make it happen again on this machine (the flight recorder's dump):", "", "```bash",
+                d["reproduce"], "```", ""]
     if d.get("chain"):
         out += ["Follows from it (its advice waits for this one):", ""]
         out += [f"- {md(c['code'])} ({md(c['status'])}{md(where_text(c))}): {md(c['why'])}" for c in d["chain"]] + [""]
@@ -161,3 +166,23 @@ def mark_legend(marks: list[dict]) -> dict[str, str]:
     if signs:
         out["cause"] = f"its cause's signs began: {', '.join(signs)}"
     return out
+
+
+#: a finding a flight-recorder entry of the same process replays: its own code, or the death or
+#: stall the probe wrote of what the runner dumped
+_REPLAYED_BY = {"WORKER_STALLED": ("ENV_HUNG",), "WORKER_DIED": ("ENV_CRASHED", "ENV_HUNG", "OBS_NAN_INF"),
+                "ENV_HUNG": ("ENV_HUNG",)}
+
+
+def replay_for(p: dict | None, heads: list[dict] | None, run_dir: str) -> str | None:
+    """``flow1 replay RUN/repro/<entry>`` for the primary symptom ``p`` where the run holds a
+    flight-recorder entry of its process (rundir/repro.py's ``entry_heads``), else None."""
+    if not p or not heads:
+        return None
+    codes = (p.get("code"),) + _REPLAYED_BY.get(str(p.get("code")), ())
+    for code in codes:
+        for h in heads:
+            if h.get("finding") == code and h.get("worker_index") == p.get("worker_index") \
+                    and (p.get("pid") is None or h.get("pid") in (None, p.get("pid"))):
+                return f"flow1 replay {run_dir.rstrip('/')}/{h['entry']}"
+    return None

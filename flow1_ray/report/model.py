@@ -16,7 +16,7 @@ from ..checks.run.death_cause import consequences, led_to
 from ..rundir.life import _after, life_gaps, life_line
 from ..checks.learner.sufficiency import iterations
 from ..diagnosis.diagnose import diagnose
-from .diagnosis_view import markdown_lines
+from .diagnosis_view import markdown_lines, replay_for
 
 #: the verdict of a report that has none: no start record, no readable events, nothing assessable
 NOT_JUDGED = "NOT JUDGED"
@@ -201,8 +201,10 @@ class Report:
         it: read from the events, the learning data, the config in ``run.json`` and the what-ifs."""
         rows = [v for w in self.summary.get("whatif") or [] for v in w.get("verdicts") or []]
         rows += [e.evidence for e in self.events if e.code == C.WHATIF_VERDICT and e.evidence.get("verdict")]
-        return diagnose(self.events, self.learning, self.settings, rows, self.not_judged, self.short,
-                        run=str(self.summary.get("run_dir") or self.target)).to_dict()
+        run = str(self.summary.get("run_dir") or self.target)
+        d = diagnose(self.events, self.learning, self.settings, rows, self.not_judged, self.short, run=run).to_dict()
+        d["reproduce"] = replay_for(d.get("primary"), self.summary.get("repro"), run)
+        return d
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "verdict": self.verdict, "counts": self.by_status(),

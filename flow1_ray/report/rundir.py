@@ -15,6 +15,7 @@ from typing import Any
 from ..common import schema as S
 from ..common.errors import Flow1InputError
 from ..common.events import Event, events_from_table, one_line
+from ..rundir.repro import entry_heads
 from ..rundir.reading import PART_COLUMN, heatmap_names, name_bad_rows, read_table, snapshot_names
 from ..rundir.runrecord import RUN_JSON, completeness
 from ..rundir.store import CLUSTERS_DIR, EVENTS_DIR, LEARNER_DIR, LOG_FILE, METRICS_DIR, Location
@@ -78,6 +79,9 @@ def load_run_report(run_dir: "str | os.PathLike | Location", now: float | None =
     skipped += more
     if whatifs:
         summary["whatif"] = whatifs
+    repro = entry_heads(d)
+    if repro:
+        summary["repro"] = repro
     start = life.get("start") if isinstance(life.get("start"), dict) else {}
     settings = start.get("config") if isinstance(start.get("config"), dict) else None
     return Report(target=one_line(d.name), events=events, summary=summary, skipped=skipped, not_judged=not_judged,

@@ -144,3 +144,36 @@ def read_entry(path: "str | os.PathLike") -> tuple[dict, dict]:
             raise Flow1InputError(f"{shown}: {ARRAYS} cannot be read ({type(e).__name__}: {one_line(e)[:120]})") \
                 from None
     return man, arrays
+
+
+def entry_heads(run_dir: "str | os.PathLike | Location") -> list[dict]:
+    """What a report says of each complete entry: ``entry`` (``repro/<name>``), ``finding``,
+    ``worker_index``, ``pid``, ``kind``, ``step``; damaged ones are left out (``flow1 replay``
+    names what is wrong with one). Local run directories only."""
+    d = Location(run_dir)
+    if not d.local:
+        return []
+    out = []
+    for name in entries(d)[:200]:
+        try:
+            man, _ = _manifest(os.path.join(d.path, REPRO_DIR, name))
+        except Flow1InputError:
+            continue
+        out.append({"entry": f"{REPRO_DIR}/{name}", "finding": man.get("finding"), "kind": man.get("kind"),
+                    "worker_index": man.get("worker_index"), "pid": man.get("pid"),
+                    "step": (man.get("failure") or {}).get("step")})
+    return out
+
+
+def _manifest(p: str) -> tuple[dict, None]:
+    path = os.path.join(p, MANIFEST)
+    if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > MAX_MANIFEST_BYTES:
+        raise Flow1InputError(f"{one_line(p)[:200]}: no readable manifest")
+    try:
+        with open(path, "rb") as fh:
+            man = json.loads(fh.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise Flow1InputError(f"{one_line(p)[:200]}: manifest not JSON") from None
+    if not isinstance(man, dict):
+        raise Flow1InputError(f"{one_line(p)[:200]}: manifest not an object")
+    return man, None

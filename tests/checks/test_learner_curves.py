@@ -205,6 +205,17 @@ def test_an_lr_decayed_before_anything_was_learnt_is_named_on_a_noisy_return():
     assert f.status == C.WARN and "the return never rose beyond its noise" in f.message, f.message
     # the advice keeps the run's own schedule, each point at or above 10 % of the first lr
     assert "try lr [[0, 0.0003], [2000, 1e-09]] -> [[0, 0.0003], [2000, 3e-05]]" in f.message, f.message
+    # a run that learnt a little before the schedule froze it (the corpus's PPO CartPole, lr to 1e-9
+    # by step 2000: the return 20 -> 49, then noisy near 40, the EMA still catching up): |KL| ~1e-9
+    learnt_then_frozen = [{**p, "default_optimizer_learning_rate": lr, "mean_kl_loss": 0.02 if lr > 1e-6 else 3e-9}
+                          for p, lr in zip(_healthy(14), [1.5e-4] + [1e-9] * 13)]
+    rets = [20.4, 26.8, 49.1, 47.8, 55.2, 35.1, 41.5, 37.3, 43.2, 48.0, 39.1, 38.3, 41.6, 47.5]
+    results = _run(learnt_then_frozen, returns=rets, episodes=25)
+    for r, ret in zip(results, rets):   # a narrow spread: the rise to ~45 is beyond the noise (it learnt)
+        r["env_runners"].update(episode_return_min=ret - 10.0, episode_return_max=ret + 15.0)
+    (f,) = [e for e in diagnose_curves(results, config=schedule, action_space=gym.spaces.Discrete(2))
+            if e.code == C.LR_DECAYED]
+    assert "the policy did not move for 5 iterations (|KL| < 1e-06)" in f.message, f.message
     annealed = [{**p, "default_optimizer_learning_rate": 3e-4 * (1 - i / 12) + 1e-9, "mean_kl_loss": 0.01 if i < 8 else 1e-4}
                 for i, p in enumerate(_healthy(12))]
     learnt = [20, 80, 160, 260, 380, 470, 495, 500, 500, 499, 500, 500]

@@ -53,6 +53,7 @@ class CurveThresholds:
     value_loss_ratio: float = 3.0            # VALUE_DOMINATES: vf_loss_coeff x vf_loss > this x |policy loss| ...
     value_grad_ratio: float = 100.0          # ... and the value head's gradient into the shared trunk > this x the policy head's
     lr_floor_ratio: float = 0.1              # LR_DECAYED: lr below this share of its first value
+    lr_frozen_kl: float = 1e-6               # ... and |KL| below this on each of kl_window iterations: frozen
     value_ev_max: float = 0.0                # VALUE_NOT_LEARNING: vf_explained_var at or below this ...
     value_ev_window: int = 5                 # ... on each of this many iterations, the return not rising
     value_ev_signal: float = 0.1             # KL_TOO_LOW: an explained variance above this shows a learnable return
@@ -105,9 +106,9 @@ RULES = (
          knobs=("vf_loss_coeff", "model_config"),
          view=View(S.LEARNER_DIR, ("vf_pi_trunk_ratio",), "value / policy gradient into the shared trunk")),
     Rule("LR_DECAYED", C.TRAIN_CURVES, C.WARN,
-         "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving "
-         "(KL < {kl_low:g}) with the return stalled or never past its noise (no KL recorded: the return "
-         "stalled)", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
+         "the learning rate fell below {lr_floor_ratio:.0%} of its first value while the policy stopped moving: "
+         "|KL| < {lr_frozen_kl:g} on each of {kl_window} iterations (frozen), or median KL < {kl_low:g} with the "
+         "return stalled or never past its noise (no KL recorded: the return stalled)", CurveThresholds, evidence=("module_id", "lr", "lr_first", "knobs"),
          knobs=("lr",), view=View(S.LEARNER_DIR, ("default_optimizer_learning_rate",), "learning rate"),
          needs=Needs((2,), learns=False)),
     Rule("VALUE_NOT_LEARNING", C.TRAIN_CURVES, C.WARN,
@@ -377,14 +378,18 @@ class ModuleCurves:
         # return that never rose beyond its noise counts too (an annealed run that learned
         # and rests at its best is neither)
         frozen = "stalled" if run.stalled is True else "never rose beyond its noise" if run.learned is False else None
-        still = len(window) >= th.kl_window and statistics.median(window) < th.kl_low
+        full = len(window) >= th.kl_window
+        still = full and statistics.median(window) < th.kl_low
+        if full and max(abs(k) for k in window) < th.lr_frozen_kl:   # the updates move nothing at all
+            frozen, still = f"did not move for {th.kl_window} iterations (|KL| < {th.lr_frozen_kl:g})", True
         stopped = (still and frozen is not None) if self.kl_measured else run.stalled is True
         decayed = r.lr < th.lr_floor_ratio * self.lr_first and stopped
         if not once(self.armed, "lr", decayed):
             return None
         knobs = A.lr_floor_knobs(self.knobs, self.lr_first, int(r.env_steps) if r.env_steps else None)
-        why = (f"the policy stopped moving (KL < {th.kl_low:g}) and the return {frozen}" if self.kl_measured
-               else "the return stalled")
+        why = ("the policy " + frozen if frozen.startswith("did not") else
+               f"the policy stopped moving (KL < {th.kl_low:g}) and the return {frozen}") if self.kl_measured \
+            else "the return stalled"
         return Finding(C.LR_DECAYED, (
             f"{self._where()}: the learning rate decayed to {r.lr:.3g}, {r.lr / self.lr_first:.1%} of its first value "
             f"{self.lr_first:.3g}, while {why}; "
