@@ -242,7 +242,8 @@ def vf_clip_knob(clip: float, unclipped: float) -> Knob:
 def lr_floor_knobs(k: Knobs, lr_first: float, t_now: int | None) -> list[Knob]:
     """The run's lr schedule with each point kept at or above 10 % of the first lr (where the
     config set no schedule: one from the first lr to that floor at the current step)."""
-    end = _round(lr_first * 0.1)
+    first = k.lr_schedule[0][1] if k.lr_schedule else lr_first   # the schedule's own start, else the first lr seen
+    end = _round(first * 0.1)
     why = "keep 10-20% of the first lr at the end (cosine-like); a schedule to ~0 freezes the critic"
     if k.lr_schedule:
         return [Knob("lr", [[t, v] for t, v in k.lr_schedule], [[t, max(v, end)] for t, v in k.lr_schedule], why)]
