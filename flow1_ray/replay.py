@@ -14,8 +14,9 @@ recorded one, and the action the run failed on is stepped last. The answer is on
 
 ``play`` runs the replay in a child process: a step that does not return within
 ``step_timeout_s`` is a hang, reported with the child's stacks (faulthandler), whether the run
-hung there or not. ``load(entry, steps_before=N)`` replays in this process up to N steps before
-the failing one and returns the env there (a notebook, a debugger).
+hung there or not; with ``pdb`` the child replays up to the failing step and stops pdb in that
+call. ``load(entry, steps_before=N)`` replays in this process up to N steps before the failing
+one and returns the env there (a notebook), :func:`failing_action` the action it failed on.
 """
 
 from __future__ import annotations
@@ -201,14 +202,27 @@ def _raised(e: BaseException, k: int, failure: dict, during: str = "step") -> di
 
 
 def load(entry: "str | os.PathLike", steps_before: int = 1, env: str | None = None) -> Any:
-    """The env replayed in this process up to ``steps_before`` steps before the failing one."""
+    """The env replayed in this process up to ``steps_before`` steps before the failing one
+    (1: every step before it taken; the failing step's action is :func:`failing_action`)."""
     man, arrays = read_entry(entry)
     e = build_env(man["env"], env)
     failing = int(man["failure"].get("step") or 0)
+    if man["failure"].get("call") == "reset" or failing < 1:
+        raise Flow1InputError("the run failed in a reset: there is no step to stop before (replay it whole)")
     out = steps(man, arrays, e, until=max(1, failing - int(steps_before) + 1))
     if out["result"] not in ("stopped",):
         raise Flow1InputError(f"the replay ended before that step: {out['result']} at step {out['step']}")
     return e
+
+
+def failing_action(entry: "str | os.PathLike") -> Any:
+    """The action the run's failing step was called with (a crash's or a hang's), or the last
+    recorded one (a NaN's: the step that produced it)."""
+    _, arrays = read_entry(entry)
+    a = arrays.get("failed_action")
+    if a is None and len(arrays.get("actions", [])):
+        a = arrays["actions"][-1]
+    return None if a is None else _action(a)
 
 
 def play(entry: "str | os.PathLike", env: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
@@ -242,11 +256,17 @@ def _child(argv: list[str]) -> int:
     entry, timeout = argv[0], float(argv[1])
     override = argv[2] if len(argv) > 2 and argv[2] else None
     man, arrays = read_entry(entry)
-    env = build_env(man["env"], override)
-    if "--pdb" in argv:
+    if "--pdb" in argv:   # replayed to the failing step, then the debugger stops in its call
         import pdb
 
-        return pdb.runcall(steps, man, arrays, env) and 0
+        if man["failure"].get("call") == "reset":
+            pdb.runcall(steps, man, arrays, build_env(man["env"], override))
+        else:
+            env = load(entry, 1, override)
+            print(f"flow1 replay: at step {man['failure'].get('step')}, the call the run failed in", flush=True)
+            pdb.runcall(env.step, failing_action(entry))
+        return 0
+    env = build_env(man["env"], override)
 
     def on_step(k: int) -> None:
         print(json.dumps({"at": k}), flush=True)

@@ -101,3 +101,16 @@ def test_a_step_that_hangs_is_a_hang_within_the_step_timeout(tmp_path, cli_env):
 def test_a_bad_entry_is_one_line_and_exit_2(tmp_path, cli_env, make, says):
     p = _replay(make(tmp_path), cli_env)
     assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_load_hands_back_the_env_one_step_before_the_failure_and_its_action_fails_it(tmp_path):
+    """In this process, as in a notebook: the env replayed to just before the failing step; the
+    failing action raises the run's exception there."""
+    from flow1_ray.replay import failing_action, load
+
+    entry = _entry(tmp_path, "CrashesAtLifeStep")
+    env = load(entry, steps_before=1)
+    assert env.unwrapped.life == 49
+    with pytest.raises(ValueError, match="cart left the track at life step 50"):
+        env.step(failing_action(entry))
+    assert load(entry, steps_before=10).unwrapped.life == 40

@@ -157,6 +157,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     if not args.step_timeout > 0:
         raise Flow1InputError(f"--step-timeout must be > 0, got {args.step_timeout}")
+    if args.steps_before is not None:
+        import code
+
+        from ..replay import failing_action, load
+
+        if args.steps_before < 1:
+            raise Flow1InputError(f"--steps-before must be >= 1, got {args.steps_before}")
+        env, action = load(args.entry, args.steps_before, args.env), failing_action(args.entry)
+        code.interact(banner=f"flow1 replay: the env {args.steps_before} step(s) before the failing one: `env`; "
+                             f"the action the run failed on: `action` ({action!r})", local={"env": env, "action": action})
+        return 0
     out = play(args.entry, env=args.env, step_timeout_s=args.step_timeout, pdb=args.pdb)
     if args.pdb:
         return 0

@@ -163,5 +163,9 @@ def _add_replay(sub: Any) -> None:
                    help="the env's class or creator, where the run's cannot be imported by name (the entry says so)")
     r.add_argument("--step-timeout", type=float, default=10.0,
                    help="seconds one step may take before the replay calls it a hang (default 10)")
-    r.add_argument("--pdb", action="store_true", help="run the replay under pdb, in this terminal")
+    r.add_argument("--pdb", action="store_true",
+                   help="replay up to the failing step, then stop in pdb inside the call the run failed in")
+    r.add_argument("--steps-before", type=int, metavar="N",
+                   help="replay in this process up to N steps before the failing one, then open a Python console "
+                        "with `env` (the env there) and `action` (the action the run failed on)")
     r.add_argument("--json", metavar="PATH", help="write the outcome as JSON to PATH ('-' for stdout)")

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from flow1_ray.rundir.repro import Digest
-from flow1_ray.runner.flight import FlightRecorder, rng_state
+from flow1_ray.runner.flight import FlightRecorder, rng_state, unseeded_first
 
 
 def _vector(n: int = 3):
@@ -61,6 +62,43 @@ def test_a_dump_replays_each_sub_envs_life_to_the_same_observations():
         out = steps(man, arrays, gym.make("CartPole-v1"))
         assert out == {"result": NOT_REPRODUCED, "step": meta["steps"],
                        "why": f"all {meta['steps']} steps replayed without the failure"}, (i, out)
+
+
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "Pendulum-v1", "MountainCar-v0"])
+def test_envs_nobody_here_wrote_replay_their_life_to_the_same_observations(env_id):
+    """Third-party envs (MuJoCo's Hopper over ~20 episodes, classic control with continuous and
+    discrete actions), first reset without a seed as RLlib's: each sub-env's life replays with
+    every observation's digest equal to the run's."""
+    from flow1_ray.replay import NOT_REPRODUCED, steps
+
+    if env_id.startswith("Hopper"):
+        pytest.importorskip("mujoco")
+    env = gym.make_vec(env_id, num_envs=2, vectorization_mode="sync")
+    rec, in_step = FlightRecorder(2), [False]
+    for i, sub in enumerate(env.envs):
+        reset = sub.reset
+
+        def wrapped(*a, _i=i, _sub=sub, _reset=reset, **k):
+            state = rng_state(_sub)
+            if state is None and k.get("seed") is None and unseeded_first(_sub):
+                k["seed"] = 99 + _i   # the recorder's drawn seed
+            obs, info = _reset(*a, **k)
+            rec.on_reset(_i, k.get("seed"), k.get("options"), state, obs, in_step[0])
+            return obs, info
+        sub.reset = wrapped
+    env.reset()
+    env.action_space.seed(0)
+    for _ in range(400):
+        a = env.action_space.sample()
+        in_step[0] = True
+        obs, r, *_ = env.step(a)
+        in_step[0] = False
+        rec.on_step(a, obs, r)
+    for i in range(2):
+        d = rec.dump(i)
+        man = {"start": d["meta"], "failure": {"call": "step", "step": d["meta"]["steps"] + 1, "exception": "-"}}
+        out = steps(man, d["arrays"], gym.make(env_id))
+        assert out["result"] == NOT_REPRODUCED and out["step"] == d["meta"]["steps"], (env_id, i, out)
 
 
 def test_the_rows_are_bounded_by_bytes_and_an_episode_older_than_them_says_it_is_not_whole():
