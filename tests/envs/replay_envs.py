@@ -1,4 +1,4 @@
-"""Envs whose failures ``flow1 replay`` must make happen again, or say why not (tests/test_replay.py,
+"""Envs whose failures ``flow1 replay`` must make happen again, or say why not (tests/test_replay_play.py,
 tests/live). Each counts the steps of its own life (across episodes), as a simulator's state does."""
 
 from __future__ import annotations
