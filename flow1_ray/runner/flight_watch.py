@@ -13,6 +13,36 @@ from ..rundir.repro import entry_name
 
 #: sub-envs dumped for one crash when the exception does not say which one raised
 MAX_DUMPS_PER_CRASH = 4
+#: a dump made before the runner knows the hub (its first sample() never returned) waits this long for it
+DUMP_LOOKUP_S = 20.0
+
+
+def send_dump(agent: Any, name: str, arrays: dict, manifest: dict, kind: str) -> None:
+    """Fire-and-forget ``add_repro`` to the run's hub. A runner that has not reached the hub yet
+    (it crashed or hung in its first ``sample()``) looks it up on a thread of its own, every
+    half second for DUMP_LOOKUP_S, and sends then: the stepping thread and the watchdog never wait."""
+    handle = agent.sender._target()
+    if handle is not None:
+        handle.add_repro.remote(name, arrays, manifest, kind)
+        return
+    import threading
+    import time
+
+    def later() -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < DUMP_LOOKUP_S:
+            try:
+                h = agent.sender._lookup()
+            except Exception:
+                h = None
+            if h is not None:
+                try:
+                    h.add_repro.remote(name, arrays, manifest, kind)
+                except Exception:
+                    pass
+                return
+            time.sleep(0.5)
+    threading.Thread(target=later, name="flow1-repro-send", daemon=True).start()
 
 
 def importable(obj: Any) -> tuple[str | None, str | None]:
@@ -113,10 +143,10 @@ def hang_dumps(agent: Any, stalled_s: float, frame: Any) -> list[str]:
         return []
     i = frame_sub(frame, agent.flight_subs)
     pending = getattr(flight, "pending", None)
-    handle, names = agent.sender._target(), []
+    names: list[str] = []
     for k in [i] if i is not None else list(range(min(flight.n, MAX_DUMPS_PER_CRASH))):
         d = flight.dump(k)
-        if d is None or handle is None:
+        if d is None:
             continue
         if isinstance(pending, np.ndarray) and len(pending) > k:
             d["arrays"]["failed_action"] = np.asarray(pending[k])
@@ -129,7 +159,7 @@ def hang_dumps(agent: Any, stalled_s: float, frame: Any) -> list[str]:
                     "failure": {"call": "step", "step": d["meta"]["steps"] + 1, "hang": True, "exception": None,
                                 "stalled_s": round(stalled_s, 1)}}
         try:
-            handle.add_repro.remote(name, d["arrays"], manifest, f"ENV_HUNG:{agent.kind}{agent.index}")
+            send_dump(agent, name, d["arrays"], manifest, f"ENV_HUNG:{agent.kind}{agent.index}")
         except Exception:
             continue
         names.append(f"repro/{name}")
@@ -149,7 +179,6 @@ def crash_dumps(agent: Any, exc: BaseException, call: str, finding: Any, action:
     subs = agent.flight_subs
     i = sub if sub is not None else raising_sub(exc, subs)
     which = [i] if i is not None else list(range(min(flight.n, MAX_DUMPS_PER_CRASH)))
-    handle = agent.sender._target()
     names = []
     for k in which:
         d = flight.dump(k)
@@ -168,12 +197,11 @@ def crash_dumps(agent: Any, exc: BaseException, call: str, finding: Any, action:
                     "failure": {"call": call, "step": steps + (0 if call == "reset" else 1),
                                 "exception": f"{type(exc).__name__}: {exc}"[:2000],
                                 "frame": (finding.evidence or {}).get("frame")}}
-        if handle is not None:
-            try:
-                handle.add_repro.remote(name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
-            except Exception:
-                continue
-            names.append(f"repro/{name}")
+        try:
+            send_dump(agent, name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
+        except Exception:
+            continue
+        names.append(f"repro/{name}")
     return names
 
 
@@ -188,11 +216,11 @@ def nonfinite_dumps(agent: Any, finding: Any) -> list[str]:
     flight, what = agent.flight, NONFINITE.get(finding.code)
     if flight is None or flight.off or what is None:
         return []
-    handle, names = agent.sender._target(), []
+    names: list[str] = []
     for i in range(flight.n):
         row = flight.first_nonfinite(i, what)
         d = flight.dump(i) if row is not None else None
-        if d is None or handle is None:
+        if d is None:
             continue
         if row not in d["rows"]:
             continue   # a row before the episodes kept, or an autoreset's own
@@ -208,7 +236,7 @@ def nonfinite_dumps(agent: Any, finding: Any) -> list[str]:
                     "failure": {"call": "step", "step": step, "nonfinite": what[:-1] if what == "rewards" else
                                 "observation", "exception": None}}
         try:
-            handle.add_repro.remote(name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
+            send_dump(agent, name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
         except Exception:
             continue
         names.append(f"repro/{name}")
