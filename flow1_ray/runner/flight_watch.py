@@ -97,15 +97,21 @@ def env_build_spec(env_runner: Any, index: int) -> dict:
     return {**out, "how": None, "spec": None, "why": f"config.env is {type(env).__name__}"}
 
 
-def raising_sub(exc: BaseException, subs: list) -> int | None:
-    """The index of the sub-env whose own method raised ``exc`` (a frame of the traceback
-    whose ``self`` is the sub-env or one of its wrappers), or None."""
+def _sub_ids(subs: list) -> dict[int, int]:
+    """id() of each sub-env and each of its wrappers -> the sub-env's index."""
     ids: dict[int, int] = {}
     for i, sub in enumerate(subs):
         e, depth = sub, 0
         while e is not None and depth < 16:
             ids.setdefault(id(e), i)
             e, depth = getattr(e, "env", None), depth + 1
+    return ids
+
+
+def raising_sub(exc: BaseException, subs: list) -> int | None:
+    """The index of the sub-env whose own method raised ``exc`` (a frame of the traceback
+    whose ``self`` is the sub-env or one of its wrappers), or None."""
+    ids = _sub_ids(subs)
     tb, found = exc.__traceback__, None
     while tb is not None:
         me = tb.tb_frame.f_locals.get("self")
@@ -118,12 +124,7 @@ def raising_sub(exc: BaseException, subs: list) -> int | None:
 def frame_sub(frame: Any, subs: list) -> int | None:
     """The index of the sub-env whose own method the stack from ``frame`` outwards is in (the
     innermost), or None."""
-    ids: dict[int, int] = {}
-    for i, sub in enumerate(subs):
-        e, depth = sub, 0
-        while e is not None and depth < 16:
-            ids.setdefault(id(e), i)
-            e, depth = getattr(e, "env", None), depth + 1
+    ids = _sub_ids(subs)
     while frame is not None:
         me = frame.f_locals.get("self")
         if me is not None and id(me) in ids:
