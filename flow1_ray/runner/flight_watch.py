@@ -97,6 +97,21 @@ def env_build_spec(env_runner: Any, index: int) -> dict:
     return {**out, "how": None, "spec": None, "why": f"config.env is {type(env).__name__}"}
 
 
+def _send_entry(agent: Any, code: str, message: str, d: dict, failure: dict, **more: Any) -> str | None:
+    """One dump of a sub-env (``d``: :meth:`FlightRecorder.dump`'s) as a ``repro/`` entry, sent to
+    the hub; its ``repro/<name>``, or None when it could not be sent."""
+    agent.repro_count += 1
+    name = entry_name(agent.kind, agent.index, os.getpid(), agent.repro_count, code)
+    manifest = {"finding": code, "message": message[:2000], "worker_index": agent.index, "kind": agent.kind,
+                "pid": os.getpid(), "node_id": agent.node_id, "env": agent.flight_env, "start": d["meta"],
+                "sub_envs": agent.flight.n if agent.flight is not None else None, **more, "failure": failure}
+    try:
+        send_dump(agent, name, d["arrays"], manifest, f"{code}:{agent.kind}{agent.index}")
+    except Exception:
+        return None
+    return f"repro/{name}"
+
+
 def _sub_ids(subs: list) -> dict[int, int]:
     """id() of each sub-env and each of its wrappers -> the sub-env's index."""
     ids: dict[int, int] = {}
@@ -151,19 +166,10 @@ def hang_dumps(agent: Any, stalled_s: float, frame: Any) -> list[str]:
             continue
         if isinstance(pending, np.ndarray) and len(pending) > k:
             d["arrays"]["failed_action"] = np.asarray(pending[k])
-        agent.repro_count += 1
-        name = entry_name(agent.kind, agent.index, os.getpid(), agent.repro_count, "ENV_HUNG")
-        manifest = {"finding": "ENV_HUNG", "message": f"a step did not return within {stalled_s:.0f} s",
-                    "worker_index": agent.index, "kind": agent.kind, "pid": os.getpid(), "node_id": agent.node_id,
-                    "env": agent.flight_env, "start": d["meta"], "sub_envs": flight.n,
-                    "raising_sub_env_known": i is not None,
-                    "failure": {"call": "step", "step": d["meta"]["steps"] + 1, "hang": True, "exception": None,
-                                "stalled_s": round(stalled_s, 1)}}
-        try:
-            send_dump(agent, name, d["arrays"], manifest, f"ENV_HUNG:{agent.kind}{agent.index}")
-        except Exception:
-            continue
-        names.append(f"repro/{name}")
+        name = _send_entry(agent, "ENV_HUNG", f"a step did not return within {stalled_s:.0f} s", d,
+                           {"call": "step", "step": d["meta"]["steps"] + 1, "hang": True, "exception": None,
+                            "stalled_s": round(stalled_s, 1)}, raising_sub_env_known=i is not None)
+        names += [name] if name else []
     return names
 
 
@@ -189,20 +195,11 @@ def crash_dumps(agent: Any, exc: BaseException, call: str, finding: Any, action:
             actions[k] if isinstance(actions, np.ndarray) and len(actions) > k else None)
         if failed is not None and call == "step":
             d["arrays"]["failed_action"] = np.asarray(failed)
-        agent.repro_count += 1
-        name = entry_name(agent.kind, agent.index, os.getpid(), agent.repro_count, finding.code)
-        steps = d["meta"]["steps"]
-        manifest = {"finding": finding.code, "message": finding.message[:2000], "worker_index": agent.index,
-                    "kind": agent.kind, "pid": os.getpid(), "node_id": agent.node_id, "env": agent.flight_env,
-                    "start": d["meta"], "sub_envs": flight.n, "raising_sub_env_known": i is not None,
-                    "failure": {"call": call, "step": steps + (0 if call == "reset" else 1),
-                                "exception": f"{type(exc).__name__}: {exc}"[:2000],
-                                "frame": (finding.evidence or {}).get("frame")}}
-        try:
-            send_dump(agent, name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
-        except Exception:
-            continue
-        names.append(f"repro/{name}")
+        name = _send_entry(agent, finding.code, finding.message, d,
+                           {"call": call, "step": d["meta"]["steps"] + (0 if call == "reset" else 1),
+                            "exception": f"{type(exc).__name__}: {exc}"[:2000],
+                            "frame": (finding.evidence or {}).get("frame")}, raising_sub_env_known=i is not None)
+        names += [name] if name else []
     return names
 
 
@@ -229,16 +226,9 @@ def nonfinite_dumps(agent: Any, finding: Any) -> list[str]:
         for k in ("actions", "digests", "rewards"):
             if k in d["arrays"]:
                 d["arrays"][k] = d["arrays"][k][:step]
-        agent.repro_count += 1
-        name = entry_name(agent.kind, agent.index, os.getpid(), agent.repro_count, finding.code)
-        manifest = {"finding": finding.code, "message": finding.message[:2000], "worker_index": agent.index,
-                    "kind": agent.kind, "pid": os.getpid(), "node_id": agent.node_id, "env": agent.flight_env,
-                    "start": {**d["meta"], "steps": step}, "sub_envs": flight.n,
-                    "failure": {"call": "step", "step": step, "nonfinite": what[:-1] if what == "rewards" else
-                                "observation", "exception": None}}
-        try:
-            send_dump(agent, name, d["arrays"], manifest, f"{finding.code}:{agent.kind}{agent.index}")
-        except Exception:
-            continue
-        names.append(f"repro/{name}")
+        d["meta"] = {**d["meta"], "steps": step}
+        name = _send_entry(agent, finding.code, finding.message, d,
+                           {"call": "step", "step": step, "exception": None,
+                            "nonfinite": "reward" if what == "rewards" else "observation"})
+        names += [name] if name else []
     return names
