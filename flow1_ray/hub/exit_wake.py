@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import struct
 import time
 
 #: ``/proc/<pid>/stat``'s flag of a task in do_exit (include/linux/sched.h)
@@ -61,8 +62,61 @@ def ending(pid: int) -> str | None:
     return "exiting" if flags & PF_EXITING and state not in (b"Z", b"X") else None
 
 
+#: inotify's event of a file written (include/uapi/linux/inotify.h) and its record's header
+IN_MODIFY = 0x2
+#: a fatal-signal report is read once its file was quiet this long (or this long after its first write)
+REPORT_QUIET_S, REPORT_SETTLE_S = 0.02, 0.25
+_EVENT = struct.Struct("iIII")
+
+
+def _inotify(path: str) -> int | None:
+    """A non-blocking inotify descriptor watching ``path``'s files for writes, or None where
+    inotify is missing (another OS) or refused (the watch limit reached)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return None
+        if libc.inotify_add_watch(fd, os.fsencode(path), IN_MODIFY) < 0:
+            os.close(fd)
+            return None
+        return fd
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def _fatal_report_written(fd: int) -> bool:
+    """Drain ``fd``'s events; whether one was a write to a ``.tb`` file (faulthandler's
+    fatal-signal report, or its stall dump) rather than a header's."""
+    found = False
+    while True:
+        try:
+            buf = os.read(fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return found
+        except OSError:
+            return found
+        if not buf:
+            return found
+        off = 0
+        while off + _EVENT.size <= len(buf):
+            _wd, _mask, _cookie, size = _EVENT.unpack_from(buf, off)
+            name = buf[off + _EVENT.size: off + _EVENT.size + size].rstrip(b"\0")
+            found = found or name.endswith(b".tb")
+            off += _EVENT.size + size
+
+
 class ExitWake:
-    """A timed wait that ends early when a watched pid exits, or on :meth:`poke` or :meth:`stop`."""
+    """A timed wait that ends early when a watched pid exits, when a process of the watched
+    directory writes a fatal-signal report (:meth:`watch_dir`), or on :meth:`poke` or :meth:`stop`.
+
+    Why the report wakes it: a runner killed by SIGSEGV runs Ray's own fatal-signal handler first
+    (it symbolises the native stack), then faulthandler's, which writes the ``.tb`` file the scan
+    reads as the death; the process ends and its lock is released only later. Woken by that write,
+    the scan names the death then instead of at the next interval (0.1 s on average).
+    """
 
     def __init__(self) -> None:
         self._fds: dict[int, int] = {}              # pid -> pidfd
@@ -72,7 +126,18 @@ class ExitWake:
         os.set_blocking(self._w, False)
         if self._poll is not None:
             self._poll.register(self._r, select.POLLIN)
+        self._ino: int | None = None
         self.stopped = False
+
+    def watch_dir(self, path: "str | os.PathLike") -> bool:
+        """Also end a wait when a file of ``path`` named ``*.tb`` is written; False where
+        inotify cannot watch it (the plain timed wait then)."""
+        if self._poll is None or self._ino is not None:
+            return self._ino is not None
+        self._ino = _inotify(os.fspath(path))
+        if self._ino is not None:
+            self._poll.register(self._ino, select.POLLIN)
+        return self._ino is not None
 
     def watch(self, pids: set[int]) -> None:
         """Hold a pidfd for each of ``pids`` (and none for a pid no longer among them)."""
@@ -96,11 +161,22 @@ class ExitWake:
         if self._poll is None:
             time.sleep(timeout)
             return self.stopped
-        try:
-            ready = self._poll.poll(max(0.0, timeout) * 1000.0)
-        except InterruptedError:
-            ready = []
-        done = {fd for fd, _ in ready}
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            try:
+                ready = self._poll.poll(max(0.0, deadline - time.monotonic()) * 1000.0)
+            except InterruptedError:
+                ready = []
+            done = {fd for fd, _ in ready}
+            if self._ino is None or self._ino not in done:
+                break
+            done.discard(self._ino)
+            # a header written (every watchdog, twice a heartbeat) is no reason to scan early
+            if _fatal_report_written(self._ino):
+                self._settle()
+                break
+            if done or time.monotonic() >= deadline:
+                break
         if self._r in done:
             try:
                 os.read(self._r, 4096)   # a poke (or the stop): drained
@@ -111,6 +187,19 @@ class ExitWake:
                 self._drop(pid)
                 self._ended.add(pid)
         return self.stopped
+
+    def _settle(self) -> None:
+        """faulthandler writes its report in many writes (a line, then each thread's frames):
+        wait until ``.tb`` files have been quiet for REPORT_QUIET_S (REPORT_SETTLE_S at most),
+        so that the scan reads the whole report, with the crashing thread's frames."""
+        end = time.monotonic() + REPORT_SETTLE_S
+        while time.monotonic() < end:
+            try:
+                quiet = not select.select([self._ino], [], [], REPORT_QUIET_S)[0]
+            except (InterruptedError, ValueError, OSError):
+                return
+            if quiet or not _fatal_report_written(self._ino):
+                return
 
     def poke(self) -> None:
         """End the current wait now (new keys to scan for)."""
@@ -126,7 +215,7 @@ class ExitWake:
     def close(self) -> None:
         for pid in list(self._fds):
             self._drop(pid)
-        for fd in (self._r, self._w):
+        for fd in (self._r, self._w) + ((self._ino,) if self._ino is not None else ()):
             try:
                 os.close(fd)
             except OSError:

@@ -251,7 +251,9 @@ class LockScanner:
         try:
             d = json.loads((self.dir / f"{t.name}.stack").read_text())
             if d.get("ts", since) >= since - 1.0:  # not a stack left from an earlier stall
-                return {"stack": d.get("stack", ""), "stack_source": "watchdog", "where": d.get("where", "")}
+                repro = [str(n)[:200] for n in d.get("repro") or [] if isinstance(n, str)][:8]
+                return {"stack": d.get("stack", ""), "stack_source": "watchdog", "where": d.get("where", ""),
+                        **({"repro": repro} if repro else {})}
         except (OSError, ValueError):
             pass
         if use_faulthandler:

@@ -24,6 +24,7 @@ from .lockscan import LockScanner
 
 MAX_BUSY = 5.0  # scan interval >= 5x the last scan's duration
 FAILURES_OFF = 5  # scans failed in a row before the probe says its node is not watched
+WATCH_DIR_TRIES = 20  # scans that try to watch the lock directory (inotify refused: the timed wait alone)
 
 
 class ProbeLoop:
@@ -72,6 +73,7 @@ class ProbeLoop:
 
     def _loop(self) -> None:
         last_summary = 0.0
+        tries = 0   # to watch the lock directory: a fatal-signal report written there wakes the loop too
         # at thousands of lock files a scan takes tens of ms: keep the probe under
         # ~1/MAX_BUSY of a core by spacing scans, detection stays well under 0.5 s; a death
         # does not wait for the next scan (a pidfd per tracked process wakes the loop)
@@ -79,6 +81,8 @@ class ProbeLoop:
             try:
                 changes = self.scanner.scan()
                 self._wake.watch({t.pid for t in self.scanner.tracked.values()})
+                if tries < WATCH_DIR_TRIES and self.scanner.tracked:   # the directory exists once a lock is held
+                    tries = WATCH_DIR_TRIES if self._wake.watch_dir(self.scanner.dir) else tries + 1
                 now = time.monotonic()
                 if changes or now - last_summary >= self.summary_every:
                     summary = self.scanner.summary()

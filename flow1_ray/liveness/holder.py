@@ -238,12 +238,13 @@ class WorkerLiveness:
             now = time.time()
             since = self.in_step_since or max(self.last_progress, self.busy_since)
             if self.state == BUSY and not self._stack_written and now - since > self.stall_timeout:
-                self._write_stack(now - since)
+                repro = None
                 if self.on_stall is not None and self.in_step_since:   # the runner's flight recorder
                     try:
-                        self.on_stall(now - since, sys._current_frames().get(self.sample_thread))
+                        repro = self.on_stall(now - since, sys._current_frames().get(self.sample_thread))
                     except Exception:
                         pass
+                self._write_stack(now - since, repro)
             self._rearm(now, since)
             self.watchdog_cpu_s += time.thread_time() - c0   # flow1's cost account (runner/cost.py)
 
@@ -266,7 +267,9 @@ class WorkerLiveness:
         except (RuntimeError, ValueError, OSError):
             pass
 
-    def _write_stack(self, stalled_s: float) -> None:
+    def _write_stack(self, stalled_s: float, repro: Any = None) -> None:
+        """The stepping thread's stack for the probe's WORKER_STALLED, with the ``repro/`` entries
+        ``on_stall`` sent (the hanging sub-env's life: its finding names them)."""
         frame = sys._current_frames().get(self.sample_thread)
         if frame is None:
             return
@@ -274,8 +277,9 @@ class WorkerLiveness:
         where = "inside env.step" if self.in_step_since else "inside sample(), between steps"
         try:
             tmp = self.stack_path.with_suffix(".stack.tmp")
+            names = [str(n) for n in repro][:8] if isinstance(repro, list) else []
             tmp.write_text(json.dumps({"stalled_s": stalled_s, "where": where, "stack": text[-6000:],
-                                       "ts": time.time()}))
+                                       "ts": time.time(), **({"repro": names} if names else {})}))
             os.replace(tmp, self.stack_path)
             self._stack_written = True
         except OSError:

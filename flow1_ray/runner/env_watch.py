@@ -297,15 +297,17 @@ class EnvWatch:
         self.account.add("checks", thread_time() - c0)
         self.budget.spent_s += time.perf_counter() - t1
 
-    def _stall_dump(self, stalled_s: float, frame: Any) -> None:
-        """The watchdog thread's call on a stalled step: the hanging sub-env to ``repro/``, once."""
+    def _stall_dump(self, stalled_s: float, frame: Any) -> list[str]:
+        """The watchdog thread's call on a stalled step: the hanging sub-env to ``repro/``, once;
+        the entries' names, which the stack file hands to the probe's WORKER_STALLED."""
         if "ENV_HUNG" in self.dumped_codes:
-            return
+            return []
         self.dumped_codes = self.dumped_codes | {"ENV_HUNG"}
         try:
-            hang_dumps(self, stalled_s, frame)
+            return hang_dumps(self, stalled_s, frame)
         except Exception as e:
             self.report_internal("the flight recorder's dump", e)
+            return []
 
     def _dump_nonfinite(self, findings: list) -> list:
         """A runner's first OBS_NAN_INF and REWARD_NAN each send the sub-envs that produced

@@ -3,6 +3,7 @@ real SIGSEGV and SIGKILL, the probe's loop on its thread (no Ray: the lock direc
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -21,13 +22,19 @@ from flow1_ray.liveness.lockdir import private_dir
 INTERVAL_S = 30.0
 
 
-def _holder(directory, key: str) -> int:
-    """A forked child holding a lock file under ``key`` (sleeps until killed)."""
+def _holder(directory, key: str, slow_after_report_s: float = 0.0) -> int:
+    """A forked child holding a lock file under ``key`` (sleeps until killed). With
+    ``slow_after_report_s``, a SIGSEGV's handler after faulthandler's (installed first, so
+    faulthandler chains to it) keeps the process alive that long after the report is written,
+    as a process's teardown or a slow native handler does."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(r)
+            if slow_after_report_s:   # pytest's faulthandler (inherited) would otherwise stay first
+                faulthandler.disable()
+                signal.signal(signal.SIGSEGV, lambda *a: (time.sleep(slow_after_report_s), os._exit(139)))
             WorkerLiveness(directory, f"{key}.{os.getpid()}", {"worker_index": 1}, heartbeat_interval_s=0.05,
                            stall_timeout_s=30)
             os.write(w, b"x")
@@ -73,6 +80,41 @@ def test_a_killed_holder_is_reported_at_once_not_at_the_next_scan(tmp_path, sig)
         assert reports[-1][0] - t0 < 5.0 < INTERVAL_S
     finally:
         loop.stop()
+
+
+def test_a_fatal_signal_report_wakes_the_probe_before_the_process_ends(tmp_path):
+    """faulthandler's report of a SIGSEGV is written, then the process lives on 8 s (a slow
+    handler chained after it): with scans 30 s apart, the death is named at the report's write
+    (the lock directory's inotify watch), not at the exit's pidfd nor at the next scan."""
+    lock_dir = private_dir(tmp_path / "locks")
+    pid = _holder(lock_dir, "runnerB", slow_after_report_s=8.0)
+    reports: list[tuple[float, list]] = []
+    got = threading.Event()
+
+    def report(node, changes, summary):
+        reports.append((time.monotonic(), changes))
+        if any(c["kind"] == "died" for c in changes):
+            got.set()
+
+    loop = ProbeLoop("job", "node", 60.0, INTERVAL_S, 3600.0, "report", report, error=lambda *a: None,
+                     lock_dir=lock_dir)
+    try:
+        loop.set_keys(["runnerB"], [])
+        deadline = time.monotonic() + 10.0
+        while not any(c["kind"] == "new" for _, cs in reports for c in cs) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)                   # the loop is back in its wait, the directory watched
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGSEGV)
+        assert got.wait(10.0), reports
+        # a busy-machine margin: the report and the scan take milliseconds; the exit comes at 8 s
+        assert reports[-1][0] - t0 < 4.0, reports[-1][0] - t0
+        (died,) = [c for _, cs in reports for c in cs if c["kind"] == "died"]
+        assert died["pid"] == pid and "Fatal Python error: Segmentation fault" in died["traceback_tail"]
+    finally:
+        loop.stop()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def test_the_wake_ends_at_a_process_exit_at_stop_and_never_spins_on_a_zombie():

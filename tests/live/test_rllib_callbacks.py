@@ -198,6 +198,9 @@ def test_hung_runner_is_stalled_with_its_stack_and_killed(ray_session, tmp_path)
     from flow1_ray.replay import REPRODUCED, play
 
     (entry,) = [p for p in (run.dir / "repro").iterdir() if p.name.endswith("-env_hung")]
+    # WORKER_STALLED names it: the watchdog hands the probe the entry with the stack
+    assert json.loads(stalled["evidence"])["repro"] == [f"repro/{entry.name}"], stalled["evidence"][-400:]
+    assert f"its sub-env's life is in repro/{entry.name} (flow1 replay plays it to the hang)" in stalled["message"]
     out = play(entry, step_timeout_s=2.0)
     assert out["result"] == REPRODUCED and out["hang"] and out["step"] == 150, out
     assert "_env_step_hangs_here" in out["stack"], out["stack"][-2000:]

@@ -51,6 +51,11 @@ def _child(directory: Path, key: str, behaviour: str, ready_w: int) -> None:
         if behaviour == "hang":
             lv.busy()
             _stuck_in_here(60)
+        elif behaviour == "hang in step":   # the runner's flight recorder dumps on the stall
+            lv.on_stall = lambda stalled_s, frame: [f"repro/env_runner1-pid{os.getpid()}-001-env_hung"]
+            lv.busy()
+            lv.step_begin()
+            _stuck_in_here(60)
         elif behaviour == "stop":
             lv.close()
             os._exit(0)
@@ -131,6 +136,23 @@ def test_hang_gives_a_stall_with_the_stuck_function_then_kill(lock_dir):
     os.waitpid(pid, 0)
     (died,) = [e for e in _wait(sc, "died") if e["kind"] == "died"]
     assert died["killed_by_flow1"] is True and died["exit_signal"] == "SIGKILL" and not died["signal_inferred"]
+
+
+def test_a_stall_inside_a_step_names_the_flight_recorders_entry(lock_dir):
+    """The watchdog calls ``on_stall`` (the runner's dump) before it writes the stack: the
+    probe's stall, and the WORKER_STALLED made of it, name the entry the dump went to."""
+    from flow1_ray.checks.run.incidents import MonitorCore
+
+    pid = _spawn(lock_dir, "runnerH", "hang in step")
+    sc = LockScanner(lock_dir, stall_timeout_s=0.5)
+    (stalled,) = [e for e in _wait(sc, "stalled") if e["kind"] == "stalled"]
+    entry = f"repro/env_runner1-pid{pid}-001-env_hung"
+    assert stalled["repro"] == [entry] and "_stuck_in_here" in stalled["stack"], stalled
+    (ev,) = MonitorCore("run", 0.5, "report").events_for("node", [stalled])
+    assert ev.evidence["repro"] == [entry]
+    assert ev.message.endswith(f"; its sub-env's life is in {entry} (flow1 replay plays it to the hang)"), ev.message
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def test_graceful_stop_is_not_a_death(lock_dir):

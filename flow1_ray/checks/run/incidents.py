@@ -261,16 +261,19 @@ class MonitorCore:
         unit = "no gradient step" if _is_learner(ch) else "no step"
         if _is_learner(ch):
             place = " inside update()"
+        replay = f"; its sub-env's life is in {ch['repro'][0]} (flow1 replay plays it to the hang)" \
+            if ch.get("repro") else ""
         msg = (f"{_who(ch)} stalled: {unit} for {ch.get('stalled_s', 0):.1f} s{place} "
                f"(stall_timeout_s {self.stall_timeout:g}); "
-               + (_waiting(ch) if ch.get("ray_wait") else f"stuck at {top or 'unknown frame'}") + action)
+               + (_waiting(ch) if ch.get("ray_wait") else f"stuck at {top or 'unknown frame'}") + action + replay)
         return Event(C.LEARNER_STALLED if _is_learner(ch) else C.WORKER_STALLED, msg,
                      {"key": ch.get("key"), "role": ch.get("role", "env_runner"), "eval": ch.get("eval"),
                       "stalled_s": ch.get("stalled_s"), "threshold_s": self.stall_timeout, "stack": stack,
                       "top_frame": top,
                       "stack_source": ch.get("stack_source"), "killed": bool(ch.get("killed")),
                       "steps": ch.get("steps"), "ray_wait": ch.get("ray_wait"), "held": ch.get("held"),
-                      "kill_at_s": ch.get("kill_at_s")}, **where)
+                      "kill_at_s": ch.get("kill_at_s"), **({"repro": ch["repro"]} if ch.get("repro") else {})},
+                     **where)
 
     def rebuild(self, events: list[Event]) -> dict[str, dict]:
         """A restarted hub's worker table from the run's recorded events (in time order):
