@@ -62,9 +62,10 @@ class Flow1Options:
     user's, the framework's or flow1's (MEMORY_LEAK_SUSPECTED vs MEMORY_GROWTH_NOT_ENV). Off: a growing
     RSS is judged without saying where. Never on while the process traces its allocations already."""
     flight_recorder: bool = True
-    """Keep, per sub-env of each EnvRunner, what replays its current episode: the reset's seed and the env's
-    random state before it, the actions since, a digest of each observation and reward. On an env crash the
-    crashing sub-env's episode is sent to the run directory's ``repro/`` (``flow1 replay`` plays it again)."""
+    """Keep, per sub-env of each EnvRunner (of a multi-agent env: per agent), what replays its life: each
+    reset's seed and the env's random state before it, the actions since, a digest of each observation and
+    reward. On an env crash, a hang or a NaN the sub-env's record is sent to the run directory's ``repro/``
+    (``flow1 replay`` plays it again)."""
     flight_mb: float = 8.0
     """The flight recorder's rows per EnvRunner, in MB: an episode longer than they hold keeps its last steps
     and its dump says the replay cannot start from its reset."""

@@ -69,9 +69,10 @@ def _context(env: dict) -> Any:
         return ctx
 
 
-def build_env(env: dict, override: str | None = None) -> Any:
+def build_env(env: dict, override: str | None = None, multi_agent: bool = False) -> Any:
     """One sub-env as the run's worker had it (``env``: the manifest's), through gymnasium's
-    make as RLlib does (its checker and order wrappers, the id's time limit)."""
+    make as RLlib does (its checker and order wrappers, the id's time limit; a multi-agent env
+    without gymnasium's checker, as RLlib's MultiAgentEnvRunner makes it)."""
     import gymnasium as gym
 
     how, spec = env.get("how"), override or env.get("spec")
@@ -85,7 +86,7 @@ def build_env(env: dict, override: str | None = None) -> Any:
         except Exception as e:   # noqa: BLE001 -- the env's own error, said in one line
             raise Flow1InputError(f"gym.make({spec!r}) failed: {type(e).__name__}: {one_line(e)[:200]}") from None
     target, ctx = _import(spec), _context(env)
-    gym.register("flow1-replay-v0", entry_point=lambda: target(ctx))
+    gym.register("flow1-replay-v0", entry_point=lambda: target(ctx), disable_env_checker=multi_agent)
     try:
         return gym.make("flow1-replay-v0")
     except Exception as e:   # noqa: BLE001
@@ -125,6 +126,8 @@ def steps(man: dict, arrays: dict, env: Any, on_step: Any = None, until: int | N
     counted over every replayed episode, as the manifest's failure step is. ``until``: stop
     before this step and leave the env there."""
     start, failure = man["start"], man["failure"]
+    if start.get("multi_agent"):
+        return _agent_steps(man, arrays, env, on_step, until)
     digest = Digest()
     episodes = start.get("episodes") or [{}]
     acts = list(arrays.get("actions", []))
@@ -166,11 +169,99 @@ def steps(man: dict, arrays: dict, env: Any, on_step: Any = None, until: int | N
     return {"result": NOT_REPRODUCED, "step": k, "why": f"all {k} steps replayed without the failure"}
 
 
+def _agent_action(row: Any, acted: Any, kinds: dict, agents: list) -> dict:
+    """A multi-agent step's action dict from its recorded row: each agent that acted, its
+    numbers cast back to its first action's shape and dtype."""
+    import numpy as np
+
+    out = {}
+    for c, aid in enumerate(agents):
+        if c >= len(acted) or not acted[c]:
+            continue
+        shape, dtype = (kinds.get(str(c)) or [[], "<f8"])[:2]
+        try:
+            dt = np.dtype(str(dtype))
+            shape = tuple(int(x) for x in shape)
+            if dt.kind not in "biuf":
+                raise TypeError(dt.str)
+            v = np.asarray(row[c][:int(np.prod(shape))]).astype(dt).reshape(shape)
+        except (TypeError, ValueError) as e:
+            raise Flow1InputError(f"agent {aid!r}'s recorded action cannot be rebuilt: {e}") from None
+        out[aid] = v.item() if v.ndim == 0 else v
+    return out
+
+
+def _agent_differs(digest: Digest, obs: Any, dig: Any, seen: Any, agents: list) -> str | None:
+    """The first agent whose observation differs from its recorded digest, said; or None."""
+    for c, aid in enumerate(agents):
+        if c < len(seen) and seen[c]:
+            x = obs.get(aid) if isinstance(obs, dict) else None
+            if x is None:
+                return f"agent {aid!r} observed nothing where the run's did"
+            if _differs(digest, x, float(dig[c])):
+                return f"agent {aid!r}'s observation"
+    return None
+
+
+def _agent_steps(man: dict, arrays: dict, env: Any, on_step: Any, until: int | None) -> dict:
+    """:func:`steps` for a multi-agent env: per step the action dict of the agents that acted,
+    each observing agent's digest compared."""
+    import numpy as np
+
+    start, failure = man["start"], man["failure"]
+    agents, kinds, digest = list(start.get("agents") or []), start.get("action_kinds") or {}, Digest()
+    n = len(arrays.get("actions", []))
+    acted = arrays.get("acted", np.ones((n, len(agents))))
+    dig, seen = arrays.get("digests"), arrays.get("observed")
+    bounds = [int(x) for x in arrays.get("episode_starts", [0])] + [n]
+    k, episodes = 0, start.get("episodes") or [{}]
+    for e, ep in enumerate(episodes):
+        last = e == len(episodes) - 1
+        try:
+            obs, _ = _reset(env, ep, start.get("rng_state") if e == 0 else None)
+        except Flow1InputError:
+            raise
+        except Exception as exc:   # noqa: BLE001 -- the env's own failure is the result
+            return _raised(exc, k, failure, during="reset")
+        if last and failure.get("call") == "reset":
+            return {"result": NOT_REPRODUCED, "step": k, "why": "the failing reset returned"}
+        for c, v in (ep.get("first_digest") or {}).items():
+            aid = agents[int(c)] if str(c).isdigit() and int(c) < len(agents) else None
+            if aid is not None and _differs(digest, obs.get(aid) if isinstance(obs, dict) else None, v):
+                return {"result": DIVERGED, "step": k, "why": f"agent {aid!r}'s observation after the reset of "
+                                                              f"episode {e + 1} differs from the run's"}
+        plan = [(arrays["actions"][r], acted[r]) for r in range(bounds[e], bounds[e + 1])] if e + 1 < len(bounds)             else []
+        if last and arrays.get("failed_action") is not None and not failure.get("nonfinite"):
+            plan.append((arrays["failed_action"], arrays.get("failed_acted", np.ones(len(agents)))))
+        for j, (row, who) in enumerate(plan):
+            k += 1
+            if until is not None and k >= until:
+                return {"result": "stopped", "step": k - 1}
+            if on_step is not None:
+                on_step(k)
+            try:
+                obs, r, _term, _trunc, _ = env.step(_agent_action(row, who, kinds, agents))
+            except Flow1InputError:
+                raise
+            except Exception as exc:   # noqa: BLE001
+                return _raised(exc, k, failure)
+            if failure.get("nonfinite") and k == failure.get("step"):
+                return _nonfinite(failure["nonfinite"], obs if failure["nonfinite"] == "observation" else r, k)
+            at = bounds[e] + j
+            what = _agent_differs(digest, obs, dig[at], seen[at], agents) \
+                if dig is not None and seen is not None and at < bounds[e + 1] else None
+            if what:
+                return {"result": DIVERGED, "step": k, "why": f"{what} after step {k} (episode {e + 1}) differs "
+                                                              f"from the run's"}
+    return {"result": NOT_REPRODUCED, "step": k, "why": f"all {k} steps replayed without the failure"}
+
+
 def _nonfinite(what: str, value: Any, k: int) -> dict:
     import numpy as np
 
-    try:
-        bad = not bool(np.all(np.isfinite(np.asarray(value, dtype=np.float64))))
+    try:   # a multi-agent step's values: one per agent
+        values = list(value.values()) if isinstance(value, dict) else [value]
+        bad = not all(bool(np.all(np.isfinite(np.asarray(v, dtype=np.float64)))) for v in values)
     except (TypeError, ValueError):
         bad = False
     if bad:
@@ -205,7 +296,7 @@ def load(entry: "str | os.PathLike", steps_before: int = 1, env: str | None = No
     """The env replayed in this process up to ``steps_before`` steps before the failing one
     (1: every step before it taken; the failing step's action is :func:`failing_action`)."""
     man, arrays = read_entry(entry)
-    e = build_env(man["env"], env)
+    e = build_env(man["env"], env, multi_agent=bool(man["start"].get("multi_agent")))
     failing = int(man["failure"].get("step") or 0)
     if man["failure"].get("call") == "reset" or failing < 1:
         raise Flow1InputError("the run failed in a reset: there is no step to stop before (replay it whole)")
@@ -218,10 +309,14 @@ def load(entry: "str | os.PathLike", steps_before: int = 1, env: str | None = No
 def failing_action(entry: "str | os.PathLike") -> Any:
     """The action the run's failing step was called with (a crash's or a hang's), or the last
     recorded one (a NaN's: the step that produced it)."""
-    _, arrays = read_entry(entry)
-    a = arrays.get("failed_action")
+    man, arrays = read_entry(entry)
+    a, acted = arrays.get("failed_action"), arrays.get("failed_acted")
     if a is None and len(arrays.get("actions", [])):
-        a = arrays["actions"][-1]
+        a, acted = arrays["actions"][-1], arrays["acted"][-1] if "acted" in arrays else None
+    if a is not None and man["start"].get("multi_agent"):
+        agents = list(man["start"].get("agents") or [])
+        return _agent_action(a, acted if acted is not None else [1] * len(agents),
+                             man["start"].get("action_kinds") or {}, agents)
     return None if a is None else _action(a)
 
 
@@ -260,13 +355,13 @@ def _child(argv: list[str]) -> int:
         import pdb
 
         if man["failure"].get("call") == "reset":
-            pdb.runcall(steps, man, arrays, build_env(man["env"], override))
+            pdb.runcall(steps, man, arrays, build_env(man["env"], override, bool(man["start"].get("multi_agent"))))
         else:
             env = load(entry, 1, override)
             print(f"flow1 replay: at step {man['failure'].get('step')}, the call the run failed in", flush=True)
             pdb.runcall(env.step, failing_action(entry))
         return 0
-    env = build_env(man["env"], override)
+    env = build_env(man["env"], override, bool(man["start"].get("multi_agent")))
 
     def on_step(k: int) -> None:
         print(json.dumps({"at": k}), flush=True)

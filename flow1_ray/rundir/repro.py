@@ -38,7 +38,8 @@ MANIFEST, ARRAYS = "manifest.json", "arrays.npz"
 #: what one entry may hold (a reader refuses more)
 MAX_ENTRY_BYTES = 32 * 1024**2
 MAX_MANIFEST_BYTES = 1024**2
-ARRAY_NAMES = ("actions", "digests", "rewards", "failed_action", "episode_starts")
+ARRAY_NAMES = ("actions", "digests", "rewards", "failed_action", "episode_starts",
+               "acted", "observed", "failed_acted")   # a multi-agent dump's masks, per agent
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
 #: the digest's projection: its width grows with the widest observation seen
 _SEED = 0x5EED
@@ -127,6 +128,11 @@ def read_entry(path: "str | os.PathLike") -> tuple[dict, dict]:
     for key, kind in (("env", dict), ("start", dict), ("failure", dict)):
         if not isinstance(man.get(key), kind):
             raise Flow1InputError(f"{shown}: {MANIFEST} has no {key!r} object")
+    start = man["start"]
+    if start.get("multi_agent") and not (isinstance(start.get("agents"), list) and all(
+            isinstance(a, (str, int)) and not isinstance(a, bool) for a in start["agents"])
+            and isinstance(start.get("action_kinds", {}), dict)):
+        raise Flow1InputError(f"{shown}: {MANIFEST}: a multi-agent entry without its agents' ids and action kinds")
     arrays: dict = {}
     if os.path.isfile(arr_path):
         try:

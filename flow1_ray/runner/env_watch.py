@@ -24,6 +24,7 @@ from ..liveness.lockfile import STEP_EMA
 from .alloc_sites import AllocSampler, Owners, env_code
 from .cost import thread_time
 from .flight import FlightRecorder, rng_state, unseeded_first
+from .flight_agents import MultiAgentFlightRecorder
 from .flight_watch import NONFINITE, crash_dumps, env_build_spec, hang_dumps, nonfinite_dumps
 from .reward_audit import LiveRewardAudit, audits_here
 
@@ -75,7 +76,8 @@ class EnvWatch:
         subs = getattr(env, "envs", None)
         n = len(subs) if subs else int(getattr(env, "num_envs", 1) or 1)
         # NEXT_STEP autoreset: a sub-env reset inside the vector step is a step not taken
-        resets_in_step = str(getattr(env, "autoreset_mode", "")).endswith("NEXT_STEP")
+        # (gymnasium's AutoresetMode.NEXT_STEP; RLlib's multi-agent vector env says "next_step")
+        resets_in_step = str(getattr(env, "autoreset_mode", "")).upper().endswith("NEXT_STEP")
         self._start_flight(subs, n, resets_in_step)
         self._wrap_vector_step(env, n)
         for sub in subs or ():  # one checker per sub-env: episodes of sub-envs interleave
@@ -92,13 +94,13 @@ class EnvWatch:
                 self.report_internal("the reward-logic audit", e)
 
     def _start_flight(self, subs: Any, n: int, next_step: bool) -> None:
-        """A flight recorder for single-agent sub-envs (a multi-agent env's actions are dicts:
-        not recorded yet)."""
+        """A flight recorder for the sub-envs (a multi-agent env's: per agent)."""
         self.flight = None
-        if not self.opts.flight_recorder or self.multi_agent or not subs:
+        if not self.opts.flight_recorder or not subs:
             return
         try:
-            self.flight = FlightRecorder(n, int(self.opts.flight_mb * 1024**2), next_step=next_step)
+            cls = MultiAgentFlightRecorder if self.multi_agent else FlightRecorder
+            self.flight = cls(n, int(self.opts.flight_mb * 1024**2), next_step=next_step)
             self.flight_subs = list(subs)
             self.flight_env = env_build_spec(self.env_runner, self.index)
             self.liveness.on_stall = self._stall_dump
@@ -106,13 +108,16 @@ class EnvWatch:
             self.flight = None
             self.report_internal("the flight recorder", e)
 
-    def _flight_before_reset(self, sub: Any, args: tuple, kwargs: dict) -> dict | None:
-        """The env's generator state before a reset; a first reset without a seed gets one drawn
-        here (as gymnasium would draw it, but a seed the replay knows)."""
+    def _flight_before_reset(self, sub: Any, index: int, args: tuple, kwargs: dict) -> dict | None:
+        """The env's generator state before a reset; a sub-env's first reset without a seed gets
+        one drawn here (as gymnasium would draw it, but a seed the replay knows). Only the first:
+        an env whose own generator stays unset (a multi-agent env seeding its parts) is not
+        reseeded at every episode."""
         if self.flight is None:
             return None
         state = rng_state(sub)
-        if state is None and kwargs.get("seed") is None and not args and unseeded_first(sub):
+        if state is None and kwargs.get("seed") is None and not args and not self.flight.episodes[index] \
+                and unseeded_first(sub):
             kwargs["seed"] = int.from_bytes(os.urandom(4), "little")
         return state
 
@@ -265,7 +270,7 @@ class EnvWatch:
             nonlocal first
             if resets_in_step and lv.in_step_since:
                 lv.steps -= 1
-            state = agent._flight_before_reset(sub, args, kwargs)
+            state = agent._flight_before_reset(sub, index, args, kwargs)
             try:
                 out = reset(*args, **kwargs)
             except Exception as e:

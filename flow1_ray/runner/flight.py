@@ -75,7 +75,7 @@ class FlightRecorder:
         self.n = n
         self.cap = int(cap_bytes)
         self.next_step = next_step
-        self.chunks: deque = deque()    # (first row, actions, digests, rewards, bytes): COMPACT_EVERY rows each
+        self.chunks: deque = deque()    # (first row, {column: array or None}, bytes): COMPACT_EVERY rows each
         self.first_row = 0              # the absolute index of the oldest row kept
         self.next_row = 0               # the absolute index of the next row
         self.bytes = 0
@@ -95,13 +95,16 @@ class FlightRecorder:
         eps = self.episodes[i]
         if eps and eps[-1]["end"] is None:   # the episode before ends where this one begins
             eps[-1]["end"] = self.next_row + (0 if (in_step and self.next_step) or not in_step else 1)
-        first = self.digest.of(np.asarray(obs)[None] if isinstance(obs, np.ndarray) else None, 1)
         eps.append({"row": self.next_row + (1 if in_step else 0), "end": None,
                     "seed": seed if isinstance(seed, int) else None,
                     "options": options if isinstance(options, dict) else None, "rng_state": state,
-                    "first_digest": float(first[0]) if first is not None else None})
+                    "first_digest": self._first_digest(obs)})
         if len(eps) > MAX_EPISODES or eps[0]["row"] < self.first_row:
             self._prune(i)
+
+    def _first_digest(self, obs: Any) -> Any:
+        first = self.digest.of(np.asarray(obs)[None] if isinstance(obs, np.ndarray) else None, 1)
+        return float(first[0]) if first is not None else None
 
     def _prune(self, i: int) -> None:
         eps = self.episodes[i]
@@ -125,14 +128,28 @@ class FlightRecorder:
         if len(acts) >= COMPACT_EVERY:
             self._compact()
 
+    #: the arrays of a chunk (and of a dump), one row per vector step, the sub-env on axis 1
+    COLUMNS = ("actions", "digests", "rewards")
+
     def _compact(self) -> None:
         if not self._acts:
             return
         k = len(self._acts)
         start = self.next_row - k
+        cols = self._chunk_columns(k)
+        self._acts, self._obs, self._rews = [], [], []
+        size = sum(a.nbytes for a in cols.values() if a is not None) + 200
+        self.chunks.append((start, k, cols, size))
+        self.bytes += size
+        while self.bytes > self.cap and len(self.chunks) > 1:
+            old = self.chunks.popleft()
+            self.bytes -= old[3]
+            self.first_row = self.chunks[0][0]
+
+    def _chunk_columns(self, k: int) -> dict[str, np.ndarray | None]:
         try:
             acts = np.stack([np.asarray(a) for a in self._acts])
-        except (ValueError, TypeError):   # actions that are not one array per step (a dict)
+        except (ValueError, TypeError):   # actions that are not one array per step
             acts = None
         try:
             obs = np.stack(self._obs)
@@ -144,38 +161,47 @@ class FlightRecorder:
             rew = np.asarray(self._rews, dtype=np.float64).reshape(k, -1)
         except (ValueError, TypeError):
             rew = None
-        self._acts, self._obs, self._rews = [], [], []
-        size = sum(a.nbytes for a in (acts, dig, rew) if a is not None) + 200
-        self.chunks.append((start, acts, dig, rew, size))
-        self.bytes += size
-        while self.bytes > self.cap and len(self.chunks) > 1:
-            old = self.chunks.popleft()
-            self.bytes -= old[4]
-            self.first_row = self.chunks[0][0]
+        return {"actions": acts, "digests": dig, "rewards": rew}
+
+    def _rows_of(self, name: str, arr: np.ndarray, a: int, b: int, i: int) -> list:
+        """Rows ``a:b`` of sub-env ``i`` in one chunk's column."""
+        return list(arr[a:b, i])
 
     def _column(self, i: int, lo: int, hi: int) -> dict[str, list]:
-        out: dict[str, list] = {"actions": [], "digests": [], "rewards": []}
-        for start, acts, dig, rew, _ in self.chunks:
-            a, b = max(lo, start) - start, min(hi, start + (len(acts) if acts is not None else len(rew))) - start
+        out: dict[str, list] = {name: [] for name in self.COLUMNS}
+        for start, k, cols, _ in self.chunks:
+            a, b = max(lo, start) - start, min(hi, start + k) - start
             if b <= a:
                 continue
-            for name, arr in (("actions", acts), ("digests", dig), ("rewards", rew)):
-                out[name].extend(list(arr[a:b, i]) if arr is not None and arr.shape[1] > i else [None] * (b - a))
+            for name in self.COLUMNS:
+                arr = cols.get(name)
+                out[name].extend(self._rows_of(name, arr, a, b, i) if arr is not None and arr.shape[1] > i
+                                 else [None] * (b - a))
         return out
+
+    def _bad_rows(self, cols: dict, i: int, what: str) -> np.ndarray:
+        arr = cols.get(what)
+        if arr is None or arr.shape[1] <= i:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(~np.isfinite(arr[:, i]))
 
     def first_nonfinite(self, i: int, what: str = "digests") -> int | None:
         """The absolute row of sub-env ``i``'s first non-finite observation digest (or reward:
         ``what="rewards"``) among the rows kept, or None."""
         self._compact()
-        k = ("actions", "digests", "rewards").index(what) + 1
-        for chunk in self.chunks:
-            arr = chunk[k]
-            if arr is None or arr.shape[1] <= i:
-                continue
-            bad = np.flatnonzero(~np.isfinite(arr[:, i]))
+        for start, _, cols, _ in self.chunks:
+            bad = self._bad_rows(cols, i, what)
             if bad.size:
-                return chunk[0] + int(bad[0])
+                return start + int(bad[0])
         return None
+
+    def failed_arrays(self, action: Any) -> dict[str, np.ndarray]:
+        """The arrays of a dump that name the action its failing step was called with."""
+        return {"failed_action": np.asarray(action)}
+
+    def _meta(self) -> dict:
+        """What a dump's manifest says of the recording beyond its episodes."""
+        return {}
 
     def dump(self, i: int) -> dict | None:
         """``arrays``: ``actions``, ``digests``, ``rewards`` (one row per step replayed) and
@@ -189,7 +215,7 @@ class FlightRecorder:
         life = self.whole_life[i] and eps[0] is self.episodes[i][0] and eps[0]["row"] >= self.first_row
         if not life:
             eps = eps[-1:]
-        cols: dict[str, list] = {"actions": [], "digests": [], "rewards": []}
+        cols: dict[str, list] = {name: [] for name in self.COLUMNS}
         starts, rows = [], []
         for e in eps:
             lo = max(e["row"], self.first_row)
@@ -201,12 +227,13 @@ class FlightRecorder:
         arrays: dict[str, np.ndarray] = {"episode_starts": np.asarray(starts, dtype=np.int64)}
         for name, col in cols.items():
             if col and all(x is not None for x in col):
-                arrays[name] = np.stack(col) if name == "actions" else np.asarray(col, dtype=np.float64)
+                arrays[name] = np.stack(col) if name != "digests" and name != "rewards" else \
+                    np.asarray(col, dtype=np.float64)
         last = eps[-1]
         whole = last["row"] >= self.first_row
         meta = {"from": "creation" if life else "episode", "whole": whole, "steps": len(cols["actions"]),
                 "episode_steps": len(cols["actions"]) - starts[-1],
                 "dropped_steps": 0 if whole else self.first_row - last["row"], "sub_env": i,
                 "rng_state": eps[0]["rng_state"],
-                "episodes": [{k: e[k] for k in ("seed", "options", "first_digest")} for e in eps]}
+                "episodes": [{k: e[k] for k in ("seed", "options", "first_digest")} for e in eps], **self._meta()}
         return {"arrays": arrays, "meta": meta, "rows": rows}   # rows: each step's absolute row (not written)

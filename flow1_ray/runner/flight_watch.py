@@ -164,8 +164,8 @@ def hang_dumps(agent: Any, stalled_s: float, frame: Any) -> list[str]:
         d = flight.dump(k)
         if d is None:
             continue
-        if isinstance(pending, np.ndarray) and len(pending) > k:
-            d["arrays"]["failed_action"] = np.asarray(pending[k])
+        if isinstance(pending, (np.ndarray, list, tuple)) and len(pending) > k:
+            d["arrays"].update(flight.failed_arrays(pending[k]))
         name = _send_entry(agent, "ENV_HUNG", f"a step did not return within {stalled_s:.0f} s", d,
                            {"call": "step", "step": d["meta"]["steps"] + 1, "hang": True, "exception": None,
                             "stalled_s": round(stalled_s, 1)}, raising_sub_env_known=i is not None)
@@ -192,9 +192,9 @@ def crash_dumps(agent: Any, exc: BaseException, call: str, finding: Any, action:
         if d is None:
             continue
         failed = action if (action is not None and k == sub) else (
-            actions[k] if isinstance(actions, np.ndarray) and len(actions) > k else None)
+            actions[k] if isinstance(actions, (np.ndarray, list, tuple)) and len(actions) > k else None)
         if failed is not None and call == "step":
-            d["arrays"]["failed_action"] = np.asarray(failed)
+            d["arrays"].update(flight.failed_arrays(failed))
         name = _send_entry(agent, finding.code, finding.message, d,
                            {"call": call, "step": d["meta"]["steps"] + (0 if call == "reset" else 1),
                             "exception": f"{type(exc).__name__}: {exc}"[:2000],
@@ -223,7 +223,7 @@ def nonfinite_dumps(agent: Any, finding: Any) -> list[str]:
         if row not in d["rows"]:
             continue   # a row before the episodes kept, or an autoreset's own
         step = d["rows"].index(row) + 1
-        for k in ("actions", "digests", "rewards"):
+        for k in flight.COLUMNS:
             if k in d["arrays"]:
                 d["arrays"][k] = d["arrays"][k][:step]
         d["meta"] = {**d["meta"], "steps": step}

@@ -39,3 +39,27 @@ class GlobalRandomReset(CrashesAtLifeStep):
         super().reset(seed=seed, options=options)
         self.state = np.random.uniform(-0.05, 0.05, size=4)
         return np.array(self.state, dtype=np.float32), {}
+
+
+def _multi_agent_cartpole():
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    return MultiAgentCartPole
+
+
+class AgentPushCrash(_multi_agent_cartpole()):
+    """RLlib's MultiAgentCartPole (two agents, ints 0 and 1) that raises when agent 1 pushes right
+    (action 1) on or after the ``at``-th step of its life: one agent's action in a state the
+    episodes before led to."""
+
+    def __init__(self, config=None):
+        config = dict(config or {})
+        self.at = int(config.pop("at", 120))
+        super().__init__({"num_agents": 2, **config})
+        self.life = 0
+
+    def step(self, action_dict):
+        self.life += 1
+        if self.life >= self.at and action_dict.get(1) == 1:
+            raise RuntimeError(f"agent 1's push right broke the joint at life step {self.life}")
+        return super().step(action_dict)

@@ -60,6 +60,10 @@ def _entry(tmp_path, manifest=None, arrays=None):
      "arrays.npz cannot be read"),
     (lambda p: _entry(p, arrays=lambda f: np.savez(f, payload=np.ones(2))), "unknown array 'payload'"),
     (lambda p: _entry(p, arrays=lambda f: os.symlink("/etc/hostname", f)), "is a link; refused"),
+    (lambda p: _entry(p, {"schema": 1, "env": {}, "start": {"multi_agent": True, "agents": "ab"}, "failure": {}}),
+     "a multi-agent entry without its agents' ids and action kinds"),
+    (lambda p: _entry(p, {"schema": 1, "env": {}, "start": {"multi_agent": True, "agents": [[0]]}, "failure": {}}),
+     "a multi-agent entry without its agents' ids"),
 ])
 def test_a_damaged_or_hostile_entry_is_one_line(tmp_path, make, says):
     with pytest.raises(Flow1InputError, match=says) as e:
