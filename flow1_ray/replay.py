@@ -108,6 +108,20 @@ def _reset(env: Any, episode: dict, state: dict | None) -> Any:
     return env.reset(seed=episode.get("seed"), options=episode.get("options"))
 
 
+def _episode_start(env: Any, ep: dict, e: int, last: bool, start: dict, failure: dict, k: int) -> tuple:
+    """Episode ``e``'s reset: (its observation, None), or (None, the outcome) where the reset
+    raised (the env's own failure is the result) or was the run's failing call and returned."""
+    try:
+        obs, _ = _reset(env, ep, start.get("rng_state") if e == 0 else None)
+    except Flow1InputError:
+        raise
+    except Exception as exc:   # noqa: BLE001
+        return None, _raised(exc, k, failure, during="reset")
+    if last and failure.get("call") == "reset":
+        return None, {"result": NOT_REPRODUCED, "step": k, "why": "the failing reset returned"}
+    return obs, None
+
+
 def _differs(digest: Digest, obs: Any, recorded: float) -> bool:
     import numpy as np
 
@@ -136,14 +150,9 @@ def steps(man: dict, arrays: dict, env: Any, on_step: Any = None, until: int | N
     k = 0
     for e, ep in enumerate(episodes):
         last = e == len(episodes) - 1
-        try:
-            obs, _ = _reset(env, ep, start.get("rng_state") if e == 0 else None)
-        except Flow1InputError:
-            raise
-        except Exception as exc:   # noqa: BLE001 -- the env's own failure is the result
-            return _raised(exc, k, failure, during="reset")
-        if last and failure.get("call") == "reset":
-            return {"result": NOT_REPRODUCED, "step": k, "why": "the failing reset returned"}
+        obs, ended = _episode_start(env, ep, e, last, start, failure, k)
+        if ended is not None:
+            return ended
         if ep.get("first_digest") is not None and _differs(digest, obs, ep["first_digest"]):
             return {"result": DIVERGED, "step": k, "why": f"the observation after the reset of episode {e + 1} "
                                                           f"differs from the run's"}
@@ -217,14 +226,9 @@ def _agent_steps(man: dict, arrays: dict, env: Any, on_step: Any, until: int | N
     k, episodes = 0, start.get("episodes") or [{}]
     for e, ep in enumerate(episodes):
         last = e == len(episodes) - 1
-        try:
-            obs, _ = _reset(env, ep, start.get("rng_state") if e == 0 else None)
-        except Flow1InputError:
-            raise
-        except Exception as exc:   # noqa: BLE001 -- the env's own failure is the result
-            return _raised(exc, k, failure, during="reset")
-        if last and failure.get("call") == "reset":
-            return {"result": NOT_REPRODUCED, "step": k, "why": "the failing reset returned"}
+        obs, ended = _episode_start(env, ep, e, last, start, failure, k)
+        if ended is not None:
+            return ended
         for c, v in (ep.get("first_digest") or {}).items():
             aid = agents[int(c)] if str(c).isdigit() and int(c) < len(agents) else None
             if aid is not None and _differs(digest, obs.get(aid) if isinstance(obs, dict) else None, v):

@@ -47,13 +47,9 @@ def _holder(directory, key: str, slow_after_report_s: float = 0.0) -> int:
     return pid
 
 
-@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
-def test_a_killed_holder_is_reported_at_once_not_at_the_next_scan(tmp_path, sig):
-    """The loop scans every 30 s; the death arrives within a few seconds of the kill (a
-    busy-machine margin: the scan and faulthandler's report take milliseconds), so only the
-    exit's wake can have started that scan."""
-    lock_dir = private_dir(tmp_path / "locks")
-    pid = _holder(lock_dir, "runnerA")
+def _tracking(lock_dir, key: str):
+    """A probe loop scanning every INTERVAL_S, told of ``key`` and back in its wait once the
+    holder is tracked; (the loop, its reports as (time, changes), an event set at a death)."""
     reports: list[tuple[float, list]] = []
     got = threading.Event()
 
@@ -64,12 +60,23 @@ def test_a_killed_holder_is_reported_at_once_not_at_the_next_scan(tmp_path, sig)
 
     loop = ProbeLoop("job", "node", 60.0, INTERVAL_S, 3600.0, "report", report, error=lambda *a: None,
                      lock_dir=lock_dir)
+    loop.set_keys([key], [])    # a scan at once for the new key: the runner is tracked
+    deadline = time.monotonic() + 10.0
+    while not any(c["kind"] == "new" for _, cs in reports for c in cs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reports, "the new key was not scanned for"
+    return loop, reports, got
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
+def test_a_killed_holder_is_reported_at_once_not_at_the_next_scan(tmp_path, sig):
+    """The loop scans every 30 s; the death arrives within a few seconds of the kill (a
+    busy-machine margin: the scan and faulthandler's report take milliseconds), so only the
+    exit's wake can have started that scan."""
+    lock_dir = private_dir(tmp_path / "locks")
+    pid = _holder(lock_dir, "runnerA")
+    loop, reports, got = _tracking(lock_dir, "runnerA")
     try:
-        loop.set_keys(["runnerA"], [])    # a scan at once for the new key: the runner is tracked
-        deadline = time.monotonic() + 10.0
-        while not any(c["kind"] == "new" for _, cs in reports for c in cs) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert reports, "the new key was not scanned for"
         time.sleep(0.05)                  # the loop is back in its wait, holding the runner's pidfd
         t0 = time.monotonic()
         os.kill(pid, sig)
@@ -88,21 +95,8 @@ def test_a_fatal_signal_report_wakes_the_probe_before_the_process_ends(tmp_path)
     (the lock directory's inotify watch), not at the exit's pidfd nor at the next scan."""
     lock_dir = private_dir(tmp_path / "locks")
     pid = _holder(lock_dir, "runnerB", slow_after_report_s=8.0)
-    reports: list[tuple[float, list]] = []
-    got = threading.Event()
-
-    def report(node, changes, summary):
-        reports.append((time.monotonic(), changes))
-        if any(c["kind"] == "died" for c in changes):
-            got.set()
-
-    loop = ProbeLoop("job", "node", 60.0, INTERVAL_S, 3600.0, "report", report, error=lambda *a: None,
-                     lock_dir=lock_dir)
+    loop, reports, got = _tracking(lock_dir, "runnerB")
     try:
-        loop.set_keys(["runnerB"], [])
-        deadline = time.monotonic() + 10.0
-        while not any(c["kind"] == "new" for _, cs in reports for c in cs) and time.monotonic() < deadline:
-            time.sleep(0.01)
         time.sleep(0.2)                   # the loop is back in its wait, the directory watched
         t0 = time.monotonic()
         os.kill(pid, signal.SIGSEGV)
