@@ -193,10 +193,12 @@ class ExitWake:
         wait until ``.tb`` files have been quiet for REPORT_QUIET_S (REPORT_SETTLE_S at most),
         so that the scan reads the whole report, with the crashing thread's frames."""
         end = time.monotonic() + REPORT_SETTLE_S
+        waiter = select.poll()   # poll, not select: a hub holding over 1,024 descriptors
+        waiter.register(self._ino, select.POLLIN)
         while time.monotonic() < end:
             try:
-                quiet = not select.select([self._ino], [], [], REPORT_QUIET_S)[0]
-            except (InterruptedError, ValueError, OSError):
+                quiet = not waiter.poll(REPORT_QUIET_S * 1000.0)
+            except (InterruptedError, OSError):
                 return
             if quiet or not _fatal_report_written(self._ino):
                 return
