@@ -108,16 +108,15 @@ class EnvWatch:
             self.flight = None
             self.report_internal("the flight recorder", e)
 
-    def _flight_before_reset(self, sub: Any, index: int, args: tuple, kwargs: dict) -> dict | None:
-        """The env's generator state before a reset; a sub-env's first reset without a seed gets
-        one drawn here (as gymnasium would draw it, but a seed the replay knows). Only the first:
-        an env whose own generator stays unset (a multi-agent env seeding its parts) is not
-        reseeded at every episode."""
+    def _flight_before_reset(self, sub: Any, args: tuple, kwargs: dict) -> dict | None:
+        """The env's generator state before a reset; a reset without a seed of an env whose own
+        generator is unset gets one drawn here (as gymnasium would draw it, but a seed the replay
+        knows): an env that never sets it (a multi-agent env seeding its parts) gets one at every
+        episode, so that an episode replays alone once the rows no longer hold the env's life."""
         if self.flight is None:
             return None
         state = rng_state(sub)
-        if state is None and kwargs.get("seed") is None and not args and not self.flight.episodes[index] \
-                and unseeded_first(sub):
+        if state is None and kwargs.get("seed") is None and not args and unseeded_first(sub):
             kwargs["seed"] = int.from_bytes(os.urandom(4), "little")
         return state
 
@@ -270,7 +269,7 @@ class EnvWatch:
             nonlocal first
             if resets_in_step and lv.in_step_since:
                 lv.steps -= 1
-            state = agent._flight_before_reset(sub, index, args, kwargs)
+            state = agent._flight_before_reset(sub, args, kwargs)
             try:
                 out = reset(*args, **kwargs)
             except Exception as e:
