@@ -70,7 +70,8 @@ class Flow1Options:
     """The flight recorder's rows per EnvRunner, in MB: an episode longer than they hold keeps its last steps
     and its dump says the replay cannot start from its reset."""
     repro_max: int = 20
-    """``repro/`` entries kept per run; repeats of one kind (code, worker) keep the first and the latest."""
+    """``repro/`` entries kept per run (the EnvRunners' and the Learners' dumps); repeats of one kind (code,
+    worker) keep the first and the latest. 0: none is made."""
     audit_reward: bool = False
     """REWARD_UNEARNED live: audit sub-env 0 of the first training runner for reward the env changes
     whatever the action."""
@@ -95,7 +96,8 @@ class Flow1Options:
     # the learner side (the learner curves per RLModule; gradients and dormant units on every Learner)
     learner_tracing: bool = True
     """Wrap each Learner's ``compute_gradients`` to trace per-layer gradients and dormant units (no change
-    to the algorithm)."""
+    to the algorithm), and to check every update's losses and gradients for NaN/inf before the optimizer
+    steps (LEARNER_NONFINITE; the first such update's state goes to ``repro/`` for ``flow1 replay``)."""
     grad_every: int = 50
     """Trace one update in this many (and the next update at once after a return drop or a learner
     snapshot)."""

@@ -138,6 +138,7 @@ def _run(args, p: dict, grad_every: int, algo, learner, update, T) -> int:
     import ray
 
     spent: dict[str, list[float]] = {"on": [], "every": []}
+    guard: list[tuple[float, float, int]] = []   # the NaN guard's own time in an "on" call, the call's, its updates
     info: dict[str, tuple[int, int]] = {}
     # one tracer per arm for the whole run, attached and detached between calls, so that its
     # grad_every schedule runs on across calls as in a run (a fresh install traces its first update)
@@ -151,10 +152,12 @@ def _run(args, p: dict, grad_every: int, algo, learner, update, T) -> int:
         if tr is not None:
             tr.install(trace_first=name not in installed)
             installed[name] = True
-        before = (tr.spent_s, tr.calls, tr.traces) if tr is not None else None
+        before = (tr.spent_s, tr.calls, tr.traces, tr.guard.spent_s, tr.guard.updates) if tr is not None else None
         took = update()
         if tr is not None:
             spent[name].append((tr.spent_s - before[0]) / took)   # the tracing's own time, as a share
+            if name == "on":
+                guard.append((tr.guard.spent_s - before[3], took, tr.guard.updates - before[4]))
             info[name] = (tr.calls - before[1], tr.traces - before[2])
         return took
 
@@ -163,6 +166,7 @@ def _run(args, p: dict, grad_every: int, algo, learner, update, T) -> int:
     times: dict[str, list[float]] = {n: [] for n in names}
     spent["on"].clear()
     spent["every"].clear()
+    guard.clear()
     for r in range(args.rounds):
         order = names if r % 2 == 0 else names[::-1]
         for n in order:
@@ -178,6 +182,10 @@ def _run(args, p: dict, grad_every: int, algo, learner, update, T) -> int:
         print(f"{label:>24}: the tracing's own time / the call = {statistics.median(spent[n]):.4%} "
               f"(max {max(spent[n]):.4%}); wall clock traced / untraced = {statistics.median(ratios):.4f} "
               f"(95% CI {lo:.4f}-{hi:.4f}), totals {sum(times[n]) / sum(times['off']):.4f}")
+    g_share = statistics.median(g / t for g, t, _ in guard)
+    g_us = 1e6 * sum(g for g, _, _ in guard) / max(1, sum(n for _, _, n in guard))
+    print(f"{'of which the NaN guard':>24}: {g_share:.4%} of the call (every update checked: {g_us:.1f} us an "
+          f"update, {sum(n for _, _, n in guard)} updates)")
     algo.stop()
     ray.shutdown()
     return 0

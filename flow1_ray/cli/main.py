@@ -172,7 +172,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if args.pdb:
         return 0
     _write_json(args.json, json.dumps(out, indent=1, default=str))
-    line = f"flow1 replay: {out.get('result')} at step {out.get('step')}"
+    line = f"flow1 replay: {out.get('result')} at {out.get('unit', 'step')} {out.get('step')}"
     if out.get("exception"):
         line += f": {out['exception']}" + (f" in {out['frame']}" if out.get("frame") else "")
     if out.get("nonfinite"):

@@ -61,6 +61,35 @@ WHATIF_DIR = "whatif"          # flow1 whatif: <UTC stamp>/ verdicts.json, verdi
 REPRO_DIR = "repro"            # flight-recorder dumps: <entry>/ manifest.json, arrays.npz (flow1 replay)
 DIAGNOSIS_JSON = "diagnosis.json"  # the diagnosis (flow1_ray.diagnosis.diagnose; docs: guides/diagnosis.md)
 
+
+def repro_entry_name(kind: str, worker_index: int, pid: int, count: int, code: str) -> str:
+    """A ``repro/`` entry's name: ``train3-pid4242-001-env_crashed``, ``learner0-pid77-001-learner_nonfinite``."""
+    return f"{kind}{int(worker_index)}-pid{int(pid)}-{int(count):03d}-{code.lower()}"
+
+
+#: a Learner's NaN guard (learner/nan_guard.py) logs under ``learners/<module>/flow1/``: the
+#: updates whose loss / gradients were NaN/inf, and its dump's name as one number (the metrics
+#: carry numbers only; reduced by max, so the rank, pid and count of one dump stay together)
+NONFINITE_LOSS, NONFINITE_GRAD, LEARNER_REPRO_ID = "nonfinite_loss", "nonfinite_grad", "repro_id"
+_PID_SPAN, _SEQ_SPAN = 2 ** 22, 1000   # Linux pids < 2**22; a Learner dumps < 1000 times
+
+
+def learner_repro_id(rank: int, pid: int, count: int) -> float:
+    return float((int(rank) * _PID_SPAN + int(pid) % _PID_SPAN) * _SEQ_SPAN + int(count) % _SEQ_SPAN)
+
+
+def learner_repro_entry(repro_id: float, code: str) -> str | None:
+    """The entry :func:`learner_repro_id` names (``repro/`` relative), or None for a value that is not one."""
+    try:
+        n = int(repro_id)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if n <= 0 or n != repro_id:
+        return None
+    rest, count = divmod(n, _SEQ_SPAN)
+    rank, pid = divmod(rest, _PID_SPAN)
+    return f"{REPRO_DIR}/{repro_entry_name('learner', rank, pid, count, code)}"
+
 #: a what-if verdict on one advice (``verdicts.json``'s "verdict"): the judge writes them, the
 #: report and the diagnosis read them
 WHATIF_HELD, WHATIF_NOT_HELD, WHATIF_HARMFUL, WHATIF_INCONCLUSIVE, WHATIF_NOT_IN_EFFECT = (

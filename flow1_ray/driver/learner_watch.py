@@ -85,7 +85,8 @@ class LearnerWatch:
         if group is None:
             return {}
         fn = functools.partial(_install_and_spaces, grad_every=self.opts.grad_every, tau=self.th.dormant_tau,
-                               heartbeat_s=self.opts.heartbeat_interval_s, stall_s=self.opts.stall_timeout_s)
+                               heartbeat_s=self.opts.heartbeat_interval_s, stall_s=self.opts.stall_timeout_s,
+                               run_id=self.run_id, dump=self.opts.repro_max > 0)
         spaces: dict = {}
         self.statuses = []
         for r in _results(group.foreach_learner(fn, timeout_seconds=self.opts.get_timeout_s * 5)):
@@ -318,12 +319,12 @@ def _remove(loc: Location) -> None:
 
 
 def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, heartbeat_s: float = 1.0,
-                        stall_s: float = 30.0) -> dict:
-    """On one Learner: the tracing, and (in a Learner actor) its lock-file liveness."""
+                        stall_s: float = 30.0, run_id: str | None = None, dump: bool = True) -> dict:
+    """On one Learner: the tracing and the NaN guard, and (in a Learner actor) its lock-file liveness."""
     from ..liveness import learner as liveness
     from ..checks.own.watchers import error_line, traceback_text
 
-    status = {**T.install(learner, grad_every, tau), "rank": _rank()}
+    status = {**T.install(learner, grad_every, tau, run_id, _rank(), dump), "rank": _rank()}
     try:
         liveness.attach(learner, _rank(), heartbeat_s, stall_s)
     except Exception as e:  # liveness is flow1's; the Learner goes on without it (said: WATCHER_OFF)

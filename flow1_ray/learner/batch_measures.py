@@ -65,3 +65,28 @@ def reward_range(batch: Any, module_ids: Any) -> dict[str, tuple[float, float]]:
         lo, hi = (float(x) for x in rewards.detach().float().aminmax())
         out[mid] = (lo, hi)
     return out
+
+
+def batch_columns(batch: Any, columns: tuple, max_rows: int) -> dict:
+    """module -> {column: numpy array of at most ``max_rows`` rows} of a train batch's numeric
+    ``columns`` (a snapshot's)."""
+    import numpy as np
+
+    out: dict = {}
+    if not isinstance(batch, dict):
+        return out
+    for mid, cols in batch.items():
+        if not isinstance(cols, dict):
+            continue
+        got = {}
+        for key in columns:
+            v = cols.get(key)
+            if v is None or not hasattr(v, "detach") and not isinstance(v, np.ndarray):
+                continue
+            arr = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+            if arr.dtype == object:
+                continue
+            got[key] = np.ascontiguousarray(arr[:max_rows])
+        if got:
+            out[str(mid)] = got
+    return out

@@ -30,8 +30,9 @@ from collections import deque
 from typing import Any
 
 from ..common.schema import ALL_MODULES, DEFAULT_MODULE_ID
-from .batch_measures import clip_counts, reward_range
+from .batch_measures import batch_columns, clip_counts, reward_range
 from .hooks import ACTIVATIONS, ForwardHooks
+from .nan_guard import NonfiniteGuard
 from ..checks.own.watchers import error_line, traceback_text
 
 logger = logging.getLogger("flow1_ray")
@@ -79,8 +80,11 @@ def layer_order(learner: Any) -> dict[str, list[str]]:
 class LearnerTracer(ForwardHooks):
     """The tracing state of one Learner."""
 
-    def __init__(self, learner: Any, grad_every: int = 50, dormant_tau: float = 0.025) -> None:
+    def __init__(self, learner: Any, grad_every: int = 50, dormant_tau: float = 0.025, run_id: str | None = None,
+                 rank: int = 0, dump: bool = True) -> None:
         self.learner = learner
+        self.guard: NonfiniteGuard | None = NonfiniteGuard(learner, run_id, rank, dump)
+        self.guard_off: str | None = None
         self.grad_every = max(1, int(grad_every))
         self.tau = float(dormant_tau)
         self.calls = 0
@@ -110,6 +114,8 @@ class LearnerTracer(ForwardHooks):
         self._orig_grads = learner.compute_gradients
         self._orig_losses = learner.compute_losses
         self._orig_after = getattr(learner, "after_gradient_based_update", None)
+        self._orig_make = getattr(learner, "_make_batch_if_necessary", None)
+        self.full_batch: Any = None   # the update's whole train batch (after the learner connector), until it ends
 
     # -- installation ----------------------------------------------------------------------
     def install(self, trace_first: bool = True) -> None:
@@ -117,6 +123,8 @@ class LearnerTracer(ForwardHooks):
         self.learner.compute_losses = self._compute_losses
         if self._orig_after is not None:
             self.learner.after_gradient_based_update = self._after_update
+        if self._orig_make is not None:
+            self.learner._make_batch_if_necessary = self._make_batch
         self._map_params()
         if trace_first:
             self._arm()  # the first update is traced
@@ -127,6 +135,8 @@ class LearnerTracer(ForwardHooks):
         self.learner.compute_losses = self._orig_losses
         if self._orig_after is not None:
             self.learner.after_gradient_based_update = self._orig_after
+        if self._orig_make is not None:
+            self.learner._make_batch_if_necessary = self._orig_make
 
     def _modules(self) -> dict[str, Any]:
         return modules_of(self.learner)
@@ -162,9 +172,16 @@ class LearnerTracer(ForwardHooks):
 
     def _compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
         grads = self._orig_grads(loss_per_module, **kwargs)
-        if not self.enabled:
-            return grads
         t0 = time.perf_counter()
+        if self.guard is not None:   # every update, before the optimizer steps
+            try:
+                self.guard.check(loss_per_module, grads, self.last_batch, self.full_batch)
+            except Exception as e:   # the guard is flow1's: off, and said in the status
+                self.guard, self.guard_off = None, error_line(e)
+                logger.warning("flow1: the learner's NaN guard turned off after an error: %s", self.guard_off)
+        if not self.enabled:
+            self.spent_s += time.perf_counter() - t0
+            return grads
         try:
             self.calls += 1
             if self.trace_now:
@@ -193,9 +210,18 @@ class LearnerTracer(ForwardHooks):
         """RLlib's end of one ``Learner.update`` call (all its minibatches), just before the
         call reduces its metrics: the tracing's time is logged here, once per call, not once
         per minibatch (PPO's default ~940 per iteration, ~10 us each)."""
+        self.full_batch = None
         out = self._orig_after(*args, **kwargs)
         self._log_spent()
         return out
+
+    def _make_batch(self, *args: Any, **kwargs: Any) -> Any:
+        """RLlib's whole train batch of one ``update`` (the learner connector's output), kept by
+        reference until the update ends: where a minibatch's columns came in NaN/inf, the NaN
+        guard's dump takes the rows they were computed from out of it."""
+        batch = self._orig_make(*args, **kwargs)
+        self.full_batch = batch
+        return batch
 
     def _log_spent(self) -> None:
         """The tracing's own time since the last log, in the iteration's learner results
@@ -333,43 +359,28 @@ class LearnerTracer(ForwardHooks):
     def snapshot(self, max_rows: int = 4096) -> dict:
         """The latest train batch's columns (numpy, at most ``max_rows`` rows per module) and
         the latest per-layer gradient RMS; the next update is traced too."""
-        import numpy as np
-
         self.force = True
         out: dict = {"modules": {}, "grad_rms": {}, "traces": self.traces}
         with self.lock:
             out["grad_rms"] = {m: dict(v) for m, v in self.last_norms.items()}
-        batch = self.last_batch
-        if not isinstance(batch, dict):
-            return out
-        for mid, cols in batch.items():
-            if not isinstance(cols, dict):
-                continue
-            got = {}
-            for key in SNAPSHOT_COLUMNS:
-                v = cols.get(key)
-                if v is None or not hasattr(v, "detach") and not isinstance(v, np.ndarray):
-                    continue
-                arr = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
-                if arr.dtype == object:
-                    continue
-                got[key] = np.ascontiguousarray(arr[:max_rows])
-            if got:
-                out["modules"][str(mid)] = got
+        out["modules"] = batch_columns(self.last_batch, SNAPSHOT_COLUMNS, max_rows)
         return out
 
     def status(self) -> dict:
         return {"calls": self.calls, "traces": self.traces, "errors": self.errors, "enabled": self.enabled,
                 "off_reason": self.off_reason, "off_traceback": self.off_traceback,
-                "grad_every": self.grad_every, "spent_s": round(self.spent_s, 4)}
+                "grad_every": self.grad_every, "spent_s": round(self.spent_s, 4),
+                "guard": self.guard.status() if self.guard is not None else {"off": self.guard_off}}
 
 
-def install(learner: Any, grad_every: int = 50, dormant_tau: float = 0.025) -> dict:
-    """Install (once) the tracing on ``learner``; returns its status. Idempotent: a learner
-    actor that Ray restarted comes back without it, and the driver calls this again."""
+def install(learner: Any, grad_every: int = 50, dormant_tau: float = 0.025, run_id: str | None = None,
+            rank: int = 0, dump: bool = True) -> dict:
+    """Install (once) the tracing and the NaN guard on ``learner``; returns its status.
+    Idempotent: a learner actor that Ray restarted comes back without it, and the driver calls
+    this again. ``run_id``: where the guard's dump goes (the run's hub); ``dump``: whether it is made."""
     tracer = getattr(learner, ATTR, None)
     if tracer is None:
-        tracer = LearnerTracer(learner, grad_every, dormant_tau)
+        tracer = LearnerTracer(learner, grad_every, dormant_tau, run_id, rank, dump)
         tracer.install()
         setattr(learner, ATTR, tracer)
     return tracer.status()

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..common.errors import Flow1InputError
 from ..common.events import one_line
-from ..common.schema import REPRO_DIR
+from ..common.schema import REPRO_DIR, repro_entry_name
 from .store import Location
 
 SCHEMA = 1
@@ -40,6 +40,8 @@ MAX_ENTRY_BYTES = 32 * 1024**2
 MAX_MANIFEST_BYTES = 1024**2
 ARRAY_NAMES = ("actions", "digests", "rewards", "failed_action", "episode_starts",
                "acted", "observed", "failed_acted")   # a multi-agent dump's masks, per agent
+#: a Learner entry's arrays are named a0, a1, ... (its manifest's "learner"/"arrays" says what each is)
+_LEARNER_ARRAY = re.compile(r"^a[0-9]{1,6}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
 #: the digest's projection: its width grows with the widest observation seen
 _SEED = 0x5EED
@@ -64,8 +66,7 @@ class Digest:
         return rows.astype(np.float64, copy=False) @ self._weights(rows.shape[1])
 
 
-def entry_name(kind: str, worker_index: int, pid: int, count: int, code: str) -> str:
-    return f"{kind}{int(worker_index)}-pid{int(pid)}-{int(count):03d}-{code.lower()}"
+entry_name = repro_entry_name
 
 
 def write_entry(run_dir: "str | os.PathLike | Location", name: str, arrays: dict, manifest: dict,
@@ -74,7 +75,7 @@ def write_entry(run_dir: "str | os.PathLike | Location", name: str, arrays: dict
     array is not numeric, or the arrays pass ``max_bytes``."""
     if not _NAME.match(name):
         return None
-    arrs = {k: np.asarray(v) for k, v in arrays.items() if k in ARRAY_NAMES}
+    arrs = {k: np.asarray(v) for k, v in arrays.items() if k in ARRAY_NAMES or _LEARNER_ARRAY.match(k)}
     if any(a.dtype.kind not in "biuf" for a in arrs.values()) or sum(a.nbytes for a in arrs.values()) > max_bytes:
         return None
     d = Location(run_dir) / REPRO_DIR / name
@@ -128,6 +129,9 @@ def read_entry(path: "str | os.PathLike") -> tuple[dict, dict]:
     for key, kind in (("env", dict), ("start", dict), ("failure", dict)):
         if not isinstance(man.get(key), kind):
             raise Flow1InputError(f"{shown}: {MANIFEST} has no {key!r} object")
+    learner = man.get("kind") == "learner"
+    if learner:
+        _check_learner(man, shown)
     start = man["start"]
     if start.get("multi_agent") and not (isinstance(start.get("agents"), list) and all(
             isinstance(a, (str, int)) and not isinstance(a, bool) for a in start["agents"])
@@ -138,7 +142,7 @@ def read_entry(path: "str | os.PathLike") -> tuple[dict, dict]:
         try:
             with np.load(arr_path, allow_pickle=False) as z:
                 for k in z.files:
-                    if k not in ARRAY_NAMES:
+                    if not (_LEARNER_ARRAY.match(k) if learner else k in ARRAY_NAMES):
                         raise Flow1InputError(f"{shown}: {ARRAYS} holds an unknown array {one_line(k)[:40]!r}")
                     a = z[k]
                     if a.dtype.kind not in "biuf":
@@ -150,6 +154,45 @@ def read_entry(path: "str | os.PathLike") -> tuple[dict, dict]:
             raise Flow1InputError(f"{shown}: {ARRAYS} cannot be read ({type(e).__name__}: {one_line(e)[:120]})") \
                 from None
     return man, arrays
+
+
+def _check_learner(man: dict, shown: str) -> None:
+    """A Learner entry's manifest: its ``learner`` object and the index of its arrays."""
+    lr = man.get("learner")
+    if not isinstance(lr, dict) or not isinstance(lr.get("arrays"), dict) or not isinstance(lr.get("modules"), dict):
+        raise Flow1InputError(f"{shown}: {MANIFEST}: a learner entry without its 'learner' object")
+    for key, what in lr["arrays"].items():
+        if not (isinstance(key, str) and _LEARNER_ARRAY.match(key) and isinstance(what, dict)
+                and what.get("what") in ("batch", "upstream", "weight", "optim")):
+            raise Flow1InputError(f"{shown}: {MANIFEST}: learner array {one_line(str(key))[:40]!r} is not described")
+    for key in ("config", "optimizers"):
+        if not isinstance(lr.get(key, {}), dict):
+            raise Flow1InputError(f"{shown}: {MANIFEST}: the learner's {key!r} is not an object")
+
+
+def plain_values(v: Any, strict: bool = False) -> Any:
+    """``v`` as plain JSON values (dicts with str keys, lists, str, int, float, bool, None;
+    numpy and torch scalars as numbers). A value that is none of those: None with ``strict``
+    (the whole value is refused), else its ``str``."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if v == v and abs(v) != float("inf") else str(v)
+    if isinstance(v, (list, tuple)):
+        out = [plain_values(x, strict) for x in v]
+        return None if strict and any(x is None and y is not None for x, y in zip(out, v)) else out
+    if isinstance(v, dict):
+        if strict and not all(isinstance(k, str) for k in v):
+            return None
+        out = {str(k): plain_values(x, strict) for k, x in v.items()}
+        return None if strict and any(out[str(k)] is None and x is not None for k, x in v.items()) else out
+    scalar = isinstance(v, np.generic) or (callable(getattr(v, "numel", None)) and getattr(v, "ndim", 1) == 0)
+    if scalar:
+        try:
+            return plain_values(v.item(), strict)
+        except Exception:
+            pass
+    return None if strict else str(v)
 
 
 def entry_heads(run_dir: "str | os.PathLike | Location") -> list[dict]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -401,3 +402,32 @@ def test_a_policy_collapsed_onto_one_action_is_the_cause_of_its_zero_gradient_no
     assert collapsed.evidence["layers"] == ["encoder.actor_encoder.net.mlp.0"] and "ENTROPY_COLLAPSE" in collapsed.message
     assert collapsed.evidence["knobs"][0]["knob"] == "entropy_coeff"
     assert by_cause["zero_passed_back"].evidence["layers"] == ["vf.net.mlp.0"]
+
+
+def test_a_nonfinite_update_fails_once_naming_its_dump_and_a_finite_run_stays_silent():
+    """LEARNER_NONFINITE from the NaN guard's counts (every update, traced or not); the dump's
+    name travels as one number (common/schema.py); the traced GRADIENT_EXPLODING does not say it twice."""
+    from flow1_ray.common import schema as S
+
+    rules = LayerRules("default_policy")
+    assert rules.add(0, {"flow1": {"nonfinite_loss": 0, "nonfinite_grad": 0}}) == []
+    rid = S.learner_repro_id(0, 4242, 1)
+    (f,) = rules.add(1, {"flow1": {"nonfinite_loss": 3, "nonfinite_grad": 3, "repro_id": rid, "traces": 1,
+                                   "grad_norm": float("nan"), "grad_nonfinite": 6, "grad_rms": {}}})
+    assert f.code == C.LEARNER_NONFINITE and f.status == C.FAIL
+    assert f.evidence["repro"] == "repro/learner0-pid4242-001-learner_nonfinite"
+    assert re.search(r"its loss was NaN/inf on 3 update\(s\) and a gradient was NaN/inf on 3 update\(s\).*"
+                     r"repro/learner0-pid4242-001-learner_nonfinite", f.message)
+    assert rules.add(2, {"flow1": {"nonfinite_loss": 1, "repro_id": rid}}) == []   # once per module
+    quiet = LayerRules("m").add(0, {"flow1": {"nonfinite_grad": 1}})[0]
+    assert quiet.evidence["repro"] is None and "no dump of it reached the run directory" in quiet.message
+
+
+def test_the_learner_dump_id_round_trips_and_refuses_what_is_not_one():
+    from flow1_ray.common import schema as S
+
+    for rank, pid, n in ((0, 1, 1), (3, 4194303, 999), (15, 77, 2)):
+        assert S.learner_repro_entry(S.learner_repro_id(rank, pid, n), "X") == \
+            f"repro/{S.repro_entry_name('learner', rank, pid, n, 'X')}"
+    for bad in (None, float("nan"), float("inf"), 0.0, -5.0, 1.5, "x"):
+        assert S.learner_repro_entry(bad, "X") is None

@@ -63,3 +63,27 @@ class AgentPushCrash(_multi_agent_cartpole()):
         if self.life >= self.at and action_dict.get(1) == 1:
             raise RuntimeError(f"agent 1's push right broke the joint at life step {self.life}")
         return super().step(action_dict)
+
+
+class RareStateFault(CartPoleEnv):
+    """CartPole whose physics breaks in a rare state: after ``at`` steps of its life, the first
+    time the pole leans past ``angle`` radians while the cart moves right. On the runner whose
+    ``worker_index`` is ``crash_on`` it raises there; on ``hang_on`` its step never returns.
+    Other runners' copies stay healthy (what a fault in one region of a cluster looks like)."""
+
+    def __init__(self, config=None, render_mode=None):
+        super().__init__(render_mode=render_mode)
+        config = config or {}
+        self.at, self.angle = int(config.get("at", 200)), float(config.get("angle", 0.15))
+        index = getattr(config, "worker_index", None)
+        self.fault = "crash" if index == config.get("crash_on") else "hang" if index == config.get("hang_on") else None
+        self.life = 0
+
+    def step(self, action):
+        self.life += 1
+        x_dot, theta = float(self.state[1]), float(self.state[2])
+        if self.fault and self.life >= self.at and abs(theta) > self.angle and x_dot > 0:
+            if self.fault == "hang":
+                time.sleep(3600)
+            raise FloatingPointError(f"pole solver diverged at life step {self.life} (theta={theta:.4f})")
+        return super().step(action)

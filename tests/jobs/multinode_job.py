@@ -29,6 +29,7 @@ def main(out_dir: str) -> dict:
     from ray.rllib.algorithms.ppo import PPOConfig
 
     whatif = _whatif(out_dir)
+    rare = _rare(out_dir)
 
     from flow1_ray import Flow1Callbacks, load_events
     from flow1_ray.common.names import hub_name
@@ -48,7 +49,7 @@ def main(out_dir: str) -> dict:
     out = {"runners": {str(i): {"pid": p, "node_id": n} for i, (p, n) in runners.items()},
            "worker_nodes": [n.node_id for n in nodes], "head_node": cluster.head_node.node_id,
            "hub_node": ray.get(hub.status.remote(), timeout=10).get("node_id"),
-           "driver_node": ray.get_runtime_context().get_node_id(), "whatif": whatif}
+           "driver_node": ray.get_runtime_context().get_node_id(), "whatif": whatif, "rare": rare}
 
     def wait(code: str, pid: int | None, timeout: float = 30.0, node_id: str | None = None):
         t0 = time.time()
@@ -119,6 +120,57 @@ def _whatif(out_dir: str) -> dict:
     o = run_whatif(checkpoint, sets=["lr=0.001"], seeds=2, iterations=1, parallel=4)
     return {"branch_nodes": sorted({r.node for r in o.results}), "failed": [r.error for r in o.failed()],
             "queued": o.queued, "runs": len(o.results)}
+
+
+def _rare(out_dir: str) -> dict:
+    """4 EnvRunners of half a CPU on the worker nodes (none on the driver's: the head has no CPU),
+    RareStateFault (tests/envs/replay_envs.py): runner 2 crashes and runner 3 hangs in a rare state
+    after 150 steps of their env's life. Their repro/ entries must reach the driver's run
+    directory, and ``flow1 replay`` of each must reproduce the crash, and the hang within its step
+    timeout."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from flow1_ray import Flow1Callbacks, load_events
+    from flow1_ray.common.names import hub_name
+    from flow1_ray.replay import play
+    from replay_envs import RareStateFault
+
+    cb = Flow1Callbacks.with_options(output_dir=out_dir, print_events=False, state_actions=False,
+                                     stall_timeout_s=3.0, heartbeat_interval_s=0.5, learner_tracing=False)
+    algo = (PPOConfig().environment(RareStateFault, env_config={"at": 150, "crash_on": 2, "hang_on": 3})
+            .callbacks(cb).env_runners(num_env_runners=4, num_cpus_per_env_runner=0.5, sample_timeout_s=6)
+            .fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True)
+            .training(train_batch_size_per_learner=800, minibatch_size=200, num_epochs=1)).build_algo()
+    result = algo.train()
+    run_dir = result["flow1"]["run_dir"]
+    hub = ray.get_actor(hub_name(run_dir.rstrip("/").rsplit("/", 1)[-1]), namespace="flow1")
+    where = {i: (pid, node) for i, pid, node in algo.env_runner_group.foreach_env_runner(
+        lambda er: (er.worker_index, os.getpid(), ray.get_runtime_context().get_node_id()),
+        local_env_runner=False, timeout_seconds=20)}
+    found: dict = {}
+    t0 = time.time()
+    while time.time() - t0 < 120 and not {"ENV_CRASHED", "WORKER_STALLED"} <= set(found):
+        ray.get(hub.flush.remote(), timeout=10)
+        for e in load_events(run_dir).to_pylist():
+            ev = json.loads(e["evidence"])
+            if e["code"] in ("ENV_CRASHED", "WORKER_STALLED") and ev.get("repro") and e["code"] not in found:
+                found[e["code"]] = {"worker_index": e["worker_index"], "node_id": e["node_id"], "repro": ev["repro"],
+                                    "message": e["message"][:400]}
+        if not {"ENV_CRASHED", "WORKER_STALLED"} <= set(found):
+            _quietly(algo.train)
+    for f in found.values():
+        entry = os.path.join(run_dir, f["repro"][0])
+        f["entry_on_driver_node"] = os.path.isfile(os.path.join(entry, "manifest.json"))
+        t1 = time.time()
+        f["replay"] = play(entry, step_timeout_s=5.0)
+        f["replay"].pop("stack", None)
+        f["replay_s"] = round(time.time() - t1, 1)
+    for i, (pid, _) in where.items():   # the hung runner's step never returns: end it before stop()
+        if i == 3:
+            _quietly(lambda: os.kill(pid, signal.SIGKILL))
+    _quietly(algo.stop)
+    return {"found": found, "runners": {str(i): n for i, (_, n) in where.items()},
+            "driver_node": ray.get_runtime_context().get_node_id()}
 
 
 def _print(out: dict) -> None:

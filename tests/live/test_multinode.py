@@ -45,6 +45,26 @@ def test_on_a_cluster_the_whatif_branches_spread_over_the_nodes(cluster_job):
     assert "1 wait in Ray's queue" in out["queued"], out
 
 
+def test_a_rare_state_crash_and_hang_on_remote_nodes_reach_the_driver_and_replay(cluster_job):
+    """4 runners on the worker nodes (RareStateFault): runner 2 crashes, runner 3 hangs, each in a
+    rare state after 150 steps of its env's life. Each dump is sent to the driver's run directory
+    (the head: no runner there) and replays here: the same exception at the same step, and a
+    hang at the same step said within the 5 s step timeout."""
+    rare = cluster_job["rare"]
+    found, runners = rare["found"], rare["runners"]
+    assert set(found) == {"ENV_CRASHED", "WORKER_STALLED"}, rare
+    assert len(set(runners.values())) >= 2 and rare["driver_node"] not in runners.values(), rare
+    crash, hang = found["ENV_CRASHED"], found["WORKER_STALLED"]
+    assert crash["worker_index"] == 2 and crash["node_id"] == runners["2"] and crash["entry_on_driver_node"], crash
+    assert hang["worker_index"] == 3 and hang["node_id"] == runners["3"] and hang["entry_on_driver_node"], hang
+    out = crash["replay"]
+    assert out["result"] == "reproduced" and out["step"] >= 150, crash
+    assert "FloatingPointError: pole solver diverged at life step" in out["exception"], crash
+    out = hang["replay"]
+    assert out["result"] == "reproduced" and out["hang"] and out["step"] >= 150, hang
+    assert "within 5 s, as in the run" in out["why"] and hang["replay_s"] < 60, hang
+
+
 def test_each_nodes_probe_names_its_own_runners(cluster_job):
     out = cluster_job
     runners = out["runners"]

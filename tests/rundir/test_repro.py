@@ -69,3 +69,27 @@ def test_a_damaged_or_hostile_entry_is_one_line(tmp_path, make, says):
     with pytest.raises(Flow1InputError, match=says) as e:
         read_entry(make(tmp_path))
     assert "\n" not in str(e.value)
+
+
+LEARNER = {"schema": 1, "kind": "learner", "env": {}, "start": {}, "failure": {"call": "update", "step": 1},
+           "learner": {"modules": {"p": {}}, "arrays": {"a0": {"what": "batch", "module": "p", "path": ["obs"]}}}}
+
+
+@pytest.mark.parametrize("change, arrays, says", [
+    ({"learner": "x"}, None, "a learner entry without its 'learner' object"),
+    ({"learner": {"modules": {}, "arrays": {"../a0": {"what": "batch"}}}}, None, "learner array '../a0' is not described"),
+    ({"learner": {"modules": {}, "arrays": {"a0": {"what": "exec"}}}}, None, "learner array 'a0' is not described"),
+    ({"learner": {"modules": {}, "arrays": {}, "config": [1]}}, None, "the learner's 'config' is not an object"),
+    ({}, lambda f: np.savez(f, actions=np.ones(2)), "unknown array 'actions'"),   # a learner entry's names are a<N>
+])
+def test_a_damaged_or_hostile_learner_entry_is_one_line(tmp_path, change, arrays, says):
+    with pytest.raises(Flow1InputError, match=says) as e:
+        read_entry(_entry(tmp_path, {**LEARNER, **change}, arrays))
+    assert "\n" not in str(e.value)
+
+
+def test_a_learner_entry_round_trips_its_indexed_arrays(tmp_path):
+    d = write_entry(tmp_path, "learner0-pid1-001-learner_nonfinite", {"a0": np.full((2, 3), np.nan, np.float32),
+                                                                     "evil": np.ones(1)}, LEARNER)
+    man, arrays = read_entry(d.path)
+    assert set(arrays) == {"a0"} and np.isnan(arrays["a0"]).all() and man["learner"]["arrays"]["a0"]["path"] == ["obs"]

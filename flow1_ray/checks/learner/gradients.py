@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ...common import codes as C
+from ...common import schema as S
 from .. import advice as A
 from ..findings import Finding
 from ..rule import Rule
@@ -49,6 +50,10 @@ RULES = (
          "loss term that cuts it (the value loss clamped at vf_clip_param, a zero coefficient, a `* 0` in the "
          "forward, an output no loss term uses)", GradientThresholds,
          evidence=("module_id", "layers", "cause", "reach", "knobs"), knobs=("vf_clip_param", "vf_loss_coeff")),
+    Rule("LEARNER_NONFINITE", C.GRADIENT_FLOW, C.FAIL,
+         "a module's loss or a gradient NaN/inf on an update (every update checked before the optimizer "
+         "steps); the update's state is dumped to repro/ for `flow1 replay`",
+         evidence=("module_id", "loss_updates", "grad_updates", "repro")),
     Rule("DORMANT_UNITS", C.GRADIENT_FLOW, C.WARN,
          "loss of plasticity: > {dormant_share:.0%} of a hidden layer's units dormant (normalised mean "
          "|activation| <= {dormant_tau:g}, Sokar et al. 2023) on {grad_persist_traces} traces", GradientThresholds,
@@ -104,9 +109,11 @@ class LayerRules:
         """``entropy_ratio``: the policy's entropy as a share of its maximum this iteration
         (a policy collapsed onto one action passes its layers no gradient)."""
         tr = stats.get(TRACE_KEY) if isinstance(stats, Mapping) else None
-        if not isinstance(tr, Mapping) or not (_num(tr.get("traces")) or 0) > 0:
+        if not isinstance(tr, Mapping):
             return []
-        out: list[Finding] = []
+        out: list[Finding] = self._nonfinite(tr, lr)
+        if not (_num(tr.get("traces")) or 0) > 0:
+            return out
         rms = {k: _num(v) for k, v in (tr.get("grad_rms") or {}).items() if _num(v) is not None}
         reach = {k: _num(v) for k, v in (tr.get("reach") or {}).items() if _num(v) is not None}
         saturated = {k: _num(v) for k, v in (tr.get("saturated") or {}).items() if _num(v) is not None}
@@ -253,7 +260,7 @@ class LayerRules:
         th, out = self.thresholds, []
         bad = _num(tr.get("grad_nonfinite")) or 0
         norm = _num(tr.get("grad_norm"))
-        if bad > 0 and self._once("nonfinite"):
+        if bad > 0 and "learner_nonfinite" not in self.reported and self._once("nonfinite"):
             knobs = A.explode_knobs(self.knobs, statistics.median(self.norms) if self.norms else 1.0)
             out.append(Finding(C.GRADIENT_EXPLODING, (
                 f"module {self.module_id!r}: {int(bad)} gradient tensor(s) held NaN/inf on traced updates; "
@@ -274,6 +281,25 @@ class LayerRules:
                      "factor_threshold": th.grad_exploding_factor, "knobs": [k.as_dict() for k in knobs]}))
         self.norms.append(norm)
         return out
+
+    def _nonfinite(self, tr: Mapping, lr: float | None) -> list[Finding]:
+        """LEARNER_NONFINITE: the guard on every update (learner/nan_guard.py) found a NaN/inf
+        loss or gradient; once per module, naming the dump of the update's state."""
+        loss, grad = _num(tr.get(S.NONFINITE_LOSS)) or 0, _num(tr.get(S.NONFINITE_GRAD)) or 0
+        if not (loss > 0 or grad > 0) or not self._once("learner_nonfinite"):
+            return []
+        entry = S.learner_repro_entry(_num(tr.get(S.LEARNER_REPRO_ID)), C.LEARNER_NONFINITE)
+        what = " and ".join(([f"its loss was NaN/inf on {int(loss)} update(s)"] if loss else []) +
+                            ([f"a gradient was NaN/inf on {int(grad)} update(s)"] if grad else []))
+        where = (f"; the first such update's batch, weights and optimizer state are in {entry} (`flow1 replay` "
+                 f"runs it again and names the layer or operation that made the NaN/inf)") if entry else \
+            "; no dump of it reached the run directory (repro_max=0, or it could not be sent)"
+        return [Finding(C.LEARNER_NONFINITE, (
+            f"module {self.module_id!r}: {what} this iteration; expected finite losses and gradients (RLlib "
+            f"zeroes a NaN gradient, or skips the update, and goes on: the module learns nothing from that batch, "
+            f"and an inf turned into the largest float poisons Adam's moments){where}"),
+            {"module_id": self.module_id, "loss_updates": int(loss), "grad_updates": int(grad), "repro": entry},
+            status=C.FAIL)]
 
     def _dormant(self, dormant: Mapping, lr: float | None) -> list[Finding]:
         th, out = self.thresholds, []

@@ -1,35 +1,16 @@
-"""``flow1 replay RUN/repro/<entry>``: a flight-recorder dump played again on this machine.
-
-The env is built as the worker built it (rundir/repro.py's manifest: a gymnasium id made with
-the env_config, or the run's class or registered creator called with an RLlib-style env
-context; ``--env module:Class`` where the run's creator cannot be named). It is reset as the
-episode was: the env's random generator put back to its state before that reset, the same
-options; then the recorded actions are stepped, each observation's digest compared with the
-recorded one, and the action the run failed on is stepped last. The answer is one of:
-
-- *reproduced*: the same exception (type and message) at the same step;
-- *diverged*: an observation differs from the recorded one at step k before the failure: the
-  env does not replay from its seed and actions (global randomness, the clock, outside state);
-- *did not reproduce*: every step replayed, the last without the failure (or with another).
-
-``play`` runs the replay in a child process: a step that does not return within
-``step_timeout_s`` is a hang, reported with the child's stacks (faulthandler), whether the run
-hung there or not; with ``pdb`` the child replays up to the failing step and stops pdb in that
-call. ``load(entry, steps_before=N)`` replays in this process up to N steps before the failing
-one and returns the env there (a notebook), :func:`failing_action` the action it failed on.
-"""
+"""An env's flight-recorder dump played again in this process: the env built as the worker
+built it, reset as the episode was, the recorded actions stepped with each observation's digest
+compared (the package's docstring says what each answer means). ``load`` and ``failing_action``
+are the notebook's way in; :mod:`.play` runs :func:`steps` in a child process."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from typing import Any
 
-from .common.errors import Flow1InputError
-from .common.events import one_line
-from .rundir.repro import Digest, read_entry
+from ..common.errors import Flow1InputError
+from ..common.events import one_line
+from ..rundir.repro import Digest, read_entry
 
 REPRODUCED, DIVERGED, NOT_REPRODUCED, HUNG = "reproduced", "diverged", "did not reproduce", "hung"
 #: a step's timeout in the child; a recorded hang is reproduced when the replay hangs there
@@ -300,6 +281,8 @@ def load(entry: "str | os.PathLike", steps_before: int = 1, env: str | None = No
     """The env replayed in this process up to ``steps_before`` steps before the failing one
     (1: every step before it taken; the failing step's action is :func:`failing_action`)."""
     man, arrays = read_entry(entry)
+    if man.get("kind") == "learner":
+        raise Flow1InputError("a Learner's dump holds one update, not env steps: replay it whole (flow1 replay ENTRY)")
     e = build_env(man["env"], env, multi_agent=bool(man["start"].get("multi_agent")))
     failing = int(man["failure"].get("step") or 0)
     if man["failure"].get("call") == "reset" or failing < 1:
@@ -322,64 +305,3 @@ def failing_action(entry: "str | os.PathLike") -> Any:
         return _agent_action(a, acted if acted is not None else [1] * len(agents),
                              man["start"].get("action_kinds") or {}, agents)
     return None if a is None else _action(a)
-
-
-def play(entry: "str | os.PathLike", env: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
-         pdb: bool = False) -> dict:
-    """Replay in a child process (see the module docstring); the outcome as a dict."""
-    read_entry(entry)   # a damaged entry: one line, before any child
-    cmd = [sys.executable, "-m", "flow1_ray.replay", os.fspath(entry), str(step_timeout_s)] + ([env] if env else [])
-    if pdb:
-        return {"result": "debugged", "code": subprocess.call(cmd + ["--pdb"] if env else cmd + ["", "--pdb"])}
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
-    last = json.loads(lines[-1]) if lines else {}
-    if last.get("result"):
-        return last
-    stepped = [json.loads(x)["at"] for x in lines if '"at"' in x]
-    if "Timeout (" in p.stderr:   # faulthandler's dump: a step that did not return
-        at = stepped[-1] if stepped else 0
-        man, _ = read_entry(entry)
-        failure = man["failure"]
-        same = bool(failure.get("hang")) and failure.get("step") == at
-        return {"result": REPRODUCED if same else HUNG, "step": at, "hang": True,
-                "why": f"step {at} did not return within {step_timeout_s:g} s" + (", as in the run" if same else ""),
-                "stack": p.stderr[-4000:]}
-    return {"result": "failed", "step": stepped[-1] if stepped else None,
-            "why": f"the replay process ended with code {p.returncode}: {one_line(p.stderr[-400:])}"}
-
-
-def _child(argv: list[str]) -> int:
-    import faulthandler
-
-    entry, timeout = argv[0], float(argv[1])
-    override = argv[2] if len(argv) > 2 and argv[2] else None
-    man, arrays = read_entry(entry)
-    if "--pdb" in argv:   # replayed to the failing step, then the debugger stops in its call
-        import pdb
-
-        if man["failure"].get("call") == "reset":
-            pdb.runcall(steps, man, arrays, build_env(man["env"], override, bool(man["start"].get("multi_agent"))))
-        else:
-            env = load(entry, 1, override)
-            print(f"flow1 replay: at step {man['failure'].get('step')}, the call the run failed in", flush=True)
-            pdb.runcall(env.step, failing_action(entry))
-        return 0
-    env = build_env(man["env"], override, bool(man["start"].get("multi_agent")))
-
-    def on_step(k: int) -> None:
-        print(json.dumps({"at": k}), flush=True)
-        faulthandler.dump_traceback_later(timeout, exit=True)
-
-    out = steps(man, arrays, env, on_step)
-    faulthandler.cancel_dump_traceback_later()
-    print(json.dumps(out, default=str), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(_child(sys.argv[1:]))
-    except Flow1InputError as e:
-        print(json.dumps({"result": "failed", "step": None, "why": str(e)}), flush=True)
-        sys.exit(2)

@@ -1,0 +1,64 @@
+"""A PPO whose value head produces inf on one planted observation (tests/envs/nan_learner.py),
+on a real Learner actor: the NaN guard catches the update whose loss is NaN, LEARNER_NONFINITE
+names its repro/ entry (sent from the Learner's process to the driver's run directory), and
+``flow1 replay`` runs the update again on the CPU and names the layer that made the inf, the
+row it made it on and the line of code. Unit half: tests/checks/test_learner_curves.py (the
+rule) and tests/rundir/test_repro.py (the entry read as untrusted input)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from flow1_ray import Flow1Callbacks
+from flow1_ray.common import codes as C
+from test_rllib_callbacks import Run
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_value_head_that_overflows_on_a_planted_observation_replays_to_its_layer(ray_session, tmp_path):
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from nan_learner import CoshValuePPO, PlantedObs
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False)
+    config = (PPOConfig().environment(PlantedObs, env_config={"episode": 3, "at": 5, "value": 1e5}).callbacks(cb)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=CoshValuePPO,
+                                                     model_config={"fcnet_activation": "relu"}))
+              .env_runners(num_env_runners=0).learners(num_learners=1)
+              .training(train_batch_size_per_learner=200, minibatch_size=64, num_epochs=1))
+    algo = config.build_algo()
+    try:
+        result = algo.train()   # episode 3 (rows 40-59) carries the spike: the first iteration's batch
+        run = Run(result)
+        evs = run.wait_events(lambda e: any(x["code"] == C.LEARNER_NONFINITE for x in e), timeout=30)
+    finally:
+        algo.stop()
+    (f,) = [e for e in evs if e["code"] == C.LEARNER_NONFINITE]
+    ev = json.loads(f["evidence"])
+    assert f["status"] == C.FAIL and ev["loss_updates"] >= 1 and ev["repro"].startswith("repro/learner0-pid")
+    assert C.GRADIENT_EXPLODING not in {e["code"] for e in evs}   # one cause, said once
+    entry = run.dir / ev["repro"]
+    t0 = time.time()
+    while not (entry / "manifest.json").exists() and time.time() - t0 < 20:   # sent fire-and-forget
+        time.sleep(0.2)
+    man = json.loads((entry / "manifest.json").read_text())
+    assert man["kind"] == "learner" and man["failure"]["loss"] == {"default_policy": "nan"}
+    assert man["learner"]["modules"]["default_policy"]["class"] == "nan_learner:CoshValuePPO"
+    assert man["node_id"] and man["pid"] != __import__("os").getpid()   # made in the Learner actor's process
+
+    from flow1_ray.replay import REPRODUCED, play
+
+    out = play(entry)
+    assert out["result"] == REPRODUCED and out["unit"] == "update" and out["step"] == 1, out
+    up = out["upstream"]   # the advantages came in NaN: GAE on the train batch, where the spike is
+    assert up["op"] == "torch.cosh" and up["layer"] == "vf.1" and up["rows"] and up["inputs_max"] > 100, up
+    assert "forward (nan_learner.py" in up["frame"] and "torch.cosh(x)" in up["frame"]
+    assert any("batch column advantages came into the update NaN/inf" in s for s in out["came_in"]), out
+    assert re.search(r"module 'default_policy''s loss is nan; .*advantages came into the update NaN/inf.*"
+                     r"torch.cosh in layer vf.1 made a NaN/inf from finite inputs", out["nonfinite"])
