@@ -1,7 +1,8 @@
 """The multi-node scenario, run as its own process (its own Ray: a ``ray.cluster_utils.Cluster``
 of a head without CPUs and three 1-CPU worker nodes on this machine, each node with its own
 lock directory and its own probe). First ``flow1 whatif``'s branch runs spread over the worker
-nodes; then a run's runners are killed, hung and their nodes removed. Prints one JSON object:
+nodes; then 4 runners of a run hit a rare-state crash and hang, whose dumps must reach the
+driver's run directory and replay; then a run's runners are killed, hung and their nodes removed. Prints one JSON object:
 what flow1 reported and what really happened (one cluster for both: a cluster's start is the
 dearest part of each).
 
@@ -144,9 +145,6 @@ def _rare(out_dir: str) -> dict:
     result = algo.train()
     run_dir = result["flow1"]["run_dir"]
     hub = ray.get_actor(hub_name(run_dir.rstrip("/").rsplit("/", 1)[-1]), namespace="flow1")
-    where = {i: (pid, node) for i, pid, node in algo.env_runner_group.foreach_env_runner(
-        lambda er: (er.worker_index, os.getpid(), ray.get_runtime_context().get_node_id()),
-        local_env_runner=False, timeout_seconds=20)}
     found: dict = {}
     t0 = time.time()
     while time.time() - t0 < 120 and not {"ENV_CRASHED", "WORKER_STALLED"} <= set(found):
@@ -155,22 +153,31 @@ def _rare(out_dir: str) -> dict:
             ev = json.loads(e["evidence"])
             if e["code"] in ("ENV_CRASHED", "WORKER_STALLED") and ev.get("repro") and e["code"] not in found:
                 found[e["code"]] = {"worker_index": e["worker_index"], "node_id": e["node_id"], "repro": ev["repro"],
-                                    "message": e["message"][:400]}
+                                    "pid": e["pid"], "message": e["message"][:400]}
         if not {"ENV_CRASHED", "WORKER_STALLED"} <= set(found):
+            _say(f"rare: found {sorted(found)} at {time.time() - t0:.0f} s; one more train()")
             _quietly(algo.train)
     for f in found.values():
         entry = os.path.join(run_dir, f["repro"][0])
         f["entry_on_driver_node"] = os.path.isfile(os.path.join(entry, "manifest.json"))
         t1 = time.time()
+        _say(f"rare: replaying {entry}")
         f["replay"] = play(entry, step_timeout_s=5.0)
         f["replay"].pop("stack", None)
         f["replay_s"] = round(time.time() - t1, 1)
-    for i, (pid, _) in where.items():   # the hung runner's step never returns: end it before stop()
-        if i == 3:
-            _quietly(lambda: os.kill(pid, signal.SIGKILL))
+    if "WORKER_STALLED" in found:   # the hung runner's step never returns: end it before stop()
+        _quietly(lambda: os.kill(found["WORKER_STALLED"]["pid"], signal.SIGKILL))
+    where = {i: node for i, node in algo.env_runner_group.foreach_env_runner(
+        lambda er: (er.worker_index, ray.get_runtime_context().get_node_id()), local_env_runner=False,
+        timeout_seconds=10)}
+    _say(f"rare: healthy runners on {where}; stopping")
     _quietly(algo.stop)
-    return {"found": found, "runners": {str(i): n for i, (_, n) in where.items()},
+    return {"found": found, "runners": {str(i): n for i, n in where.items()},
             "driver_node": ray.get_runtime_context().get_node_id()}
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _print(out: dict) -> None:
