@@ -107,7 +107,7 @@ LEARNING_RATE = "default_optimizer_learning_rate"
 GRAD_NORM, GRAD_RMS, DORMANT_SHARE = "grad_norm", "grad_rms", "dormant_share"
 VF_PI_TRUNK_RATIO, VF_PI_HEAD_RATIO = "vf_pi_trunk_ratio", "vf_pi_head_ratio"
 KIND_MODULE, KIND_GRAD, KIND_ACTIVATION = "module", "grad", "activation"
-#: a "grad" or "activation" row's place in its module's network order (learner.tracer.layer_order):
+#: a "grad" or "activation" row's place in its module's network order (learner.layers.layer_order):
 #: absent in run directories written before it, null for a layer the order does not know
 LAYER_INDEX = "layer_index"
 LEARNER_COLUMNS = ("iteration", "module_id", "kind", "layer", ENTROPY, ENTROPY_RATIO, MEAN_KL, POLICY_LOSS,

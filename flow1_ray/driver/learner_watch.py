@@ -22,6 +22,7 @@ from ..checks.curves import result_section
 from ..checks.thresholds import DEFAULT
 from ..common.events import Event
 from ..learner import tracer as T
+from ..learner.layers import layer_order
 from ..options import Flow1Options
 from ..rundir.store import Location
 
@@ -330,7 +331,7 @@ def _install_and_spaces(learner: Any, grad_every: int = 50, tau: float = 0.025, 
     except Exception as e:  # liveness is flow1's; the Learner goes on without it (said: WATCHER_OFF)
         status = {**status, "liveness_error": error_line(e), "liveness_traceback": traceback_text(e)}
     try:
-        layers = T.layer_order(learner)
+        layers = layer_order(learner)
     except Exception:   # the rows keep no index; the reports fall back to the layers' names
         layers = {}
     return {"status": status, "spaces": _spaces(learner), "layers": layers}

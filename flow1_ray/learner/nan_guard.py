@@ -6,10 +6,12 @@ RLlib's TorchLearner turns a NaN/inf gradient into zeros (or skips the update, w
 that batch, and ``nan_to_num`` turns an inf into the largest float, which poisons Adam's
 moments. Where the NaN came from (the batch, a layer, an operation of the loss) is gone by the
 time anyone looks. Here, once per update (``compute_gradients`` of every minibatch, wrapped by
-:class:`~flow1_ray.learner.tracer.LearnerTracer`), each module's loss and each gradient tensor's
-sum are stacked and checked in one reduction and one read-back (~35 us on a CPU for RLlib's
-default PPO model, whose update takes ~3 ms; RLlib's own per-tensor check of the same gradients
-costs ~10x that). A non-finite one is counted in the Learner's metrics
+:class:`~flow1_ray.learner.tracer.LearnerTracer`), each module's loss is checked in one read-back
+(``item()``: ~2 us on a CPU inside RLlib's update, which takes ~3-5 ms for its default PPO model): a NaN in the batch,
+the weights or the forward reaches the loss. A gradient that is NaN/inf under a finite loss (a
+``sqrt`` at 0, a norm of a zero vector) is caught on the traced updates (one in ``grad_every``),
+whose per-layer gradient norms the tracer computes anyway: checking every gradient tensor on every
+update costs ~60 us (1.5-2 % of the update), more than the goal of 1 %. A non-finite one is counted in the Learner's metrics
 (``learners/<module>/flow1/nonfinite_loss`` / ``nonfinite_grad``: LEARNER_NONFINITE on the
 driver) and, for the first of the process (and later ones at most every DUMP_EVERY_S, MAX_DUMPS
 in all), the update's state *before* the optimizer steps is sent to the hub's ``repro/``
@@ -77,6 +79,18 @@ def _number(t: Any) -> float:
         return math.nan
 
 
+def _finite(loss: Any) -> bool:
+    """A loss is finite: a scalar read back with ``item()`` (~2 us inside RLlib's update, where a
+    torch reduction on it costs ~70 us), anything larger checked whole."""
+    if not hasattr(loss, "detach"):
+        return True
+    if loss.numel() == 1:
+        return math.isfinite(loss.item())
+    import torch
+
+    return bool(torch.isfinite(loss.detach()).all())
+
+
 def _said(v: float) -> str:
     """A float as JSON can hold it: a number, or "nan", "inf", "-inf"."""
     return repr(v) if math.isfinite(v) else str(v)
@@ -97,25 +111,23 @@ class NonfiniteGuard:
         self.dump_error: str | None = None
         self.spent_s = 0.0   # the guard's own time, dumps included (also in the tracer's)
 
-    def check(self, loss_per_module: dict, grads: dict, batch: Any, full: Any = None) -> bool:
-        """Whether this update's losses and gradients are finite (one read-back); a non-finite
-        one is counted and, within the bounds, dumped."""
-
+    def check(self, loss_per_module: dict, grads: dict, batch: Any, full: Any = None,
+              grads_bad: bool = False) -> bool:
+        """Whether this update's losses are finite (one read-back); ``grads_bad``: the tracer
+        found a NaN/inf gradient on this (traced) update. A non-finite one is counted and,
+        within the bounds, dumped."""
         t0 = time.perf_counter()
         try:
-            return self._check(loss_per_module, grads, batch, full)
+            return self._check(loss_per_module, grads, batch, full, grads_bad)
         finally:
             self.spent_s += time.perf_counter() - t0
 
-    def _check(self, loss_per_module: dict, grads: dict, batch: Any, full: Any) -> bool:
-        import torch
-
-        self.updates += 1
+    def _check(self, loss_per_module: dict, grads: dict, batch: Any, full: Any, grads_bad: bool) -> bool:
         mids = [m for m in loss_per_module if m != S.ALL_MODULES]
-        parts = [loss_per_module[m].detach().float().sum() for m in mids if hasattr(loss_per_module[m], "detach")]
-        parts += [g.detach().float().sum() for g in grads.values() if g is not None]
-        if not parts or bool(torch.isfinite(torch.stack(parts)).all()):
-            return True
+        if not grads_bad:
+            self.updates += 1
+            if all(_finite(loss_per_module[m]) for m in mids):
+                return True
         self.tripped += 1
         failure = self._what(loss_per_module, mids, grads)
         for mid in failure["modules"]:

@@ -29,9 +29,10 @@ import time
 from collections import deque
 from typing import Any
 
-from ..common.schema import ALL_MODULES, DEFAULT_MODULE_ID
+from ..common.schema import ALL_MODULES
 from .batch_measures import batch_columns, clip_counts, reward_range
-from .hooks import ACTIVATIONS, ForwardHooks
+from .hooks import ForwardHooks
+from .layers import _layer_of, modules_of
 from .nan_guard import NonfiniteGuard
 from ..checks.own.watchers import error_line, traceback_text
 
@@ -39,42 +40,6 @@ logger = logging.getLogger("flow1_ray")
 
 ATTR = "_flow1_tracer"
 SNAPSHOT_COLUMNS = ("obs", "actions", "rewards", "advantages", "value_targets", "terminateds", "truncateds")
-
-
-def _layer_of(param_name: str) -> str:
-    """``encoder.actor_encoder.net.mlp.0.weight`` -> ``encoder.actor_encoder.net.mlp.0``."""
-    head, _, last = param_name.rpartition(".")
-    return head if head and last in ("weight", "bias") else param_name
-
-
-def modules_of(learner: Any) -> dict[str, Any]:
-    """The Learner's RLModules by module id (a MultiRLModule's, or the one module)."""
-    module = learner.module
-    try:
-        return {mid: module[mid] for mid in module.keys()}
-    except Exception:
-        return {DEFAULT_MODULE_ID: module}
-
-
-def layer_order(learner: Any) -> dict[str, list[str]]:
-    """Each module's layers in network order, as the learner/ table names them: a layer with
-    parameters by :func:`_layer_of` of its parameter names, an activation layer by its module
-    name, in the order of ``named_modules`` (the order ``named_parameters`` gives too). The
-    trace itself cannot carry it: its per-layer numbers reach the driver as a dict that
-    RLlib's result merging reorders (two runs of one PPO model gave two orders)."""
-    out: dict[str, list[str]] = {}
-    for mid, m in modules_of(learner).items():
-        names: dict[str, None] = {}
-        try:
-            for name, sub in m.named_modules():
-                for pname, _ in sub.named_parameters(recurse=False):
-                    names.setdefault(_layer_of(f"{name}.{pname}" if name else pname))
-                if type(sub).__name__ in ACTIVATIONS:
-                    names.setdefault(name)
-        except Exception:   # not a torch module: its rows keep no index
-            continue
-        out[str(mid)] = list(names)
-    return out
 
 
 class LearnerTracer(ForwardHooks):
@@ -173,12 +138,7 @@ class LearnerTracer(ForwardHooks):
     def _compute_gradients(self, loss_per_module: Any, **kwargs: Any) -> Any:
         grads = self._orig_grads(loss_per_module, **kwargs)
         t0 = time.perf_counter()
-        if self.guard is not None:   # every update, before the optimizer steps
-            try:
-                self.guard.check(loss_per_module, grads, self.last_batch, self.full_batch)
-            except Exception as e:   # the guard is flow1's: off, and said in the status
-                self.guard, self.guard_off = None, error_line(e)
-                logger.warning("flow1: the learner's NaN guard turned off after an error: %s", self.guard_off)
+        finite = self._guard(loss_per_module, grads)   # every update, before the optimizer steps
         if not self.enabled:
             self.spent_s += time.perf_counter() - t0
             return grads
@@ -186,7 +146,9 @@ class LearnerTracer(ForwardHooks):
             self.calls += 1
             if self.trace_now:
                 self._disarm()
-                self._trace(grads, [m for m in loss_per_module if m != ALL_MODULES])
+                bad = self._trace(grads, [m for m in loss_per_module if m != ALL_MODULES])
+                if bad and finite:   # a NaN gradient under a finite loss: the guard's slow path
+                    self._guard(loss_per_module, grads, grads_bad=True)
             if self.force or self.calls % self.grad_every == self.grad_every - 1:   # the next one is traced
                 self.force = False
                 self._arm()
@@ -205,6 +167,17 @@ class LearnerTracer(ForwardHooks):
         if self._orig_after is None:   # no end-of-update hook to log from: each minibatch logs
             self._log_spent()
         return grads
+
+    def _guard(self, loss_per_module: Any, grads: Any, grads_bad: bool = False) -> bool:
+        """The NaN guard's check of this update (learner/nan_guard.py); True: finite (or no guard)."""
+        if self.guard is None:
+            return True
+        try:
+            return self.guard.check(loss_per_module, grads, self.last_batch, self.full_batch, grads_bad)
+        except Exception as e:   # the guard is flow1's: off, and said in the status
+            self.guard, self.guard_off = None, error_line(e)
+            logger.warning("flow1: the learner's NaN guard turned off after an error: %s", self.guard_off)
+            return True
 
     def _after_update(self, *args: Any, **kwargs: Any) -> Any:
         """RLlib's end of one ``Learner.update`` call (all its minibatches), just before the
@@ -234,10 +207,11 @@ class LearnerTracer(ForwardHooks):
         except Exception:
             pass
 
-    def _trace(self, grads: dict, trained: list) -> None:
+    def _trace(self, grads: dict, trained: list) -> bool:
+        """Trace this update; whether a gradient was NaN/inf."""
         sq = self._squares(grads, set(trained))
         if not sq:
-            return
+            return False
         out = self._layer_rms(sq)
         self._batch_measures(out)
         self._reach_and_heads(out)
@@ -245,6 +219,7 @@ class LearnerTracer(ForwardHooks):
         self._log(out)
         with self.lock:
             self.last_norms = {mid: dict(o["grad_rms"]) for mid, o in out.items()}
+        return any(o["nonfinite"] for o in out.values())
 
     def _squares(self, grads: dict, trained: set) -> dict[tuple[str, str], list]:
         """(module, layer) -> [the squared sums of its parameters' gradients (on the device), its

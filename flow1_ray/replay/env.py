@@ -153,10 +153,61 @@ def steps(man: dict, arrays: dict, env: Any, on_step: Any = None, until: int | N
             if failure.get("nonfinite") and k == failure.get("step"):
                 return _nonfinite(failure["nonfinite"], obs if failure["nonfinite"] == "observation" else r, k)
             row = bounds[e] + j
+            whole = _whole_life(failure, env, obs, r, arrays.get("rewards"), row, k)
+            if whole is not None:
+                return whole
             if dig is not None and row < bounds[e + 1] and row < len(dig) and _differs(digest, obs, float(dig[row])):
                 return {"result": DIVERGED, "step": k, "why": f"the observation after step {k} (episode {e + 1}) "
                                                               f"differs from the run's"}
+    if failure.get("whole_life") == "rewards":
+        return {"result": REPRODUCED, "step": k, "exception": None, "why": None,
+                "nonfinite": f"the env's life replays to step {k} with the run's observations and rewards: "
+                             f"`flow1 replay --steps-before N` (or flow1_ray.replay.load) hands over the env N steps "
+                             f"before its end, in the state the reward audit judged"}
+    if failure.get("whole_life") == "space":
+        return {"result": NOT_REPRODUCED, "step": k, "why": f"every observation of the {k} steps replayed is inside "
+                                                            f"the observation space (another sub-env made it?)"}
     return {"result": NOT_REPRODUCED, "step": k, "why": f"all {k} steps replayed without the failure"}
+
+
+def _whole_life(failure: dict, env: Any, obs: Any, r: Any, rewards: Any, row: int, k: int) -> dict | None:
+    """A whole-life replay's check of step ``k``: a space violation's first observation outside
+    the space (the outcome), a reward audit's reward that differs from the run's (diverged)."""
+    import numpy as np
+
+    how = failure.get("whole_life")
+    if how == "space":
+        why = outside(env.observation_space, obs)
+        if why is not None:
+            return {"result": REPRODUCED, "step": k, "exception": None, "why": None,
+                    "nonfinite": f"the observation of step {k} is outside the observation space: {why}"}
+    elif how == "rewards" and rewards is not None and row < len(rewards):
+        if not np.isclose(float(r), float(rewards[row]), rtol=1e-6, atol=1e-9, equal_nan=True):
+            return {"result": DIVERGED, "step": k, "why": f"the reward of step {k} is {float(r):.6g}; the run's was "
+                                                          f"{float(rewards[row]):.6g}"}
+    return None
+
+
+def outside(space: Any, obs: Any) -> str | None:
+    """Why ``obs`` is not in ``space`` (shape, dtype, the largest excess over a Box's bounds), or None."""
+    import numpy as np
+
+    try:
+        if space.contains(obs):
+            return None
+    except Exception as e:   # noqa: BLE001 -- a space that cannot judge it: said
+        return f"{type(space).__name__}.contains raised {type(e).__name__}: {one_line(e)[:120]}"
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    a = np.asarray(obs)
+    if shape is not None and a.shape != tuple(shape):
+        return f"shape {a.shape}, the space's {tuple(shape)}"
+    if dtype is not None and a.dtype != dtype and not np.can_cast(a.dtype, dtype):
+        return f"dtype {a.dtype}, the space's {dtype}"
+    low, high = getattr(space, "low", None), getattr(space, "high", None)
+    if low is not None and high is not None and a.dtype.kind in "biuf":
+        excess = float(np.max(np.maximum(low - a, a - high)))
+        return f"{excess:.4g} beyond the bounds (values {float(a.min()):.4g} to {float(a.max()):.4g})"
+    return f"not in {space}"
 
 
 def _agent_action(row: Any, acted: Any, kinds: dict, agents: list) -> dict:

@@ -25,7 +25,7 @@ from .alloc_sites import AllocSampler, Owners, env_code
 from .cost import thread_time
 from .flight import FlightRecorder, rng_state, unseeded_first
 from .flight_agents import MultiAgentFlightRecorder
-from .flight_watch import NONFINITE, crash_dumps, env_build_spec, hang_dumps, nonfinite_dumps
+from .flight_watch import NONFINITE, SPACE, crash_dumps, env_build_spec, hang_dumps, life_dumps, nonfinite_dumps
 from .reward_audit import LiveRewardAudit, audits_here
 
 LIVE_WINDOW = 20_000          # steps kept per series for the distribution rules
@@ -315,12 +315,14 @@ class EnvWatch:
 
     def _dump_nonfinite(self, findings: list) -> list:
         """A runner's first OBS_NAN_INF and REWARD_NAN each send the sub-envs that produced
-        one to ``repro/`` (named in the finding's evidence); the findings, for sending."""
+        one to ``repro/``, its first space violation (SPACE) and each REWARD_UNEARNED the
+        sub-envs' lives (named in the finding's evidence); the findings, for sending."""
         for f in findings:
-            if f.code in NONFINITE and f.code not in self.dumped_codes and self.flight is not None:
+            once = f.code in NONFINITE or f.code in SPACE
+            if (once and f.code not in self.dumped_codes or f.code == "REWARD_UNEARNED") and self.flight is not None:
                 self.dumped_codes = self.dumped_codes | {f.code}
                 try:
-                    names = nonfinite_dumps(self, f)
+                    names = nonfinite_dumps(self, f) if f.code in NONFINITE else life_dumps(self, f)
                     if names:
                         f.evidence["repro"] = names
                 except Exception as e:

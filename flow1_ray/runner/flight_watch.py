@@ -232,3 +232,33 @@ def nonfinite_dumps(agent: Any, finding: Any) -> list[str]:
                             "nonfinite": "reward" if what == "rewards" else "observation"})
         names += [name] if name else []
     return names
+
+
+#: findings about the env's observations against its space: the replay checks each step's
+#: observation with the space and names the first one outside it
+SPACE = ("OBS_OUT_OF_BOUNDS", "OBS_SHAPE_MISMATCH", "OBS_DTYPE_MISMATCH")
+
+
+def life_dumps(agent: Any, finding: Any) -> list[str]:
+    """On a runner's first space violation (SPACE) and each REWARD_UNEARNED: the sub-envs' lives
+    as the recorder holds them, replayed whole by ``flow1 replay`` (a space violation: each
+    step's observation checked with the space, reproduced at the first one outside it; a reward
+    the audit found unearned: reproduced when the whole life replays with the same observations
+    and rewards, so that ``--steps-before`` hands over the env in the audited state). A space
+    violation does not say which sub-env made it: the first MAX_DUMPS_PER_CRASH are dumped; the
+    reward audit watches sub-env 0."""
+    flight = agent.flight
+    if flight is None or flight.off or getattr(flight, "multi_agent", False):
+        return []
+    space = finding.code in SPACE
+    names: list[str] = []
+    for i in (range(min(flight.n, MAX_DUMPS_PER_CRASH)) if space else [0]):
+        d = flight.dump(i)
+        if d is None or not d["meta"].get("steps"):
+            continue
+        failure = {"call": "step", "step": d["meta"]["steps"], "exception": None,
+                   "whole_life": "space" if space else "rewards",
+                   "first_step": (finding.evidence or {}).get("first_step")}
+        name = _send_entry(agent, finding.code, finding.message, d, failure)
+        names += [name] if name else []
+    return names

@@ -416,7 +416,7 @@ def test_a_nonfinite_update_fails_once_naming_its_dump_and_a_finite_run_stays_si
                                    "grad_norm": float("nan"), "grad_nonfinite": 6, "grad_rms": {}}})
     assert f.code == C.LEARNER_NONFINITE and f.status == C.FAIL
     assert f.evidence["repro"] == "repro/learner0-pid4242-001-learner_nonfinite"
-    assert re.search(r"its loss was NaN/inf on 3 update\(s\) and a gradient was NaN/inf on 3 update\(s\).*"
+    assert re.search(r"its loss was NaN/inf on 3 update\(s\) and a gradient was NaN/inf on 3 checked update\(s\).*"
                      r"repro/learner0-pid4242-001-learner_nonfinite", f.message)
     assert rules.add(2, {"flow1": {"nonfinite_loss": 1, "repro_id": rid}}) == []   # once per module
     quiet = LayerRules("m").add(0, {"flow1": {"nonfinite_grad": 1}})[0]

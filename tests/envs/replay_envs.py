@@ -87,3 +87,20 @@ class RareStateFault(CartPoleEnv):
                 time.sleep(3600)
             raise FloatingPointError(f"pole solver diverged at life step {self.life} (theta={theta:.4f})")
         return super().step(action)
+
+
+class LeavesItsBox(CartPoleEnv):
+    """CartPole whose observation leaves its declared Box at the ``at``-th step of its life (a
+    unit change in one sensor: the cart's position reported in decimetres)."""
+
+    def __init__(self, config=None, render_mode=None):
+        super().__init__(render_mode=render_mode)
+        self.at, self.life = int((config or {}).get("at", 30)), 0
+
+    def step(self, action):
+        self.life += 1
+        obs, r, term, trunc, info = super().step(action)
+        if self.life == self.at:
+            obs = obs.copy()
+            obs[0] = 10.0 * self.x_threshold + 1.0
+        return obs, r, term, trunc, info

@@ -239,7 +239,7 @@ def _network_order() -> list[str]:
     import gymnasium as gym
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    from flow1_ray.learner.tracer import _layer_of
+    from flow1_ray.learner.layers import _layer_of
 
     spec = PPOConfig().environment("CartPole-v1").get_rl_module_spec(env=gym.make("CartPole-v1"))
     return list(dict.fromkeys(_layer_of(n) for n, _ in spec.build().named_parameters()))

@@ -4,6 +4,8 @@ observation digests, rewards), bounded by bytes; a dump holds exactly the sub-en
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -139,3 +141,32 @@ def test_a_nan_observation_gives_a_nan_digest_and_a_dict_observation_none():
     got = digest.of(obs, 2)
     assert np.isfinite(got[0]) and np.isnan(got[1])
     assert digest.of({"a": obs}, 2) is None and digest.of(obs, 3) is None
+
+
+def test_a_space_violation_and_an_audited_life_replay_whole():
+    """A sub-env whose observation leaves its Box at step 30 of its life: its dump, replayed
+    whole, is reproduced at that step with the excess named; the same life as a reward audit's
+    dump replays to its end (reproduced), and a recorded reward the env does not give again is
+    a divergence at its step."""
+    from flow1_ray.replay import DIVERGED, NOT_REPRODUCED, REPRODUCED, steps
+    from replay_envs import LeavesItsBox
+
+    env = gym.vector.SyncVectorEnv([lambda: LeavesItsBox({"at": 30}), lambda: LeavesItsBox({"at": 10**6})])
+    rec = FlightRecorder(2)
+    _record(env, rec, 45)
+    d = rec.dump(0)
+    man = {"start": d["meta"], "failure": {"call": "step", "step": d["meta"]["steps"], "whole_life": "space"}}
+    out = steps(man, d["arrays"], LeavesItsBox({"at": 30}))
+    assert out["result"] == REPRODUCED and out["step"] == 30, out
+    assert re.search(r"the observation of step 30 is outside the observation space: 20.2 beyond the bounds", out["nonfinite"])
+    d1 = rec.dump(1)   # the healthy sub-env: said, not claimed
+    out = steps({"start": d1["meta"], "failure": {**man["failure"], "step": d1["meta"]["steps"]}}, d1["arrays"],
+                LeavesItsBox({"at": 10**6}))
+    assert out["result"] == NOT_REPRODUCED and "every observation of the" in out["why"], out
+    audit = {"start": d["meta"], "failure": {"call": "step", "step": d["meta"]["steps"], "whole_life": "rewards"}}
+    out = steps(audit, d["arrays"], LeavesItsBox({"at": 30}))
+    assert out["result"] == REPRODUCED and out["step"] == d["meta"]["steps"], out
+    arrays = {**d["arrays"], "rewards": d["arrays"]["rewards"].copy()}
+    arrays["rewards"][12] = 5.0
+    out = steps(audit, arrays, LeavesItsBox({"at": 30}))
+    assert out["result"] == DIVERGED and out["step"] == 13 and "the run's was 5" in out["why"], out

@@ -51,8 +51,8 @@ RULES = (
          "forward, an output no loss term uses)", GradientThresholds,
          evidence=("module_id", "layers", "cause", "reach", "knobs"), knobs=("vf_clip_param", "vf_loss_coeff")),
     Rule("LEARNER_NONFINITE", C.GRADIENT_FLOW, C.FAIL,
-         "a module's loss or a gradient NaN/inf on an update (every update checked before the optimizer "
-         "steps); the update's state is dumped to repro/ for `flow1 replay`",
+         "a module's loss NaN/inf on an update (every update's loss checked before the optimizer steps), or a "
+         "gradient NaN/inf on a traced update; the update's state is dumped to repro/ for `flow1 replay`",
          evidence=("module_id", "loss_updates", "grad_updates", "repro")),
     Rule("DORMANT_UNITS", C.GRADIENT_FLOW, C.WARN,
          "loss of plasticity: > {dormant_share:.0%} of a hidden layer's units dormant (normalised mean "
@@ -290,7 +290,7 @@ class LayerRules:
             return []
         entry = S.learner_repro_entry(_num(tr.get(S.LEARNER_REPRO_ID)), C.LEARNER_NONFINITE)
         what = " and ".join(([f"its loss was NaN/inf on {int(loss)} update(s)"] if loss else []) +
-                            ([f"a gradient was NaN/inf on {int(grad)} update(s)"] if grad else []))
+                            ([f"a gradient was NaN/inf on {int(grad)} checked update(s)"] if grad else []))
         where = (f"; the first such update's batch, weights and optimizer state are in {entry} (`flow1 replay` "
                  f"runs it again and names the layer or operation that made the NaN/inf)") if entry else \
             "; no dump of it reached the run directory (repro_max=0, or it could not be sent)"
