@@ -1,8 +1,9 @@
 """A PPO whose value head produces inf on one planted observation (the Learner's NaN guard and
 ``flow1 replay`` of its dump: tests/live/test_learner_nan_live.py).
 
-``PlantedObs``: unbounded observations in [-1, 1], except one, filled with ``value``, at step
-``at`` of the env's ``episode``-th episode (an unnormalised sensor's spike). ``CoshValuePPO``:
+``PlantedObs``: observations in [-1, 1] (declared within [-10, 10]), except one, filled with
+``value``, at step ``at`` of the env's ``episode``-th episode (an unnormalised sensor's spike,
+outside the declared space: OBS_OUT_OF_BOUNDS too). ``CoshValuePPO``:
 RLlib's default PPO module whose value head ends in a ``cosh`` (a value predicted on a log
 scale overflows the same way): on the spike, through a ReLU encoder, the value is inf; the
 learner connector's GAE turns it into NaN advantages and value targets, and the loss is NaN.
@@ -17,7 +18,7 @@ from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPP
 
 
 class PlantedObs(gym.Env):
-    observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    observation_space = gym.spaces.Box(-10.0, 10.0, (4,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
     def __init__(self, config=None):

@@ -2,7 +2,8 @@
 on a real Learner actor: the NaN guard catches the update whose loss is NaN, LEARNER_NONFINITE
 names its repro/ entry (sent from the Learner's process to the driver's run directory), and
 ``flow1 replay`` runs the update again on the CPU and names the layer that made the inf, the
-row it made it on and the line of code. Unit half: tests/checks/test_learner_curves.py (the
+row it made it on and the line of code; the spike, outside the env's declared Box, is
+OBS_OUT_OF_BOUNDS too, whose dump replays the sub-env's life to that step. Unit half: tests/checks/test_learner_curves.py (the
 rule) and tests/rundir/test_repro.py (the entry read as untrusted input)."""
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ def test_a_value_head_that_overflows_on_a_planted_observation_replays_to_its_lay
     from nan_learner import CoshValuePPO, PlantedObs
 
     cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False)
-    config = (PPOConfig().environment(PlantedObs, env_config={"episode": 3, "at": 5, "value": 1e5}).callbacks(cb)
+    config = (PPOConfig().environment(PlantedObs, env_config={"episode": 1, "at": 5, "value": 1e5}).callbacks(cb)
               .rl_module(rl_module_spec=RLModuleSpec(module_class=CoshValuePPO,
                                                      model_config={"fcnet_activation": "relu"}))
               .env_runners(num_env_runners=0).learners(num_learners=1)
               .training(train_batch_size_per_learner=200, minibatch_size=64, num_epochs=1))
     algo = config.build_algo()
     try:
-        result = algo.train()   # episode 3 (rows 40-59) carries the spike: the first iteration's batch
+        result = algo.train()   # the first episode (checked by the live checks on every runner) carries the spike
         run = Run(result)
-        evs = run.wait_events(lambda e: any(x["code"] == C.LEARNER_NONFINITE for x in e), timeout=30)
+        evs = run.wait_events(lambda e: {C.LEARNER_NONFINITE, C.OBS_OUT_OF_BOUNDS} <= {x["code"] for x in e},
+                              timeout=30)
     finally:
         algo.stop()
     (f,) = [e for e in evs if e["code"] == C.LEARNER_NONFINITE]
@@ -62,3 +64,10 @@ def test_a_value_head_that_overflows_on_a_planted_observation_replays_to_its_lay
     assert any("batch column advantages came into the update NaN/inf" in s for s in out["came_in"]), out
     assert re.search(r"module 'default_policy''s loss is nan; .*advantages came into the update NaN/inf.*"
                      r"torch.cosh in layer vf.1 made a NaN/inf from finite inputs", out["nonfinite"])
+    # the env side of the same spike: outside the declared Box, its sub-env's life replays to it
+    (oob,) = [e for e in evs if e["code"] == C.OBS_OUT_OF_BOUNDS]
+    (env_entry,) = json.loads(oob["evidence"])["repro"]
+    out = play(run.dir / env_entry)
+    assert out["result"] == REPRODUCED and out["step"] == 5, out
+    assert "the observation of step 5 is outside the observation space: 9.999e+04 beyond the bounds" in \
+        out["nonfinite"], out
