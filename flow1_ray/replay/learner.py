@@ -238,23 +238,38 @@ def _op_name(func: Any) -> str:
     return f"torch.{last}" if head in ("_VariableFunctionsClass", "_C._VariableFunctions") else name
 
 
-def _anomaly(learner: Any, losses: dict) -> dict | None:
-    """Backpropagate under anomaly detection: the backward function that returned NaN and the
-    forward line that made it (the warning PyTorch writes), or None when all is finite."""
+def _anomaly(learner: Any, batch: dict) -> dict | None:
+    """The update's forward, losses and backward again under anomaly detection (which records
+    each forward operation's stack): the backward function that returned NaN and the forward
+    line that made it (the warning PyTorch writes), or None when all is finite."""
     import torch
 
     with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly(check_nan=True):
         warnings.simplefilter("always")
         try:
-            learner.compute_gradients(losses)
+            fwd_out = learner.module.forward_train(batch)
+            learner.compute_gradients(learner.compute_losses(fwd_out=fwd_out, batch=batch))
         except RuntimeError as e:
             m = re.search(r"Function '(\w+)' returned nan values", str(e))
             trace = "\n".join(str(w.message) for w in caught if "Traceback of forward call" in str(w.message))
-            lines = [ln.strip() for ln in trace.splitlines() if ln.strip().startswith("File ")]
-            user = [ln for ln in lines if f"{os.sep}torch{os.sep}" not in ln]
-            return {"backward": m.group(1) if m else one_line(e)[:200],
-                    "forward_line": (user or lines or [None])[-1]}
+            return {"backward": m.group(1) if m else one_line(e)[:200], "forward_line": _user_frame(trace)}
     return None
+
+
+def _user_frame(trace: str) -> str | None:
+    """The innermost frame of a traceback's text outside torch: ``fn (file.py:N): code``."""
+    lines = trace.splitlines()
+    frames = []
+    for k, ln in enumerate(lines):
+        m = re.match(r'\s*File "(.+)", line (\d+), in (.+)', ln)
+        if m:
+            code = lines[k + 1].strip() if k + 1 < len(lines) and not lines[k + 1].strip().startswith("File ") else ""
+            frames.append((m.group(1), m.group(2), m.group(3), code))
+    user = [f for f in frames if f"{os.sep}torch{os.sep}" not in f[0]] or frames
+    if not user:
+        return None
+    path, line, fn, code = user[-1]
+    return f"{fn} ({os.path.basename(path)}:{line}): {code}"
 
 
 def replay_update(man: dict, arrays: dict) -> dict:
@@ -280,7 +295,7 @@ def replay_update(man: dict, arrays: dict) -> dict:
                  "loss": {m: str(v) for m, v in bad_loss.items()}}
     anomaly = None
     if not bad_loss and failure.get("grads"):
-        anomaly = _anomaly(learner, losses)
+        anomaly = _anomaly(learner, batch)
         out["anomaly"] = anomaly
     out["upstream"] = _upstream(learner, upstream, names)
     recorded_loss = set((failure.get("loss") or {}).keys())

@@ -50,3 +50,14 @@ class CoshValuePPO(DefaultPPOTorchRLModule):
     def setup(self):
         super().setup()
         self.vf = torch.nn.Sequential(self.vf, Cosh())
+
+
+class RmsPenaltyPPO(DefaultPPOTorchRLModule):
+    """RLlib's default PPO module with a value-consistency penalty: the RMS distance between
+    the value and a frozen copy of it (a target network's, here the detached value itself),
+    exactly 0 right after the copy is synced. Its forward is finite; its gradient is NaN
+    (``sqrt``'s derivative at 0 is inf, times the square's 0): a NaN gradient under a finite loss."""
+
+    def compute_values(self, batch, embeddings=None):
+        v = super().compute_values(batch, embeddings)
+        return v + 1e-3 * torch.sqrt(((v - v.detach()) ** 2).mean())

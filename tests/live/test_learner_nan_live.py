@@ -71,3 +71,46 @@ def test_a_value_head_that_overflows_on_a_planted_observation_replays_to_its_lay
     assert out["result"] == REPRODUCED and out["step"] == 5, out
     assert "the observation of step 5 is outside the observation space: 9.999e+04 beyond the bounds" in \
         out["nonfinite"], out
+
+
+def test_a_nan_gradient_under_a_finite_loss_is_caught_on_a_traced_update_and_replays_to_its_backward(
+        ray_session, tmp_path):
+    """A value-consistency penalty whose RMS is exactly 0 (tests/envs/nan_learner.py): every loss
+    is finite, the gradient is NaN. The traced first update finds it, LEARNER_NONFINITE names the
+    dump, and the replay backpropagates under autograd's anomaly detection: the square's backward
+    (``sqrt``'s inf times 0) returned NaN, named with its forward line."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from nan_learner import RmsPenaltyPPO
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path), print_events=False, state_actions=False)
+    config = (PPOConfig().environment("CartPole-v1").callbacks(cb)
+              .rl_module(rl_module_spec=RLModuleSpec(module_class=RmsPenaltyPPO))
+              .env_runners(num_env_runners=0)
+              .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1))
+    algo = config.build_algo()
+    try:
+        run = Run(algo.train())
+        evs = run.wait_events(lambda e: any(x["code"] == C.LEARNER_NONFINITE for x in e), timeout=30)
+    finally:
+        algo.stop()
+    (f,) = [e for e in evs if e["code"] == C.LEARNER_NONFINITE]
+    ev = json.loads(f["evidence"])
+    assert ev["loss_updates"] == 0 and ev["grad_updates"] >= 1, ev
+    entry = run.dir / ev["repro"]
+    t0 = time.time()
+    while not (entry / "manifest.json").exists() and time.time() - t0 < 20:
+        time.sleep(0.2)
+    man = json.loads((entry / "manifest.json").read_text())
+    assert man["failure"]["nonfinite"] == "gradient" and man["failure"]["loss"] == {}, man["failure"]
+    assert any(p.startswith("vf.") for p in man["failure"]["grads"]["default_policy"]), man["failure"]
+
+    from flow1_ray.replay import REPRODUCED, play
+
+    out = play(entry)
+    assert out["result"] == REPRODUCED and out["loss"] == {} and out["first"] is None, out
+    # sqrt's backward at 0 returns inf; the square's backward multiplies it by 0: the first NaN
+    assert out["anomaly"]["backward"] == "PowBackward0", out
+    assert "nan_learner.py" in out["anomaly"]["forward_line"], out
+    assert "the backward of PowBackward0 returned NaN (its forward: compute_values (nan_learner.py:" in out["nonfinite"]
