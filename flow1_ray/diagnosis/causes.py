@@ -166,6 +166,15 @@ CAUSES: tuple[Cause, ...] = (
                  Sign("Q values", "the Q estimates diverge", ("Q_DIVERGENCE",)),
                  Sign("grad_clip", "no gradient clipping (grad_clip unset)", setting=_no_grad_clip)),
           knobs=("grad_clip", "grad_clip_by")),
+    Cause("nonfinite_update",
+          "an update's loss or gradient went NaN/inf and RLlib zeroed it (or skipped the update), so the module "
+          "learns nothing from those batches: the update's dump, run again by `flow1 replay`, names the operation, "
+          "the layer and the batch rows that made it (an observation far outside its range, a log of 0, a sqrt "
+          "at 0, an overflow)",
+          symptoms=("LEARNER_NONFINITE", "GRADIENT_EXPLODING", "REWARD_DROP"),
+          signs=(Sign("NaN guard", "a loss or a gradient was NaN/inf on an update", ("LEARNER_NONFINITE",)),
+                 Sign("observations", "observations left their declared space or held NaN/inf",
+                      ("OBS_OUT_OF_BOUNDS", "OBS_NAN_INF")))),
     Cause("q_step_too_large",
           "the Q-learning step is too large: each update overshoots its own targets (lr)",
           symptoms=("Q_DIVERGENCE", "GRADIENT_EXPLODING", "REWARD_DROP"),

@@ -174,6 +174,10 @@ _REPLAYED_BY = {"WORKER_STALLED": ("ENV_HUNG",), "WORKER_DIED": ("ENV_CRASHED", 
                 "ENV_HUNG": ("ENV_HUNG",)}
 
 
+#: findings the driver makes of another process's dump (the Learner's NaN guard): any entry of the code
+_ANY_PROCESS = ("LEARNER_NONFINITE",)
+
+
 def replay_for(p: dict | None, heads: list[dict] | None, run_dir: str) -> str | None:
     """``flow1 replay RUN/repro/<entry>`` for the primary symptom ``p`` where the run holds a
     flight-recorder entry of its process (rundir/repro.py's ``entry_heads``), else None."""
@@ -182,6 +186,8 @@ def replay_for(p: dict | None, heads: list[dict] | None, run_dir: str) -> str | 
     codes = (p.get("code"),) + _REPLAYED_BY.get(str(p.get("code")), ())
     for code in codes:
         for h in heads:
+            if code in _ANY_PROCESS and h.get("finding") == code:   # said by the driver of a Learner's dump
+                return f"flow1 replay {run_dir.rstrip('/')}/{h['entry']}"
             if h.get("finding") == code and h.get("worker_index") == p.get("worker_index") \
                     and (p.get("pid") is None or h.get("pid") in (None, p.get("pid"))):
                 return f"flow1 replay {run_dir.rstrip('/')}/{h['entry']}"

@@ -71,6 +71,13 @@ def test_a_value_head_that_overflows_on_a_planted_observation_replays_to_its_lay
     assert out["result"] == REPRODUCED and out["step"] == 5, out
     assert "the observation of step 5 is outside the observation space: 9.999e+04 beyond the bounds" in \
         out["nonfinite"], out
+    # one diagnosis: the env's spike first, the Learner's NaN following from it, and how to replay it
+    from flow1_ray.report.rundir import load_run_report
+
+    d = load_run_report(run.dir).diagnosis()
+    assert d["primary"]["code"] == C.OBS_OUT_OF_BOUNDS, d["primary"]
+    assert d["reproduce"] == f"flow1 replay {run.dir}/{env_entry}", d
+    assert C.LEARNER_NONFINITE in json.dumps(d), d
 
 
 def test_a_nan_gradient_under_a_finite_loss_is_caught_on_a_traced_update_and_replays_to_its_backward(
@@ -114,3 +121,8 @@ def test_a_nan_gradient_under_a_finite_loss_is_caught_on_a_traced_update_and_rep
     assert out["anomaly"]["backward"] == "PowBackward0", out
     assert "nan_learner.py" in out["anomaly"]["forward_line"], out
     assert "the backward of PowBackward0 returned NaN (its forward: compute_values (nan_learner.py:" in out["nonfinite"]
+    from flow1_ray.report.rundir import load_run_report
+
+    d = load_run_report(run.dir).diagnosis()
+    assert d["primary"]["code"] == C.LEARNER_NONFINITE and d["reproduce"] == f"flow1 replay {run.dir}/{ev['repro']}", d
+    assert "nonfinite_update" in json.dumps(d), d
