@@ -162,7 +162,7 @@ def _rare(out_dir: str) -> dict:
         f["entry_on_driver_node"] = os.path.isfile(os.path.join(entry, "manifest.json"))
         t1 = time.time()
         _say(f"rare: replaying {entry}")
-        f["replay"] = play(entry, step_timeout_s=5.0)
+        f["replay"] = play(entry, step_timeout_s=3.0)
         f["replay"].pop("stack", None)
         f["replay_s"] = round(time.time() - t1, 1)
     if "WORKER_STALLED" in found:   # the hung runner's step never returns: end it before stop()
