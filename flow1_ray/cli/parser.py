@@ -155,16 +155,18 @@ def _add_serve(sub: Any) -> None:
 
 def _add_replay(sub: Any) -> None:
     """``flow1 replay``: a flight-recorder dump played again."""
-    r = sub.add_parser("replay", help="play a run's flight-recorder dump (RUN_DIR/repro/<entry>) again on this "
-                                      "machine: reproduced, diverged (the env does not replay from its seed) or "
-                                      "did not reproduce")
+    r = sub.add_parser("replay", help="play a run's dump (RUN_DIR/repro/<entry>) again on this machine: a runner's "
+                                      "env crash, hang, NaN or space violation (reproduced, diverged: the env does "
+                                      "not replay from its seed, or did not reproduce), or a Learner's NaN update "
+                                      "(run again on the CPU, naming the operation and layer that made it)")
     r.add_argument("entry", help="a repro entry: RUN_DIR/repro/<entry>")
     r.add_argument("--env", metavar="MODULE:CLASS",
                    help="the env's class or creator, where the run's cannot be imported by name (the entry says so)")
     r.add_argument("--step-timeout", type=float, default=10.0,
                    help="seconds one step may take before the replay calls it a hang (default 10)")
     r.add_argument("--pdb", action="store_true",
-                   help="replay up to the failing step, then stop in pdb inside the call the run failed in")
+                   help="replay up to the failing step, then stop in pdb inside the call the run failed in (a "
+                        "Learner's dump: its update under pdb)")
     r.add_argument("--steps-before", type=int, metavar="N",
                    help="replay in this process up to N steps before the failing one, then open a Python console "
                         "with `env` (the env there) and `action` (the action the run failed on)")
