@@ -69,11 +69,29 @@ def build_env(env: dict, override: str | None = None, multi_agent: bool = False)
     target, ctx = _import(spec), _context(env)
     gym.register("flow1-replay-v0", entry_point=lambda: target(ctx), disable_env_checker=multi_agent)
     try:
-        return gym.make("flow1-replay-v0")
+        made = gym.make("flow1-replay-v0")
     except Exception as e:   # noqa: BLE001
         raise Flow1InputError(f"{spec}(env_config) failed: {type(e).__name__}: {one_line(e)[:200]}") from None
     finally:
         gym.registry.pop("flow1-replay-v0", None)
+    if multi_agent and env.get("rllib_checked"):
+        _rllib_check(made)
+    return made
+
+
+def _rllib_check(env: Any) -> None:
+    """What RLlib's MultiAgentEnvRunner did to the sub-env once it was made, before the recorder
+    saw it: ``check_multiagent_environments`` (a reset with seed 42, a step with sampled actions).
+    An env that counts its steps across episodes counts that one too."""
+    try:
+        from ray.rllib.utils.pre_checks.env import check_multiagent_environments
+    except ImportError:   # without RLlib: the replay goes on one step short, as it would have
+        return
+    try:
+        check_multiagent_environments(env.unwrapped)
+    except Exception as e:   # noqa: BLE001 -- the run's own check passed; here it did not: said
+        raise Flow1InputError(f"RLlib's env check, which the run's runner made, failed here: "
+                              f"{type(e).__name__}: {one_line(e)[:200]}") from None
 
 
 def _reset(env: Any, episode: dict, state: dict | None) -> Any:

@@ -80,6 +80,11 @@ def env_build_spec(env_runner: Any, index: int) -> dict:
                            "num_workers": int(getattr(env_runner, "num_workers", 0) or 0), "vector_index": 0}
     if left:
         out["env_config_left_out"] = left
+    if type(env_runner).__name__ == "MultiAgentEnvRunner" and not getattr(cfg, "disable_env_checking", True):
+        # RLlib's MultiAgentEnvRunner checks each sub-env once it is made, before flow1 sees it: a
+        # reset(seed=42) and a step with sampled actions (check_multiagent_environments). The
+        # replay does the same, or an env that counts its steps is one step behind the run's.
+        out["rllib_checked"] = True
     if isinstance(env, str):
         try:
             from ray.tune.registry import ENV_CREATOR, _global_registry
