@@ -65,6 +65,16 @@ class Thresholds:
     reward_level_min_pays: int = 30
     reward_level_max_auc: float = 0.6
     reward_scale_min: float = 0.001
+    # flow1_ray.checks.pipeline.module_input.PipelineThresholds
+    pipe_min_rows: int = 50
+    clip_pinned_share: float = 0.5
+    clip_distinct: int = 3
+    invented_spread: float = 0.01
+    frame_match_share: float = 0.9
+    collapse_entropy_ratio: float = 0.1
+    collapse_std_ratio: float = 0.001
+    log_std_clamp_share: float = 0.5
+    action_clip_share: float = 0.5
     # flow1_ray.checks.learner.reward_drop.RewardDropThresholds
     reward_drop_ratio: float = 0.7
     reward_drop_span: int = 10

@@ -218,7 +218,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     opts = {"steps": args.steps, "seed": args.seed, "thresholds": th, "isolate": True,
             "audit_reward": args.audit_reward,
             **{f"{call}_timeout_s": getattr(args, f"{call}_timeout") for call in DEFAULT_TIMEOUTS}}
-    reports, interrupted = _checked([DEMO_FAULTY, DEMO_CLEAN] if args.demo else [args.env], opts, args.verbose)
+    if args.checkpoint and not args.config:
+        raise Flow1InputError("--checkpoint needs --config (the config whose EnvRunner takes its state)")
+    if args.config:
+        if args.audit_reward:
+            raise Flow1InputError("--audit-reward checks an env: use it with --env")
+        opts = {k: v for k, v in opts.items() if k not in ("isolate", "audit_reward")}
+        reports, interrupted = _checked([args.config], {**opts, "checkpoint": args.checkpoint}, args.verbose,
+                                        config=True)
+    else:
+        reports, interrupted = _checked([DEMO_FAULTY, DEMO_CLEAN] if args.demo else [args.env], opts, args.verbose)
     for i, r in enumerate(reports):
         if i:
             human.print()
@@ -279,18 +288,21 @@ class _CheckProgress:
         self.shown = False
 
 
-def _checked(targets: list[str], opts: dict, verbose: bool) -> tuple[list, bool]:
+def _checked(targets: list[str], opts: dict, verbose: bool, config: bool = False) -> tuple[list, bool]:
     """Each target's report (the partial one of a Ctrl-C, then no more), with the progress
-    line; True when interrupted."""
+    line; True when interrupted. ``config``: the targets are configs (``--config``)."""
     from ..envcheck import supervise
     from ..envcheck.api import CheckInterrupted, check_env
+    from ..pipeline.api import check_config
+
+    run_check = check_config if config else check_env
 
     progress = _CheckProgress(verbose)
     supervise.progress_listener = progress
     reports: list = []
     try:
         for target in targets:
-            reports.append(check_env(target, **opts))
+            reports.append(run_check(target, **opts))
             progress.clear()
     except CheckInterrupted as e:
         reports.append(e.report)

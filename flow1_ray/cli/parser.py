@@ -40,8 +40,15 @@ def _add_check(sub: Any) -> None:
     c = sub.add_parser("check", help="check an env's contracts on every step of a rollout, without training")
     src = c.add_mutually_exclusive_group(required=True)
     src.add_argument("--env", help="registered id (CartPole-v1) or module:attr (a class, factory or instance)")
+    src.add_argument("--config", metavar="MODULE:FUNCTION",
+                     help="an RLlib config (a function returning an AlgorithmConfig): its env checked as --env checks "
+                          "one, then one EnvRunner built from it samples with the config's connectors and RLModule, "
+                          "and what the module sees and emits is judged (module PIPELINE)")
     src.add_argument("--demo", action="store_true",
                      help=f"check a built-in faulty env ({DEMO_FAULTY}) and a clean one ({DEMO_CLEAN})")
+    c.add_argument("--checkpoint", metavar="DIR",
+                   help="with --config: an Algorithm checkpoint folder whose RLModule weights and connector states "
+                        "(a MeanStdFilter's statistics) the EnvRunner takes (default: the RLModule as initialised)")
     c.add_argument("--steps", type=int, default=1000, help="env steps to run (default 1000)")
     c.add_argument("--seed", type=int, default=0, help="seed for reset and action sampling (default 0)")
     c.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")

@@ -34,13 +34,17 @@ CHECKED_MODULES = (C.IMPORT_RESOLVE, C.ENV_SPEC, C.OBS_FLOW, C.ACTION_PIPE, C.RE
 OPT_IN_MODULES = (C.REWARD_LOGIC,)
 
 
-def build_report(name: str, findings: list[Finding], summary: dict, run_id: str) -> Report:
+def build_report(name: str, findings: list[Finding], summary: dict, run_id: str,
+                 extra_modules: tuple[str, ...] = ()) -> Report:
     """The report of a check: its findings as events, one PASS row per clean module (when
-    the module's whole-rollout rules ran), ordered by module then severity."""
+    the module's whole-rollout rules ran), ordered by module then severity; ``extra_modules``:
+    modules judged beside the env's (``flow1 check --config``'s PIPELINE), each with its PASS
+    row when its statistics are in ``summary["modules"]``."""
     events = [f.to_event(run_id=run_id) for f in findings]
     bad_modules = {e.module for e in events if e.status != C.PASS}
     module_stats = summary.get("modules", {})
-    for m in CHECKED_MODULES:
+    checked = CHECKED_MODULES + tuple(m for m in extra_modules if m in module_stats)
+    for m in checked:
         if m in OPT_IN_MODULES and m not in module_stats:
             continue
         if m not in bad_modules and (m == C.IMPORT_RESOLVE or module_stats):
@@ -49,7 +53,7 @@ def build_report(name: str, findings: list[Finding], summary: dict, run_id: str)
                                 message=f"{m} checks passed on {summary.get('steps', 0)} steps"
                                 + (f" ({'; '.join(notes)})" if notes else ""),
                                 evidence=module_stats.get(m, {}), run_id=run_id))
-    order = {m: i for i, m in enumerate(CHECKED_MODULES)}
+    order = {m: i for i, m in enumerate(checked)}
     events.sort(key=lambda e: (order.get(e.module, 99), -C.STATUS_RANK[e.status]))
     report = Report(target=name, events=events, summary=summary)
     report.not_assessable = list(summary.get("not_run") or [])

@@ -146,14 +146,15 @@ def _die_with_parent() -> None:
 
 
 def child_main(conn: Any, board_path: str, dump_dir: str, env: Any, steps: int, seed: int,
-               th: Thresholds, audit_reward: bool = False) -> None:
+               th: Thresholds, audit_reward: bool = False, drive_fn: Any = None) -> None:
     """The child's entry point: set up, drive and judge the env, send the result (or the
-    failure) to the parent, flush, ``os._exit(0)``."""
+    failure) to the parent, flush, ``os._exit(0)``. ``drive_fn``: a drive with the signature
+    of :func:`~flow1_ray.envcheck.judge.drive` (``flow1 check --config``'s); None: that one."""
     board = Board(board_path)
     watch = _ChildWatch(conn, board)
     try:
         _prepare_child(watch, board, dump_dir)
-        drive(env, steps, seed, th, watch, audit_reward)
+        (drive_fn or drive)(env, steps, seed, th, watch, audit_reward)
     except Flow1InputError as e:
         watch.send(("input_error", str(e)))
     except KeyboardInterrupt:  # stopped before the env was made

@@ -69,10 +69,12 @@ def default_start_method() -> str:
 
 
 def run_isolated(env: Any, steps: int, seed: int, th: Thresholds, timeouts: dict[str, float | None],
-                 start_method: str | None = None, audit_reward: bool = False) -> tuple[str, list[Finding], dict]:
-    """Run :func:`~flow1_ray.envcheck.judge.drive` in a child process and watch it; (name,
-    findings, summary) as the in-process drive returns them, plus ENV_HUNG / ENV_CRASHED
-    and ``summary["not_run"]`` when the child could not finish."""
+                 start_method: str | None = None, audit_reward: bool = False,
+                 drive_fn: Any = None) -> tuple[str, list[Finding], dict]:
+    """Run :func:`~flow1_ray.envcheck.judge.drive` (or ``drive_fn``, a module-level function with
+    its signature) in a child process and watch it; (name, findings, summary) as the in-process
+    drive returns them, plus ENV_HUNG / ENV_CRASHED and ``summary["not_run"]`` when the child
+    could not finish."""
     limits = _limits(timeouts)
     method = start_method or default_start_method()
     if method not in mp.get_all_start_methods():
@@ -83,7 +85,7 @@ def run_isolated(env: Any, steps: int, seed: int, th: Thresholds, timeouts: dict
         board = Board(os.path.join(tmp, "board"), create=True)
         board.v[SLOT_CALL] = PHASE["start"]
         recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=child_main, args=(send, board.path, tmp, env, steps, seed, th, audit_reward),
+        proc = ctx.Process(target=child_main, args=(send, board.path, tmp, env, steps, seed, th, audit_reward, drive_fn),
                            name="flow1-check", daemon=False)
         try:
             with CtrlC() as ctrl_c:
@@ -129,4 +131,5 @@ def _limits(timeouts: dict[str, float | None]) -> dict[str, float]:
 def _default_name(env: Any) -> str:
     if isinstance(env, str):
         return env
-    return getattr(env, "__qualname__", None) or type(env).__name__
+    own_str = type(env).__str__ is not object.__str__   # a target that names itself (flow1 check --config's)
+    return getattr(env, "__qualname__", None) or (str(env) if own_str else type(env).__name__)

@@ -24,6 +24,7 @@ LAYERS = (
     "diagnosis",   # a run's findings read as one diagnosis: primary symptom, causes, the change
     "report",      # a run's report: Markdown, JSON, HTML, the live panel
     "envcheck",    # the offline env checker (check_env, flow1 check)
+    "pipeline",    # what the RLModule sees and emits: flow1 check --config, its EnvRunner and tap
     "whatif",      # what-if branches of a run
     "replay",      # flow1 replay: a flight-recorder dump played again
     "options",     # Flow1Callbacks' options
