@@ -159,6 +159,7 @@ def _sample(runner: Any, tap: Tap, steps: int, findings: list[Finding], summary:
             break
         except Exception as e:
             at = clock.steps if clock is not None else done_steps
+            tap.remove()   # the runner's own pipelines back: the site names which one raised
             findings.append(runner_failed(crash_site(e, runner), "sample", at))
             summary["stopped_early"] = f"sampling raised at step {at}"
             break

@@ -149,3 +149,36 @@ def mean_std_constant() -> PPOConfig:
     return (PPOConfig().environment(ConstantFeatureCartPole)
             .env_runners(num_env_runners=2, env_to_module_connector=lambda env, *a: MeanStdFilter(multi_agent=False))
             .training(train_batch_size_per_learner=600, minibatch_size=200, num_epochs=1))
+
+
+class AppendsBias(ConnectorV2):
+    """Appends a constant 1.0 to each observation in the batch and forgets to declare it (no
+    ``recompute_output_observation_space``): the RLModule is built for the env's shape."""
+
+    def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None, **kwargs):
+        for ep in self.single_agent_episode_iterator(episodes):
+            obs = np.append(ep.get_observations(-1), np.float32(1.0)).astype(np.float32)
+            self.add_batch_item(batch=batch, column=Columns.OBS, item_to_add=obs, single_agent_episode=ep)
+        return batch
+
+
+class RaisesAt(ConnectorV2):
+    """An env-to-module connector whose own ``at``-th call raises."""
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *, at: int = 100, **kwargs):
+        self.at, self.calls = at, 0
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyError("'speed' missing from the feature table")
+        return batch
+
+
+def undeclared_shape() -> PPOConfig:
+    return _ppo().env_runners(env_to_module_connector=lambda env, *a: AppendsBias())
+
+
+def raising_connector() -> PPOConfig:
+    return _ppo().env_runners(env_to_module_connector=lambda env, *a: RaisesAt(at=100))

@@ -64,9 +64,7 @@ def module_input_findings(s: PipeSample, th: PipelineThresholds) -> tuple[list[F
     """The findings on what the RLModule saw, and notes on what could not be judged."""
     out: list[Finding] = []
     notes: list[str] = []
-    if s.seen is None:
-        return out, ["the RLModule's input is not numeric: not judged"]
-    if s.declared_shape is not None and tuple(s.seen_shape) != tuple(s.declared_shape):
+    if s.declared_shape is not None and s.seen_shape and tuple(s.seen_shape) != tuple(s.declared_shape):
         out.append(Finding(C.PIPE_OBS_SHAPE,
                            f"the env-to-module pipeline ({s.pipeline()}) declares observations of shape "
                            f"{tuple(s.declared_shape)}, the space the RLModule was built for, but hands it "
@@ -74,6 +72,8 @@ def module_input_findings(s: PipeSample, th: PipelineThresholds) -> tuple[list[F
                            f"space (ConnectorV2.recompute_output_observation_space)",
                            {"declared": list(s.declared_shape), "actual": list(s.seen_shape),
                             "pipeline": s.pipeline()}))
+    if s.seen is None:
+        return out, ["the RLModule's input is not numeric, or no step reached its output: not judged"]
     out.extend(_nonfinite(s))
     if s.raw is None:
         notes.append("the env's observations are not numeric: the RLModule's input not compared with them")

@@ -49,6 +49,8 @@ def module_output_findings(s: PipeSample, th: PipelineThresholds) -> tuple[list[
     not judged."""
     out: list[Finding] = []
     notes: list[str] = []
+    if not s.rows:
+        return out, ["no step reached the RLModule's output: not judged"]
     if s.dist_inputs is None or not len(s.dist_inputs):
         out.extend(_out_of_space(s))
         out.extend(_clipped_actions(s, np.ones(len(s.env_actions) if s.env_actions is not None else 0, bool), th))

@@ -1,0 +1,42 @@
+"""``flow1 check --config --checkpoint``: a real run's EnvRunner state, taken by the check's
+runner. RLlib's MeanStdFilter on an env with a constant feature, sampled by two EnvRunners whose
+statistics RLlib merges after each iteration: the merged mean of the constant feature drifts
+away from its value, so the RLModule of the checkpoint sees a feature the env never changes
+vary (PIPE_OBS_INVENTED); before any merge (no checkpoint) the filter maps it to 0, silent
+(tests/pipeline/test_check_config.py)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from flow1_ray.checks.thresholds import DEFAULT
+from flow1_ray.common import codes as C
+from flow1_ray.pipeline.check import drive_config
+from flow1_ray.pipeline.config import ConfigTarget
+
+
+def test_a_mean_std_filter_merged_over_runners_makes_a_constant_feature_vary(ray_session, tmp_path):
+    from ray.rllib.utils.filter import RunningStat
+
+    import pipeline_faults
+
+    algo = pipeline_faults.mean_std_constant().build_algo()
+    try:
+        for _ in range(2):
+            algo.train()
+        state = algo.env_runner_group.local_env_runner.get_state()
+        algo.save_to_path(str(tmp_path / "ckpt"))
+    finally:
+        algo.stop()
+    stats = RunningStat.from_state(state["env_to_module_connector"]["MeanStdFilter"][None]["running_stats"][0])
+    assert abs(stats.mean[4] - 1.0) > 0.1, f"the merged mean of the constant feature: {stats.mean[4]}"
+    _, findings, summary = drive_config(ConfigTarget("pipeline_faults:mean_std_constant", str(tmp_path / "ckpt")),
+                                        300, 0, DEFAULT)
+    (f,) = [f for f in findings if f.code == C.PIPE_OBS_INVENTED]
+    assert re.search(r"feature 4 is 1 on every one of \d+ steps in the env, but reaches the RLModule varying over "
+                     r"[\d.]+ \.\. [\d.]+: the env-to-module pipeline \(MeanStdFilter\)", f.message), f.message
+    assert np.ptp(f.evidence["module_range"]) > DEFAULT.invented_spread
+    assert summary["modules"][C.PIPELINE]["trained"] is True
+    assert [x.code for x in findings if x.status != C.PASS] == [C.PIPE_OBS_INVENTED]
