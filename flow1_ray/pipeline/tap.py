@@ -27,6 +27,10 @@ MAX_BYTES = 64 * 1024**2
 def flat(x: Any) -> np.ndarray | None:
     """One row of values as a float64 vector (a dict or tuple: its leaves in RLlib's order,
     sorted keys); None when a leaf is not numeric."""
+    if isinstance(x, np.ndarray) and x.dtype.kind in "biuf":   # the common case, without tree's walk
+        return x.astype(np.float64).ravel()
+    if isinstance(x, (int, float, np.number)) and not isinstance(x, bool):
+        return np.array([x], np.float64)
     import tree
 
     try:
@@ -116,6 +120,8 @@ class Tap:
         from ray.rllib.core.columns import Columns
 
         seen = out.get(Columns.OBS) if isinstance(out, dict) else None
+        if seen is not None:   # one conversion of the batch, not one per row
+            seen = _numpy(seen) if hasattr(seen, "detach") else _as_numpy(seen)
         for i, ep in enumerate(episodes):
             raw_i = obs[i] if i < len(obs) else None
             seen_i = _row(seen, i, self.timed) if seen is not None else None
@@ -172,9 +178,19 @@ class Tap:
                           **spaces_and_config)
 
 
+def _as_numpy(batch: Any) -> Any:
+    import tree
+
+    return tree.map_structure(_numpy, batch)
+
+
 def _row(batch: Any, i: int, timed: bool = False) -> Any:
     """Row ``i`` of a batch (a tensor, an array, a list or a dict of them); ``timed``: the batch
     of a stateful RLModule, whose rows carry a time axis of one step (taken away)."""
+    if isinstance(batch, np.ndarray):   # the common case, without tree's walk
+        return batch[i, 0] if timed and batch.ndim >= 2 else batch[i]
+    if isinstance(batch, list) and not timed:
+        return batch[i]
     import tree
 
     def one(x: Any) -> Any:
