@@ -72,6 +72,10 @@ class Flow1Options:
     repro_max: int = 20
     """``repro/`` entries kept per run (the EnvRunners' and the Learners' dumps); repeats of one kind (code,
     worker) keep the first and the latest. 0: none is made."""
+    pipeline_every_steps: int = 50_000
+    """The PIPELINE rules live (what the RLModule sees and emits, as ``flow1 check --config`` judges it): each
+    single-agent training runner records one window of 256 module forward passes at its first ``sample()``
+    and then one every this many of its env steps, and judges it. 0: off."""
     audit_reward: bool = False
     """REWARD_UNEARNED live: audit sub-env 0 of the first training runner for reward the env changes
     whatever the action."""
@@ -154,6 +158,8 @@ class Flow1Options:
                      "startup_timeout_s", "driver_stall_factor", "driver_stall_floor_s", "stop_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.pipeline_every_steps < 0:
+            raise ValueError(f"pipeline_every_steps must be >= 0 (0: off), got {self.pipeline_every_steps}")
         if not 0.0 <= self.state_sample_rate <= 1.0:
             raise ValueError(f"state_sample_rate must be in [0, 1], got {self.state_sample_rate}")
         if self.clusterer_backend not in BACKENDS:

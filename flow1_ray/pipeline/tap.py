@@ -14,6 +14,7 @@ The rows become a :class:`~flow1_ray.checks.pipeline.sample.PipeSample` (:meth:`
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -74,9 +75,12 @@ class _Stand:
 class Tap:
     """Records a SingleAgentEnvRunner's pipeline step by step (see the module docstring)."""
 
-    def __init__(self, runner: Any, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, runner: Any, max_bytes: int = MAX_BYTES, max_rows: int | None = None) -> None:
         self.runner = runner
+        self.max_rows = max_rows if max_rows is not None else float("inf")   # a live window's rows
         self.max_bytes, self.bytes, self.truncated = max_bytes, 0, False
+        self.recording = True   # False: the calls pass straight through (a live runner between windows)
+        self.cpu_s = 0.0        # the thread CPU the tap's recording took (what a live runner's account books)
         self.raw: list[np.ndarray | None] = []
         self.seen: list[np.ndarray | None] = []
         self.episode: list[int] = []
@@ -103,17 +107,28 @@ class Tap:
     def remove(self) -> None:
         self.runner._env_to_module, self.runner._module_to_env = self._pipelines
 
+    def clear(self) -> None:
+        """Forget the rows recorded (a live window judged); recording goes on as set."""
+        for rows in (self.raw, self.seen, self.episode, self.t, self.dist_inputs, self.actions, self.env_actions):
+            rows.clear()
+        self.bytes, self.truncated = 0, False
+        self._chunks, self._numbers = [], []
+
     # -- the two calls ----------------------------------------------------------------------
     def _to_module(self, pipeline: Any, kwargs: dict) -> Any:
+        if not self.recording or len(self.episode) >= self.max_rows:
+            return pipeline(**kwargs)
         obs = kwargs.get("obs")
         episodes = kwargs.get("episodes") or []
         out = pipeline(**kwargs)
         if self.truncated or obs is None:
             return out
+        c0 = time.thread_time()
         try:
             self._rows_in(obs, episodes, out)
         except Exception:   # a batch of a shape the tap does not know: stop recording, never the runner
             self.truncated = True
+        self.cpu_s += time.thread_time() - c0
         return out
 
     def _rows_in(self, obs: list, episodes: list, out: Any) -> None:
@@ -139,14 +154,19 @@ class Tap:
             self.t.append(len(ep))
 
     def _to_env(self, pipeline: Any, kwargs: dict) -> Any:
+        if not self.recording or len(self.actions) >= len(self.episode):   # no row of this window to answer
+            return pipeline(**kwargs)
         from ray.rllib.core.columns import Columns
 
         batch = kwargs.get("batch") or {}
         inputs = batch.get(Columns.ACTION_DIST_INPUTS) if isinstance(batch, dict) else None
+        c0 = time.thread_time()
         inputs = None if inputs is None else np.asarray(_numpy(inputs), np.float64).copy()
+        self.cpu_s += time.thread_time() - c0
         out = pipeline(**kwargs)
         if self.truncated:
             return out
+        c0 = time.thread_time()
         try:
             n = len(self.episode) - len(self.actions)   # the rows of the env-to-module call this answers
             acts, env_acts = out.get(Columns.ACTIONS), out.get(Columns.ACTIONS_FOR_ENV, out.get(Columns.ACTIONS))
@@ -159,6 +179,7 @@ class Tap:
                 self.dist_inputs.append(d)
         except Exception:
             self.truncated = True
+        self.cpu_s += time.thread_time() - c0
         return out
 
     def _count(self, *arrays: np.ndarray | None) -> None:

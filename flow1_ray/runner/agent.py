@@ -12,12 +12,12 @@
   list); a small sample (off-policy algorithms sample one step per call, hundreds of calls a
   second) is held, with each episode's length and end as they were, and read with the
   next ones, at most ``HOLD_STEPS`` steps or ``HOLD_S`` seconds later (holding.py).
-- Sends: after a read, and only when there is something new, one fire-and-forget call to
-  the run's hub (its Recorder); when the hub's limit of calls in flight (3x
-  ``max_pending_calls``) is reached the batch is dropped and counted (SAMPLES_DROPPED).
-- States: a training runner also thins the episodes into (state, action, failed) rows for
-  the StateClusterer (:mod:`~flow1_ray.runner.states`), sent at most every
-  ``state_send_interval_s`` through a second bounded sender.
+- Sends: after a read, and only when there is something new, one fire-and-forget call to the
+  run's hub (its Recorder); past the hub's limit of calls in flight (3x ``max_pending_calls``)
+  the batch is dropped and counted (SAMPLES_DROPPED).
+- States: a training runner thins the episodes into (state, action, failed) rows for the
+  StateClusterer (:mod:`~flow1_ray.runner.states`), sent at most every ``state_send_interval_s``.
+- The pipeline: windows of what the RLModule saw and emitted, judged (:mod:`~flow1_ray.runner.pipe_watch`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ from .reward_audit import LiveRewardAudit
 from .env_watch import EnvWatch
 from .holding import SampleHolding
 from .states import StateSampler
+from .pipe_watch import pipe_tick, start_pipe
 from ..liveness.crash_site import crash_site, done_in_failed_call, watch_os_exit, where_sampling, wrap_state_sync
 
-JUDGE_EVERY_S = 5.0           # distribution rules run at most this often
-JUDGE_SHARE = 0.002           # ... and then less often, so that judging takes at most this share of the time
+JUDGE_EVERY_S, JUDGE_SHARE = 5.0, 0.002   # distribution rules run at most this often, and at most this share of the time
 SAMPLE_TIMES_EVERY_S = 2.0    # a runner's sample() timing goes to the hub this often (a late call at once)
 WATCHDOG_TICK_S = 0.25        # the watchdog writes the heartbeat and checks for a stall this often
 
@@ -93,8 +93,7 @@ class RunnerAgent(EnvWatch, SampleHolding):
         self.rng = random.Random(hash((self.key, os.getpid())))
         self._last_judge = time.monotonic()
         self._judge_every = JUDGE_EVERY_S
-        self._internal_sent: set[str] = set()
-        self.node_id = ctx.get_node_id()
+        self._internal_sent, self.node_id = set(), ctx.get_node_id()
         self.sender = Sender(self.key, self._lookup_recorder, self.index)
         timeout = getattr(env_runner.config, "sample_timeout_s", None) if self.kind == "train" else None
         self.sample_times = SampleTimes(timeout)
@@ -107,16 +106,14 @@ class RunnerAgent(EnvWatch, SampleHolding):
         self.states: StateSampler | None = None
         self.audit: LiveRewardAudit | None = None   # options.audit_reward, on one runner
         self._held: list[EpisodePart] = []   # small samples' episode chunks, read together
-        self._held_steps = 0
-        self._held_since = 0.0
-        self._lock = threading.Lock()
-        self.env_runner = env_runner
-        self.multi_agent = False
+        self._held_steps, self._held_since = 0, 0.0
+        self._lock, self.env_runner, self.multi_agent = threading.Lock(), env_runner, False
         self.alloc: Any = None   # an AllocSampler: where the runner's memory grows (set with its env)
         self._maps_off_said: set[str] = set()
         self._crashes: dict[tuple[str, str, str], list] = {}   # (call, exception, frame) -> [count, told, first, last]
         self._last_crash: BaseException | None = None
         self._sync_wrapped = False
+        self.pipe: Any = None   # a PipeWatch (pipe_watch.py) from the first sample(); False: none here
         self._wrap_runner(env_runner)
         if not self.local:   # the runner's own process: an os._exit in it is recorded with its caller
             watch_os_exit(self.liveness.record_cause)
@@ -133,6 +130,7 @@ class RunnerAgent(EnvWatch, SampleHolding):
             lv.busy()
             if not self._sync_wrapped:   # the module exists by the first sample(): the weight sync's parts
                 self._sync_wrapped = wrap_state_sync(env_runner, lv.record_cause) > 0
+                self.pipe = self.pipe if self.pipe is not None else start_pipe(self, env_runner)
             s0, t0, c0 = lv.steps, clock(), thread_time()
             samples = None
             try:
@@ -147,6 +145,8 @@ class RunnerAgent(EnvWatch, SampleHolding):
                 t1 = clock()
                 lv.idle()
                 self._sampled(t1 - t0, lv.steps - s0, t1, samples)
+                if self.pipe:
+                    pipe_tick(self, lv.steps)
                 self.account.sampled(thread_time() - c0, lv.steps - s0)   # flow1's after-sample work included
 
         def wrapped_stop(*args, **kwargs):

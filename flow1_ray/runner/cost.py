@@ -26,7 +26,9 @@ The features (each its own line in the account):
   CPU a step for the window's ~5 s: ~4 s of the runner's sampling a window, at most one every
   30 minutes, none while the RSS stays flat; its 1 % budget is met by a run of ~7 minutes or more);
 - ``flight``: the flight recorder's row per vector step (runner/flight.py) and its reset
-  records; the row measured on one vector step in FLIGHT_EVERY.
+  records; the row measured on one vector step in FLIGHT_EVERY;
+- ``pipeline``: the PIPELINE windows (runner/pipe_watch.py): the tap's recording inside
+  ``sample()`` (measured on every recorded call) and the judging after it.
 
 The runner's own CPU is the sampling thread's CPU inside ``sample()``, less flow1's part of it;
 the account's figure for a feature is its CPU per env step as a share of that.
@@ -38,7 +40,7 @@ import resource
 import time
 from typing import Any
 
-FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks", "alloc_sites", "flight")
+FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks", "alloc_sites", "flight", "pipeline")
 #: each feature's budget: its CPU per env step as a share of the runner's own CPU per step (on
 #: CartPole, the cheapest env there is: any heavier env makes every share smaller). Measured
 #: (scripts/bench_runner_overhead.py, docs/benchmarks): the liveness wrapper ~3.9 us a step in
@@ -46,7 +48,7 @@ FEATURES = ("liveness", "watchdog", "checks", "scan", "states", "sends", "hooks"
 #: 720 us; the checks are held near check_budget (1 % of sample()'s wall time) by the adaptive
 #: rate, a little more of the runner's CPU on a vectorised env (1.08 % with 16 sub-envs)
 BUDGETS = {"liveness": 0.015, "watchdog": 0.005, "checks": 0.015, "scan": 0.005, "states": 0.005,
-           "sends": 0.002, "hooks": 0.005, "alloc_sites": 0.01, "flight": 0.01}
+           "sends": 0.002, "hooks": 0.005, "alloc_sites": 0.01, "flight": 0.01, "pipeline": 0.005}
 #: the account opens after a runner's first this many env steps: what a run pays once (the
 #: first episodes always checked, the state sampler's first batch building its encoders, the
 #: first sends) is not a cost per step (measured: the state sampling's first calls were 18 us

@@ -3,7 +3,8 @@ runner. RLlib's MeanStdFilter on an env with a constant feature, sampled by two 
 statistics RLlib merges after each iteration: the merged mean of the constant feature drifts
 away from its value, so the RLModule of the checkpoint sees a feature the env never changes
 vary (PIPE_OBS_INVENTED); before any merge (no checkpoint) the filter maps it to 0, silent
-(tests/pipeline/test_check_config.py)."""
+(tests/pipeline/test_check_config.py). The same rules live in the run's EnvRunners
+(runner/pipe_watch.py) name it there too, from the windows after the first merge."""
 
 from __future__ import annotations
 
@@ -21,15 +22,25 @@ def test_a_mean_std_filter_merged_over_runners_makes_a_constant_feature_vary(ray
     from ray.rllib.utils.filter import RunningStat
 
     import pipeline_faults
+    from flow1_ray import Flow1Callbacks, load_events
 
-    algo = pipeline_faults.mean_std_constant().build_algo()
+    # live: each runner judges a window at its first sample() (the filter exact: silent) and one
+    # every 300 of its steps after (the merged statistics: the feature varies)
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path / "runs"), print_events=False, state_actions=False,
+                                     pipeline_every_steps=300)
+    algo = pipeline_faults.mean_std_constant().callbacks(cb).build_algo()
     try:
-        for _ in range(2):
-            algo.train()
+        for _ in range(3):
+            result = algo.train()
         state = algo.env_runner_group.local_env_runner.get_state()
         algo.save_to_path(str(tmp_path / "ckpt"))
     finally:
         algo.stop()
+    events = load_events(result["flow1"]["run_dir"]).to_pylist()
+    live = [e for e in events if e["code"] == C.PIPE_OBS_INVENTED]
+    assert live and all(re.match(r"train worker [12]: feature 4 is 1 on every one of", e["message"]) for e in live)
+    assert {e["code"] for e in events if e["status"] != C.PASS} == {C.PIPE_OBS_INVENTED}, \
+        [(e["code"], e["message"]) for e in events if e["status"] != C.PASS]
     stats = RunningStat.from_state(state["env_to_module_connector"]["MeanStdFilter"][None]["running_stats"][0])
     assert abs(stats.mean[4] - 1.0) > 0.1, f"the merged mean of the constant feature: {stats.mean[4]}"
     _, findings, summary = drive_config(ConfigTarget("pipeline_faults:mean_std_constant", str(tmp_path / "ckpt")),

@@ -216,17 +216,16 @@ def _slots(seen: np.ndarray, seen_shape: tuple, raw_shape: tuple, k: int) -> np.
 
 def _lags(slots: np.ndarray, raw: np.ndarray, episode: np.ndarray, t: np.ndarray, k: int,
           need: float) -> tuple[list[int] | None, float]:
-    """Each slot's lag: the L in 0..k-1 for which the slot equals the env's observation L rows
-    earlier in the same episode, on >= ``need`` of the rows with k-1 earlier steps."""
-    rows = np.flatnonzero(t >= k - 1)
-    rows = rows[rows >= k - 1]
-    rows = np.array([r for r in rows if episode[r - (k - 1)] == episode[r]], dtype=np.int64)
+    """Each slot's lag: the L in 0..k-1 for which the slot equals the env's observation L steps
+    earlier in the same episode chunk, on >= ``need`` of the rows with k-1 earlier steps."""
+    earlier = _earlier(episode, k)
+    rows = np.flatnonzero((t >= k - 1) & (earlier[:, k - 1] >= 0))
     if len(rows) < 10:
         return None, 0.0
     lags, worst = [], 1.0
     for slot in range(k):
-        shares = [float(np.mean([np.allclose(slots[r, slot], raw[r - lag], rtol=1e-5, atol=1e-8) for r in rows]))
-                  for lag in range(k)]
+        shares = [float(np.mean(np.isclose(slots[rows, slot], raw[earlier[rows, lag]], rtol=1e-5, atol=1e-8)
+                                .all(axis=1))) for lag in range(k)]
         fits = [lag for lag in range(k) if shares[lag] >= need]
         if not fits:
             return None, 0.0
@@ -235,6 +234,19 @@ def _lags(slots: np.ndarray, raw: np.ndarray, episode: np.ndarray, t: np.ndarray
         lags.append(lag)
         worst = min(worst, shares[lag])
     return lags, worst
+
+
+def _earlier(episode: np.ndarray, k: int) -> np.ndarray:
+    """(N, k): for each row, the row 0..k-1 steps earlier in its own episode chunk (-1: none).
+    Rows of several sub-envs interleave; each chunk's rows are in step order."""
+    out = np.full((len(episode), k), -1, dtype=np.int64)
+    seen: dict[int, list[int]] = {}
+    for r, ep in enumerate(episode.tolist()):
+        past = seen.setdefault(ep, [])
+        past.append(r)
+        for lag in range(min(k, len(past))):
+            out[r, lag] = past[-1 - lag]
+    return out
 
 
 def _few(idx: np.ndarray, n: int = 5) -> str:
