@@ -34,6 +34,11 @@ class PipeWatch:
         self.th = PipelineThresholds(**{f: getattr(th, f) for f in PipelineThresholds.__dataclass_fields__})
         self.tap = Tap(env_runner, max_bytes=16 * 1024**2, max_rows=WINDOW_ROWS)
         self.windows = 0
+        # the first window judges the RLModule as initialised only on a fresh runner: a restored run
+        # (its runners' sampled steps restored) or a runner restarted mid-run (weights synced, a
+        # sequence number above 0) samples with trained weights, which may well have chosen
+        self.initial = getattr(env_runner, "_weights_seq_no", 1) == 0 and \
+            getattr(env_runner, "num_env_steps_sampled_lifetime", 1) == 0
         self.next_at = 0       # the runner's env steps at which the next window opens
         self.told: set[str] = set()
 
@@ -63,7 +68,7 @@ class PipeWatch:
         from ..pipeline.describe import describe_runner
 
         runner = self.runner
-        sample = self.tap.sample(**describe_runner(runner, runner.config, trained=self.windows > 1))
+        sample = self.tap.sample(**describe_runner(runner, runner.config, trained=not (self.initial and self.windows == 1)))
         self.tap.clear()
         out: list[Finding] = []
         for judge in (module_input_findings, module_output_findings):

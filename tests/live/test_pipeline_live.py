@@ -51,3 +51,32 @@ def test_a_mean_std_filter_merged_over_runners_makes_a_constant_feature_vary(ray
     assert np.ptp(f.evidence["module_range"]) > DEFAULT.invented_spread
     assert summary["modules"][C.PIPELINE]["trained"] is True
     assert [x.code for x in findings if x.status != C.PASS] == [C.PIPE_OBS_INVENTED]
+
+
+def test_a_collapsed_initial_policy_is_named_live_and_not_again_on_its_restored_run(ray_session, tmp_path):
+    """The first window of a fresh runner judges the RLModule as initialised; a run restored
+    from a checkpoint samples with trained weights from its first step, which may well have
+    chosen: its runners judge no initial policy."""
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    import pipeline_faults
+    from flow1_ray import Flow1Callbacks, load_events
+
+    cb = Flow1Callbacks.with_options(output_dir=str(tmp_path / "runs"), print_events=False, state_actions=False)
+    algo = (pipeline_faults.logits_scaled().callbacks(cb).env_runners(num_env_runners=1)
+            .training(train_batch_size_per_learner=500, minibatch_size=100, num_epochs=1)).build_algo()
+    try:
+        result = algo.train()
+        algo.save_to_path(str(tmp_path / "ckpt"))
+    finally:
+        algo.stop()
+    (collapsed,) = [e for e in load_events(result["flow1"]["run_dir"]).to_pylist() if e["code"] == C.PIPE_POLICY_COLLAPSED]
+    assert collapsed["worker_index"] == 1 and "train worker 1: the initial policy has already chosen" in \
+        collapsed["message"], collapsed
+    restored = Algorithm.from_checkpoint(str(tmp_path / "ckpt"))
+    try:
+        result = restored.train()
+    finally:
+        restored.stop()
+    codes = {e["code"] for e in load_events(result["flow1"]["run_dir"]).to_pylist()}
+    assert C.PIPE_POLICY_COLLAPSED not in codes, codes
