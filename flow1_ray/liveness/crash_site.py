@@ -77,12 +77,17 @@ def _class_name(obj: Any) -> str:
     return next((c.__name__ for c in type(obj).__mro__ if c.__name__ != "_WrappedExecutable"), type(obj).__name__)
 
 
+def _unwrapped(obj: Any) -> Any:
+    return obj.__dict__.get("__wrapped__", obj) if hasattr(obj, "__dict__") else obj
+
+
 def _component(frames: list[tuple[FrameType, int]], runner: Any) -> tuple[str, str, str]:
     """(component, the object's class, the pipeline) of the innermost frame that belongs to one."""
     types = _types()
-    pipes = {id(getattr(runner, "_env_to_module", None)): ENV_TO_MODULE,
-             id(getattr(runner, "_module_to_env", None)): MODULE_TO_ENV,
-             id(getattr(runner, "_learner_connector", None)): LEARNER_CONNECTOR}
+    # a stand-in in front of a pipeline (flow1's own tap) names what it wraps, as functools' wrappers do
+    pipes = {id(_unwrapped(getattr(runner, "_env_to_module", None))): ENV_TO_MODULE,
+             id(_unwrapped(getattr(runner, "_module_to_env", None))): MODULE_TO_ENV,
+             id(_unwrapped(getattr(runner, "_learner_connector", None))): LEARNER_CONNECTOR}
     pipes.pop(id(None), None)
     for i in range(len(frames) - 1, -1, -1):
         frame = frames[i][0]

@@ -61,6 +61,7 @@ class _Stand:
     def __init__(self, pipeline: Any, on_call: Any) -> None:
         object.__setattr__(self, "_pipeline", pipeline)
         object.__setattr__(self, "_on_call", on_call)
+        object.__setattr__(self, "__wrapped__", pipeline)   # what a traceback's reader (crash_site) unwraps
 
     def __call__(self, **kwargs: Any) -> Any:
         return self._on_call(self._pipeline, kwargs)
