@@ -61,6 +61,16 @@ def test_a_connector_inside_its_pipeline_is_named_with_the_pipeline_and_the_user
     assert alone["component"] == D.CONNECTOR
 
 
+def test_a_connector_behind_flow1s_pipeline_tap_is_still_named_with_its_pipeline():
+    from flow1_ray.pipeline.tap import Tap
+
+    runner = _Runner()
+    Tap(runner)   # as a live runner carries it (runner/pipe_watch.py): a stand-in in front of each pipeline
+    e = _raised(lambda: runner._env_to_module(rl_module=None, batch={}, episodes=[], explore=True, shared_data={}))
+    site = crash_site(e, runner)
+    assert site["component"] == D.ENV_TO_MODULE and site["component_class"] == "Lookup", site
+
+
 def test_non_finite_logits_are_the_action_sampling_not_the_module():
     from ray.rllib.models.torch.torch_distributions import TorchCategorical
 
