@@ -55,3 +55,20 @@ def ppo_multi_agent() -> PPOConfig:
 
     return (PPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2})
             .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, *a, **k: f"p{aid}"))
+
+
+def _highway(env_config: dict):
+    import gymnasium as gym
+    import highway_env
+
+    gym.register_envs(highway_env)
+    return gym.make("highway-fast-v0")
+
+
+def ppo_highway() -> PPOConfig:
+    """PPO's defaults on highway-env's kinematics observation (a 5x5 Box): RLlib has no default
+    encoder for it."""
+    from ray import tune
+
+    tune.register_env("flow1-highway", _highway)
+    return PPOConfig().environment("flow1-highway")

@@ -15,6 +15,7 @@ import pytest
 
 from flow1_ray.checks.thresholds import DEFAULT
 from flow1_ray.common import codes as C
+from flow1_ray.common.errors import Flow1InputError
 from flow1_ray.pipeline.check import drive_config
 from flow1_ray.pipeline.config import ConfigTarget
 
@@ -75,6 +76,17 @@ def test_rllibs_own_setups_are_silent(path):
         assert summary["modules"][C.PIPELINE]["pipeline"] == "FrameStacking" and not notes, notes
 
 
+def test_an_rlmodule_rllib_cannot_build_for_the_space_is_named_at_its_setup():
+    """RLlib's default RLModule on highway-env's 5x5 kinematics observation (no default encoder
+    for a 2-D non-image space): the build fails, named as the RLModule's, not the env's."""
+    pytest.importorskip("highway_env")
+    findings, summary = _drive("rllib_setups:ppo_highway")
+    (f,) = [f for f in findings if f.code == C.PIPE_RUNNER_FAILED]
+    assert re.search(r"building the config's EnvRunner: the RLModule \(DefaultPPOTorchRLModule\) raised ValueError: "
+                     r"No default encoder config for obs space=Box\(.*during setup\(\)", f.message), f.message
+    assert summary["stopped_early"] == "the config's EnvRunner could not be built"
+
+
 def test_a_connector_that_raises_is_named_with_its_pipeline_and_frame():
     findings, summary = _drive("pipeline_faults:raising_connector")
     (f,) = [f for f in findings if f.code == C.PIPE_RUNNER_FAILED]
@@ -93,26 +105,32 @@ def _flow1(*args, env):
 
 
 def test_flow1_check_config_judges_the_env_and_its_pipeline_in_one_report(cli_env, tmp_path):
-    r = _flow1("--config", "pipeline_faults:clip_tight", "--steps", "300", "--json", "-",
+    r = _flow1("--config", "pipeline_faults:clip_tight", "--steps", "300", "--json", "-", "--fail-on", "WARN",
                "--output-dir", str(tmp_path / "run"), env=cli_env)
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]   # a WARN, and --fail-on WARN
     out = json.loads(r.stdout)
     rows = {(e["module"], e["code"], e["status"]) for e in out["events"]}
     assert (C.PIPELINE, C.PIPE_OBS_CLIPPED, C.WARN) in rows
     assert (C.OBS_FLOW, C.CHECKS_PASSED, C.PASS) in rows   # the env's own contract, checked first
-    assert (tmp_path / "run").is_dir()
-    r = _flow1("--config", "pipeline_faults:clip_tight", "--steps", "300", "--fail-on", "WARN", env=cli_env)
-    assert r.returncode == 1 and "PIPE_OBS_CLIPPED" in r.stdout + r.stderr
+    assert (tmp_path / "run" / "report.json").is_file()
 
 
 @pytest.mark.parametrize("args, says", [
     (["--config", "no_such_module:cfg"], "cannot import module 'no_such_module'"),
-    (["--config", "pipeline_faults:ClipObservations"], "expected an RLlib AlgorithmConfig"),
-    (["--config", "pipeline_faults"], "expected 'module:function'"),
-    (["--config", "rllib_setups:ppo_multi_agent"], "is a multi-agent config"),
     (["--env", "CartPole-v1", "--checkpoint", "x"], "--checkpoint needs --config"),
-    (["--config", "rllib_setups:ppo_cartpole", "--checkpoint", "/nonexistent"], "holds no EnvRunner state"),
 ])
-def test_bad_input_is_one_line_and_exit_2(cli_env, args, says):
+def test_bad_input_on_the_command_line_is_one_line_and_exit_2(cli_env, args, says):
     r = _flow1(*args, "--steps", "20", env=cli_env)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (r.returncode, r.stderr[-1500:])
+
+
+@pytest.mark.parametrize("path, checkpoint, says", [
+    ("pipeline_faults:ClipObservations", None, "expected an RLlib AlgorithmConfig"),
+    ("pipeline_faults", None, "expected 'module:function'"),
+    ("rllib_setups:ppo_multi_agent", None, "is a multi-agent config"),
+    ("rllib_setups:ppo_cartpole", "/nonexistent", "holds no EnvRunner state"),
+])
+def test_what_cannot_be_judged_is_an_input_error(path, checkpoint, says):
+    """Raised in the check's child, these reach the command as its one line and exit 2 (above)."""
+    with pytest.raises(Flow1InputError, match=re.escape(says)):
+        drive_config(ConfigTarget(path, checkpoint), 20, 0, DEFAULT)

@@ -9,7 +9,7 @@ from typing import Any
 from ...common import codes as C
 from ..findings import Finding
 from ..rule import Rule
-from ..run.death_cause import describe
+from ..run.death_cause import RL_MODULE, describe
 
 RULES = (
     Rule("PIPE_RUNNER_FAILED", C.PIPELINE, C.FAIL,
@@ -23,5 +23,7 @@ def runner_failed(site: dict[str, Any], when: str, step: int) -> Finding:
     """The finding of an exception whose site :func:`flow1_ray.liveness.crash_site.crash_site`
     read; ``when``: "build" or "sample"."""
     doing = "building the config's EnvRunner" if when == "build" else f"sampling at step {step}"
+    if when == "build" and site.get("component") == RL_MODULE and not site.get("during"):
+        site = {**site, "during": "setup"}   # the RLModule's construction, not a forward pass
     return Finding(C.PIPE_RUNNER_FAILED, f"{doing}: {describe(site)}",
                    {"when": when, "step": step, **site}, env_step=step if when == "sample" else None)
