@@ -7,7 +7,8 @@ their own (lr down, a wider value clip) that would treat the symptom. The diagno
 most upstream finding that explains others as the primary symptom and lists what follows from
 it under it (:func:`follows`), not as advice of its own.
 
-Stages, upstream first: ``env`` (the env's contract on live data), ``liveness`` (runners and
+Stages, upstream first: ``env`` (the env's contract on live data), ``pipeline`` (what the
+connectors and the RLModule make of it: what the module sees and emits), ``liveness`` (runners and
 learners alive and answering), ``sampling`` (what the learner is fed: exploration, replay,
 discarded samples), ``learning`` (the learner's curves and gradients). ``performance``
 (a slow step, contention, memory growth) explains no curve: a finding there is primary only
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 from ..common import codes as C
 
-ENV, LIVENESS, SAMPLING, LEARNING, PERFORMANCE = "env", "liveness", "sampling", "learning", "performance"
+ENV, PIPELINE, LIVENESS, SAMPLING, LEARNING, PERFORMANCE = ("env", "pipeline", "liveness", "sampling", "learning",
+                                                             "performance")
 #: upstream first; performance last (it explains no other finding)
-STAGES = (ENV, LIVENESS, SAMPLING, LEARNING, PERFORMANCE)
+STAGES = (ENV, PIPELINE, LIVENESS, SAMPLING, LEARNING, PERFORMANCE)
 RANK = {s: i for i, s in enumerate(STAGES)}
 
 _BY_MODULE = {C.ENV_SPEC: ENV, C.IMPORT_RESOLVE: ENV, C.REWARD_LOGIC: ENV, C.ACTION_PIPE: ENV, C.OBS_FLOW: ENV,
-              C.REWARD_STATS: ENV, C.WORKER: LIVENESS, C.RESOURCE: PERFORMANCE, C.MEMORY: PERFORMANCE,
+              C.REWARD_STATS: ENV, C.PIPELINE: PIPELINE, C.WORKER: LIVENESS, C.RESOURCE: PERFORMANCE, C.MEMORY: PERFORMANCE,
               C.TRAIN_CURVES: LEARNING, C.GRADIENT_FLOW: LEARNING, C.STATE_ACTION: LEARNING}
 _BY_CODE = {
     "REWARD_DROP": LEARNING, "STEP_DURATION_OUTLIER": PERFORMANCE,
@@ -75,8 +77,14 @@ def follows(up_code: str, down_code: str, deaths: int, linked: bool = False) -> 
             return None
         if down == LIVENESS:
             return None   # a death follows from the env only where it names it (``linked``)
-        return (f"the {'learner' if down == LEARNING else 'sampler'} reads data the env made wrong "
+        reader = {LEARNING: "learner", PIPELINE: "RLModule"}.get(down, "sampler")
+        return (f"the {reader} reads data the env made wrong "
                 f"({up_code}): its readings are not the algorithm's until the env is fixed")
+    if up == PIPELINE:
+        if down != LEARNING:
+            return None   # what the module sees and emits explains what it learns, not a death
+        return (f"the learner learns from what the connectors and the RLModule made of the env's data ({up_code}): "
+                f"its readings are not the algorithm's until the pipeline is fixed")
     if up == LIVENESS:
         if down == SAMPLING:
             return f"a runner or learner lost ({up_code}) leaves iterations with fewer or no samples"

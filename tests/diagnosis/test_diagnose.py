@@ -70,6 +70,26 @@ def test_an_env_fault_is_primary_and_the_curves_follow_from_it():
     assert cause["standing"] == OBSERVED and cause["id"] == "reward_unearned"
 
 
+def test_what_the_pipeline_made_of_the_data_is_primary_over_the_curves_it_explains():
+    """A runner's first window found the initial policy collapsed (action logits scaled up in
+    the RLModule) and the KL then spiked: the pipeline is the primary symptom, the KL spike
+    follows from it and no lr advice is offered as the cause; a pipeline finding explains no death."""
+    collapsed = finding(C.PIPE_POLICY_COLLAPSED, 0, worker=1, pid=5, dist="categorical", entropy_ratio=0.0)
+    d = diagnose([collapsed] + sick_ppo()[:2], JUDGED, PPO).to_dict()
+    assert d["primary"]["code"] == C.PIPE_POLICY_COLLAPSED and d["primary"]["stage"] == "pipeline"
+    assert {c["code"] for c in d["chain"]} == {C.KL_SPIKE, C.ENTROPY_COLLAPSE}
+    assert all("what the connectors and the RLModule made of the env's data (PIPE_POLICY_COLLAPSED)" in c["why"]
+               for c in d["chain"])
+    (cause,) = d["causes"]
+    assert cause["id"] == "pipe_policy_collapsed" and cause["standing"] == OBSERVED
+    # upstream of it, the env's own fault stays first; a death does not follow from the pipeline
+    env = finding(C.REWARD_UNEARNED, 0, attribute="goal")
+    assert diagnose([env, collapsed], JUDGED, PPO).to_dict()["primary"]["code"] == C.REWARD_UNEARNED
+    deaths = [finding(C.WORKER_DIED, i, worker=1, pid=10 + i) for i in (1, 2, 3)]
+    d = diagnose([collapsed] + deaths, JUDGED, PPO).to_dict()
+    assert C.WORKER_DIED not in {c["code"] for c in d["chain"]}
+
+
 def test_one_death_explains_no_curve_and_deaths_every_iteration_do():
     one = [finding(C.WORKER_DIED, 1, worker=1, pid=11)] + sick_ppo()
     d = diagnose(one, JUDGED, PPO).to_dict()
