@@ -135,6 +135,11 @@ class Tap:
     def _rows_in(self, obs: list, episodes: list, out: Any) -> None:
         from ray.rllib.core.columns import Columns
 
+        answered = len(self.actions)
+        if len(self.episode) > answered:   # the last call's rows were never acted on (a reset superseded them)
+            for rows in (self.raw, self.seen, self.episode, self.t):
+                del rows[answered:]
+
         seen = out.get(Columns.OBS) if isinstance(out, dict) else None
         if seen is not None:   # one conversion of the batch, not one per row
             seen = _numpy(seen) if hasattr(seen, "detach") else _as_numpy(seen)

@@ -115,20 +115,20 @@ def _clipped(s: PipeSample, th: PipelineThresholds) -> list[Finding]:
     seen, raw = s.seen[ok], s.raw[ok]
     if len(seen) < th.pipe_min_rows:
         return []
+    # a clip pins a feature at its bound on one side or both (a symmetric clip: both); the shares of
+    # every feature at once (an image has thousands), the env's distinct values only for the candidates
+    hi, lo = seen.max(axis=0), seen.min(axis=0)
+    at_hi = np.isclose(seen, hi, rtol=1e-6, atol=1e-9)
+    at_lo = np.isclose(seen, lo, rtol=1e-6, atol=1e-9)
+    shares = (at_hi | at_lo).mean(axis=0)
     hits = []
-    for j in range(seen.shape[1]):
-        v = seen[:, j]
-        # a clip pins a feature at its bound on one side or both (a symmetric clip: both)
-        pinned = [np.isclose(v, value, rtol=1e-6, atol=1e-9) for value in (v.max(), v.min())]
-        at = pinned[0] | pinned[1]
-        share = float(at.mean())
-        if share < th.clip_pinned_share or v.max() == v.min():
-            continue
+    for j in np.flatnonzero((shares >= th.clip_pinned_share) & (hi > lo)):
+        at = at_hi[:, j] | at_lo[:, j]
         env = raw[at, j]
         distinct = len(np.unique(env))
         if distinct >= th.clip_distinct:
-            value = float(v.max() if pinned[0].sum() >= pinned[1].sum() else v.min())
-            hits.append((j, share, value, distinct, float(env.min()), float(env.max())))
+            value = float(hi[j] if at_hi[:, j].sum() >= at_lo[:, j].sum() else lo[j])
+            hits.append((int(j), float(shares[j]), value, distinct, float(env.min()), float(env.max())))
     if not hits:
         return []
     j, share, value, distinct, lo, hi = max(hits, key=lambda h: h[1])
