@@ -19,6 +19,9 @@ from flow1_ray.common.errors import Flow1InputError
 from flow1_ray.pipeline.check import drive_config
 from flow1_ray.pipeline.config import ConfigTarget
 
+#: a real RLlib EnvRunner samples in every test here: the live tier (conftest.py), not the fast one
+pytestmark = pytest.mark.live
+
 STEPS = 400
 
 
