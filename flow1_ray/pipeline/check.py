@@ -1,13 +1,13 @@
 """The pipeline half of ``flow1 check --config``: one local EnvRunner built from the user's
-config samples with the config's own connectors and RLModule, one step at a time, while the
-:class:`~.tap.Tap` records what the module saw and emitted; the pipeline rules
+config samples with the config's own connectors and RLModule, in calls of the config's rollout
+fragment, while the :class:`~.tap.Tap` records what the module saw and emitted; the pipeline rules
 (:mod:`flow1_ray.checks.pipeline`) judge the record.
 
 :func:`drive_config` has the signature of :func:`flow1_ray.envcheck.judge.drive`, so the
 isolated check's child process (:mod:`flow1_ray.envcheck.isolate`) runs it with the same call
 board: the import of the config and the runner's construction are its "make" call (under
-``--make-timeout``), each step (the env's step, the connectors and the module's forward pass)
-its "step" call; a hang past its timeout is ENV_HUNG with the stack, a death ENV_CRASHED.
+``--make-timeout``), and each env step re-arms its "step" call, so that it covers the env's step,
+the connectors and the module's forward pass until the next one; a hang past its timeout is ENV_HUNG with the stack, a death ENV_CRASHED.
 
 The runner is the config's, changed only where a check must: sampling in this process
 (``num_env_runners=0``), one sub-env (rows in step order), the given seed, the config's own
@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.findings import Finding
-from ..checks.pipeline.module_input import PipelineThresholds, module_input_findings
-from ..checks.pipeline.module_output import module_output_findings
+from ..checks.pipeline.module_output import pipeline_findings
 from ..checks.pipeline.runner_failure import runner_failed
 from ..checks.thresholds import Thresholds
 from ..common import codes as C
@@ -176,12 +175,8 @@ def _judge(runner: Any, config: Any, tap: Tap, target: ConfigTarget, th: Thresho
     from .describe import describe_runner
 
     sample = tap.sample(**describe_runner(runner, config, trained=bool(target.checkpoint)))
-    pt = PipelineThresholds(**{f: getattr(th, f) for f in PipelineThresholds.__dataclass_fields__})
-    notes: list[str] = []
-    for judge in (module_input_findings, module_output_findings):
-        found, said = judge(sample, pt)
-        findings.extend(found)
-        notes.extend(said)
+    found, notes = pipeline_findings(sample, th)
+    findings.extend(found)
     summary["modules"] = {C.PIPELINE: {"rows": sample.rows, "dist": sample.dist, "pipeline": sample.pipeline(),
                                        "module_to_env": " -> ".join(sample.module_to_env),
                                        "trained": sample.trained, "notes": notes}}

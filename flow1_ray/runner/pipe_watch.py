@@ -15,8 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..checks.findings import Finding
-from ..checks.pipeline.module_input import PipelineThresholds, module_input_findings
-from ..checks.pipeline.module_output import module_output_findings
+from ..checks.pipeline.module_output import pipeline_findings
 from ..checks.thresholds import Thresholds
 from .cost import thread_time
 
@@ -31,7 +30,7 @@ class PipeWatch:
         from ..pipeline.tap import Tap
 
         self.runner, self.every, self.prefix = env_runner, every_steps, prefix
-        self.th = PipelineThresholds(**{f: getattr(th, f) for f in PipelineThresholds.__dataclass_fields__})
+        self.th = th
         self.tap = Tap(env_runner, max_bytes=16 * 1024**2, max_rows=WINDOW_ROWS)
         self.windows = 0
         # the first window judges the RLModule as initialised only on a fresh runner: a restored run
@@ -70,10 +69,7 @@ class PipeWatch:
         runner = self.runner
         sample = self.tap.sample(**describe_runner(runner, runner.config, trained=not (self.initial and self.windows == 1)))
         self.tap.clear()
-        out: list[Finding] = []
-        for judge in (module_input_findings, module_output_findings):
-            found, _ = judge(sample, self.th)
-            out.extend(found)
+        out, _ = pipeline_findings(sample, self.th)
         new = [f for f in out if f.code not in self.told]
         self.told.update(f.code for f in new)
         for f in new:

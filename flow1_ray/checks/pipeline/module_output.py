@@ -11,12 +11,14 @@ env gets the bound instead (a mean head without a squash), and actions outside a
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ...common import codes as C
 from ..findings import Finding
 from ..rule import Rule
-from .module_input import PipelineThresholds
+from .module_input import PipelineThresholds, module_input_findings
 from .sample import PipeSample
 
 #: RLlib's clamp of a squashed Gaussian's log-std (ray.rllib.utils.numpy MIN/MAX_LOG_NN_OUTPUT)
@@ -196,3 +198,14 @@ def _clipped_actions(s: PipeSample, finite: np.ndarray, th: PipelineThresholds) 
 
 def _few(v: np.ndarray) -> str:
     return ", ".join(f"{x:g}" for x in v[:4]) + (", ..." if v.size > 4 else "")
+
+
+def pipeline_findings(s: PipeSample, th: Any) -> tuple[list[Finding], list[str]]:
+    """Every PIPELINE rule on one record: what the RLModule saw, then what it emitted and what
+    reached the env; the findings and the notes on what was not judged. ``th``: a whole
+    :class:`~flow1_ray.checks.thresholds.Thresholds` (or any object with the family's fields)."""
+    pt = th if isinstance(th, PipelineThresholds) else \
+        PipelineThresholds(**{f: getattr(th, f) for f in PipelineThresholds.__dataclass_fields__})
+    found, notes = module_input_findings(s, pt)
+    more, said = module_output_findings(s, pt)
+    return found + more, notes + said
